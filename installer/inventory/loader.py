@@ -1,0 +1,167 @@
+"""Load an inventory YAML file into an `Inventory`, with every error pointing at file:line.
+
+PyYAML gives positions only on the node graph, so we compose the graph once, record the line
+of every key path, then validate the plain data with pydantic and map each error's `loc` back
+to the nearest recorded line.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from installer.errors import InventoryError
+from installer.inventory.models import Inventory, duplicate_hosts
+
+Loc = tuple[str | int, ...]
+
+_FIXES = {
+    "extra_forbidden": "remove it or check its spelling",
+    "missing": "add it",
+    "literal_error": "use one of the allowed values",
+    "int_parsing": "write a whole number",
+    "int_type": "write a whole number",
+    "float_parsing": "write a number",
+    "string_type": "write a string",
+    "list_type": "write a list (`- item` lines or `[a, b]`)",
+    "greater_than_equal": "raise it",
+    "less_than_equal": "lower it",
+    "greater_than": "raise it",
+    "string_pattern_mismatch": "use lowercase letters, digits and '-'",
+    "too_short": "add at least one entry",
+}
+
+
+def _walk(node: yaml.Node, loc: Loc, lines: dict[Loc, int], dups: list[str], src: str) -> None:
+    lines[loc] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                dups.append(
+                    f"{src}:{key_node.start_mark.line + 1}: {_dotted((*loc, key))}: duplicate key "
+                    f"(first at line {seen[key]}); keep one of them"
+                )
+            seen[key] = key_node.start_mark.line + 1
+            lines[(*loc, key)] = key_node.start_mark.line + 1
+            _walk(value_node, (*loc, key), lines, dups, src)
+            lines[(*loc, key)] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk(item, (*loc, i), lines, dups, src)
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _line_for(loc: Loc, lines: dict[Loc, int]) -> int:
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Loc:
+    # pydantic inserts validator names such as "function-after[...]" for model validators.
+    return tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
+
+
+def parse(text: str, src: str) -> tuple[dict[str, Any], dict[Loc, int]]:
+    """Parse YAML text into data plus a key-path -> line map; raise InventoryError on bad YAML."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        problem = exc.problem or str(exc)
+        raise InventoryError(
+            f"{src}:{line}: not valid YAML: {problem}",
+            ["check indentation and quoting on that line (or the line before it)"],
+        ) from exc
+    if root is None or not isinstance(data, dict):
+        raise InventoryError(f"{src}:1: the inventory must be a YAML mapping (key: value lines)")
+    lines: dict[Loc, int] = {}
+    dups: list[str] = []
+    _walk(root, (), lines, dups, src)
+    if dups:
+        raise InventoryError(f"{src}: {len(dups)} duplicate key(s)", dups)
+    return data, lines
+
+
+def _errors(exc: ValidationError, lines: dict[Loc, int], src: str) -> Iterator[str]:
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"])
+        line = _line_for(loc, lines)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        fix = _FIXES.get(err["type"])
+        yield f"{src}:{line}: {_dotted(loc)}: {msg}" + (f" ({fix})" if fix else "")
+
+
+def _resolve(data: dict[str, Any], base: Path) -> None:
+    """Make relative file paths relative to the inventory file, as a user reading it expects."""
+
+    def fix(section: dict[str, Any] | None, key: str) -> None:
+        if isinstance(section, dict) and isinstance(section.get(key), str):
+            section[key] = str((base / Path(section[key]).expanduser()).resolve())
+
+    fix(data.get("model"), "path")
+    fix(data.get("ssh"), "private_key")
+    fix(data.get("ssh"), "known_hosts")
+    for host in data.get("hosts") or []:
+        if isinstance(host, dict):
+            fix(host.get("ssh"), "private_key")
+
+
+def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Iterator[str]:
+    for attr, value, first, dup in duplicate_hosts(inv.hosts):
+        yield (
+            f"{src}:{_line_for(('hosts', dup, attr), lines)}: hosts[{dup}].{attr}: duplicate "
+            f"{attr} {value!r} (also hosts[{first}], line {_line_for(('hosts', first, attr), lines)}); "
+            f"every host needs its own {attr}"
+        )
+    model_dir = inv.model.path
+    if not model_dir.is_dir():
+        yield (
+            f"{src}:{_line_for(('model', 'path'), lines)}: model.path: {model_dir} is not a "
+            "directory; point it at the local weights directory (the one with config.json)"
+        )
+    elif not (model_dir / "config.json").is_file():
+        yield (
+            f"{src}:{_line_for(('model', 'path'), lines)}: model.path: {model_dir} has no "
+            "config.json; point it at a Hugging Face-style weights directory"
+        )
+    keys = [(("ssh", "private_key"), inv.ssh.private_key), (("ssh", "known_hosts"), inv.ssh.known_hosts)]
+    keys += [(("hosts", i, "ssh", "private_key"), h.ssh.private_key) for i, h in enumerate(inv.hosts)]
+    for loc, path in keys:
+        if path is not None and not path.is_file():
+            yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {path} does not exist; fix the path"
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    """Read and validate an inventory file; raise InventoryError listing every problem with file:line."""
+    path = Path(path)
+    src = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(f"cannot read inventory {src}: {exc.strerror}") from exc
+    data, lines = parse(text, src)
+    _resolve(data, path.resolve().parent)
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as exc:
+        problems = list(_errors(exc, lines, src))
+        raise InventoryError(f"{src}: {len(problems)} problem(s) in the inventory", problems) from exc
+    problems = list(_check_consistency(inv, lines, src))
+    if problems:
+        raise InventoryError(f"{src}: {len(problems)} problem(s) in the inventory", problems)
+    return inv

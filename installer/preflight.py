@@ -1,0 +1,148 @@
+"""Preflight: before any host is changed, check every host over SSH (Fabric), all in parallel.
+
+Any problem on any host stops the run with one line per host saying why, so a bad host is
+found in seconds, not halfway through a configuration run.
+"""
+
+import shlex
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import paramiko
+from fabric import Connection
+
+from installer.errors import PreflightError
+from installer.inventory import Inventory
+from installer.ssh import Target, targets
+
+SUPPORTED_OS = {("debian", "12"), ("ubuntu", "22.04"), ("ubuntu", "24.04")}
+MIN_PYTHON = (3, 9)
+MAX_CLOCK_SKEW_S = 120
+GIB = 1024**3
+
+# One shell round trip gathers everything; each line is `key=value`.
+_PROBE = r"""
+. /etc/os-release; echo "os_id=$ID"; echo "os_version=$VERSION_ID"
+echo "python=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
+echo "init=$(cat /proc/1/comm)"
+echo "uid=$(id -u)"; echo "sudo=$(sudo -n true 2>/dev/null && echo yes || echo no)"
+echo "cpus=$(nproc)"
+echo "mem_total_kib=$(sed -n 's/^MemTotal: *\([0-9]*\) kB/\1/p' /proc/meminfo)"
+echo "disk_var_lib=$(df -B1 --output=avail /var/lib | tail -1 | tr -d ' ')"
+echo "disk_opt=$(df -B1 --output=avail /opt | tail -1 | tr -d ' ')"
+echo "same_fs=$([ "$(stat -c %d /opt)" = "$(stat -c %d /var/lib)" ] && echo yes || echo no)"
+echo "bundle_present=$([ -f "$PLI_BUNDLE_DIR/manifest.json" ] && echo yes || echo no)"
+echo "now=$(date +%s)"
+"""
+
+
+@dataclass(frozen=True)
+class Needs:
+    """Space the install will take on a host, and what it must already have."""
+
+    bundle_bytes: int
+    venv_bytes: int
+    model_bytes: int
+    min_memory_bytes: int
+    bundle_dir: str
+
+
+@dataclass
+class HostReport:
+    name: str
+    address: str
+    facts: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _connect(t: Target) -> Connection:
+    kwargs: dict[str, object] = {"allow_agent": t.private_key is None, "look_for_keys": t.private_key is None}
+    if t.private_key:
+        kwargs["key_filename"] = str(t.private_key)
+    conn = Connection(host=t.address, user=t.user, port=t.port, connect_timeout=10, connect_kwargs=kwargs)
+    # Fabric accepts unknown host keys by default; we never do.
+    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    if t.known_hosts:
+        conn.client.load_host_keys(str(t.known_hosts))
+    else:
+        conn.client.load_system_host_keys()
+    return conn
+
+
+def _judge(facts: dict[str, str], needs: Needs, skew: float) -> list[str]:
+    problems = []
+    os_pair = (facts.get("os_id", ""), facts.get("os_version", ""))
+    if os_pair not in SUPPORTED_OS:
+        supported = ", ".join(f"{a} {b}" for a, b in sorted(SUPPORTED_OS))
+        problems.append(f"OS {os_pair[0]} {os_pair[1]} is not supported (supported: {supported})")
+    py = facts.get("python", "")
+    if not py:
+        problems.append("python3 is missing; install the python3 package (Ansible needs it)")
+    elif tuple(int(x) for x in py.split(".")) < MIN_PYTHON:
+        problems.append(f"python3 is {py}; need >= {'.'.join(map(str, MIN_PYTHON))}")
+    if facts.get("init") != "systemd":
+        problems.append(f"PID 1 is {facts.get('init')!r}, not systemd; services run as systemd units")
+    if facts.get("uid") != "0" and facts.get("sudo") != "yes":
+        problems.append("the SSH user is not root and cannot sudo without a password")
+    bundle = 0 if facts.get("bundle_present") == "yes" else needs.bundle_bytes
+    var_lib_need = bundle + needs.model_bytes
+    opt_need = needs.venv_bytes
+    var_lib, opt = int(facts.get("disk_var_lib") or 0), int(facts.get("disk_opt") or 0)
+    if facts.get("same_fs") == "yes":
+        var_lib_need += opt_need
+        opt_need = 0
+    if var_lib < var_lib_need:
+        problems.append(f"/var/lib has {var_lib / GIB:.1f} GiB free, need {var_lib_need / GIB:.1f} GiB")
+    if opt < opt_need:
+        problems.append(f"/opt has {opt / GIB:.1f} GiB free, need {opt_need / GIB:.1f} GiB")
+    mem = int(facts.get("mem_total_kib") or 0) * 1024
+    if mem < needs.min_memory_bytes:
+        problems.append(f"memory is {mem / GIB:.1f} GiB, need {needs.min_memory_bytes / GIB:.1f} GiB")
+    if abs(skew) > MAX_CLOCK_SKEW_S:
+        problems.append(f"clock is off by {skew:+.0f} s from this machine; enable NTP (chrony)")
+    return problems
+
+
+def check_host(t: Target, needs: Needs) -> HostReport:
+    report = HostReport(t.name, t.address)
+    try:
+        with _connect(t) as conn:
+            before = time.time()
+            command = f"PLI_BUNDLE_DIR={shlex.quote(needs.bundle_dir)} sh -c {shlex.quote(_PROBE)}"
+            result = conn.run(command, hide=True, warn=True, in_stream=False)
+            after = time.time()
+    except paramiko.BadHostKeyException:
+        report.problems.append("host key does NOT match known_hosts (possible impersonation); check the host")
+        return report
+    except paramiko.SSHException as exc:
+        msg = str(exc)
+        if "not found in known_hosts" in msg:
+            msg = "host key unknown; add it to known_hosts (ssh-keyscan, checked out of band)"
+        report.problems.append(f"SSH failed: {msg}")
+        return report
+    except OSError as exc:
+        report.problems.append(f"SSH unreachable at {t.address}:{t.port}: {exc.strerror or exc}")
+        return report
+    facts = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    report.facts = facts
+    skew = float(facts.get("now") or 0) - (before + after) / 2
+    report.problems = _judge(facts, needs, skew)
+    return report
+
+
+def run_preflight(inv: Inventory, needs: Needs) -> list[HostReport]:
+    hosts = targets(inv)
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
+        reports = list(pool.map(lambda t: check_host(t, needs), hosts))
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        lines = [f"{r.name} ({r.address}): {'; '.join(r.problems)}" for r in failed]
+        raise PreflightError(
+            f"preflight failed on {len(failed)} of {len(reports)} host(s); no host was changed", lines
+        )
+    return reports
