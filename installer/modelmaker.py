@@ -92,9 +92,7 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
     rng = np.random.Generator(np.random.PCG64(seed))
 
     def normal(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(
-            np.float32
-        )
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
 
     tensors: dict[str, np.ndarray] = {"model.embed_tokens.weight": normal(VOCAB, HIDDEN)}
     for i in range(LAYERS):
@@ -148,6 +146,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _write_model(tmp: Path, seed: int) -> None:
     tokenizer = _train_tokenizer()
     bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
+    assert bos_id is not None and eos_id is not None  # they are the trainer's special tokens
     (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
     _write_json(
         tmp / "tokenizer_config.json",

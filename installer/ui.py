@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 
 class RichReporter:

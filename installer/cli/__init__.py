@@ -18,7 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error line must stay greppable
 
 
 def _register() -> None:

@@ -60,40 +60,62 @@ def console_tail(console_log: Path, lines: int = 15) -> list[str]:
     return [f"console: {line}" for line in clean if line.strip()][-lines:]
 
 
-def wait_ready(name: str, address: str, pid: int, access: SSHAccess, console_log: Path,
-               timeout: float = BOOT_TIMEOUT) -> str:  # fmt: skip
+def wait_ready(
+    name: str,
+    address: str,
+    pid: int,
+    access: SSHAccess,
+    console_log: Path,
+    timeout: float = BOOT_TIMEOUT,
+) -> str:
     """Wait until SSH answers and systemd reports `running`; LabError with the console if not."""
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
     while True:
         if not processes.is_running(pid):
-            raise LabError(f"{name}: systemd-nspawn exited while booting", console_tail(console_log))
+            raise LabError(
+                f"{name}: systemd-nspawn exited while booting", console_tail(console_log)
+            )
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise LabError(
                 f"{name} ({address}) was not up within {timeout:.0f}s (ssh: {last_error})",
                 console_tail(console_log),
             )
-        result = ssh(access.key, access.known_hosts, address, "systemctl is-system-running --wait",
-                     timeout=remaining)  # fmt: skip
+        result = ssh(
+            access.key,
+            access.known_hosts,
+            address,
+            "systemctl is-system-running --wait",
+            timeout=remaining,
+        )
         if result.returncode != 255:
             state = result.stdout.strip()
             if state == "running":
                 return state
-            failed = ssh(access.key, access.known_hosts, address,
-                         "systemctl --failed --no-legend --plain", timeout=10).stdout  # fmt: skip
+            failed = ssh(
+                access.key,
+                access.known_hosts,
+                address,
+                "systemctl --failed --no-legend --plain",
+                timeout=10,
+            ).stdout
             raise LabError(
                 f"{name} ({address}) booted but systemd reports {state or 'nothing'!r}",
                 [f"failed unit: {line}" for line in failed.splitlines() if line.strip()]
                 + console_tail(console_log),
             )
-        last_error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no answer"
+        last_error = (
+            result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no answer"
+        )
         time.sleep(0.5)
 
 
 def probe(address: str, access: SSHAccess, timeout: float = 8) -> tuple[bool, str]:
     """(SSH works, `systemctl is-system-running` output) for a running host."""
-    result = ssh(access.key, access.known_hosts, address, "systemctl is-system-running", timeout=timeout)
+    result = ssh(
+        access.key, access.known_hosts, address, "systemctl is-system-running", timeout=timeout
+    )
     if result.returncode == 255:
         return False, ""
     return True, result.stdout.strip()

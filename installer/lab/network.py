@@ -66,7 +66,7 @@ def subnet_users(subnet: IPv4Network, bridge: str) -> list[str]:
         if dst == "default" or dev == bridge:
             continue
         if ip_network(dst, strict=False).overlaps(subnet):
-            users.append(f"route {dst} via {dev}")
+            users.append(f"route {dst} on {dev}")
     return users
 
 

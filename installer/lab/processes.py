@@ -5,6 +5,7 @@ still the systemd-nspawn of one of our root filesystems (PIDs get reused), and n
 processes by a broad name.
 """
 
+import contextlib
 import os
 import signal
 import time
@@ -17,10 +18,8 @@ _PROC = Path("/proc")
 def _reap(pid: int) -> None:
     # A host booted by this very process stays our child: collect it once it has exited, or it
     # lingers as a zombie that still looks present in /proc.
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def is_running(pid: int) -> bool:
@@ -77,6 +76,28 @@ def nspawns_under(directory: Path) -> list[NspawnProcess]:
     return found
 
 
+def tool_processes_under(
+    directory: Path, tools: tuple[str, ...] | None
+) -> list[tuple[int, list[str]]]:
+    """Running `tools` (by program name; None: any program) with an argument under `directory`.
+
+    A `lab up` killed by SIGTERM leaves its `cp -a` running, still writing a host's rootfs;
+    `down` must stop that before it can delete the directory.
+    """
+    prefix = str(directory).rstrip("/") + "/"
+    found = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        argv = cmdline(int(entry.name))
+        if not argv or (tools is not None and os.path.basename(argv[0]) not in tools):
+            continue
+        touches = any(a == prefix[:-1] or a.startswith(prefix) for a in argv[1:])
+        if touches and is_running(int(entry.name)):
+            found.append((int(entry.name), argv))
+    return found
+
+
 def pids_in_netns(netns_file: Path) -> list[int]:
     """Processes whose network namespace is the one bound at `netns_file` (/run/netns/NAME)."""
     try:
@@ -126,10 +147,8 @@ def terminate(pid: int, rootfs: Path, *, term_timeout: float, kill_timeout: floa
 def kill_pids(pids: list[int], timeout: float = 10) -> None:
     """SIGKILL processes we already identified as ours (left in a lab netns), and wait."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     for pid in pids:
         wait_exit(pid, timeout)
 

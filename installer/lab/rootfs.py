@@ -36,7 +36,13 @@ def architecture() -> str:
 
 
 def cache_key(suite: str, variant: str, include: tuple[str, ...], mirror: str, arch: str) -> str:
-    recipe = {"suite": suite, "variant": variant, "include": list(include), "mirror": mirror, "arch": arch}
+    recipe = {
+        "suite": suite,
+        "variant": variant,
+        "include": list(include),
+        "mirror": mirror,
+        "arch": arch,
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -71,10 +77,16 @@ def ensure_base(on_line: Callable[[str], None] | None = None) -> Path:
             deb.unlink()
         (build / "recipe.json").write_text(
             json.dumps(
-                {"suite": SUITE, "variant": VARIANT, "include": list(INCLUDE),
-                 "mirror": mirror(), "arch": architecture(), "built": time.time()},
+                {
+                    "suite": SUITE,
+                    "variant": VARIANT,
+                    "include": list(INCLUDE),
+                    "mirror": mirror(),
+                    "arch": architecture(),
+                    "built": time.time(),
+                },
                 indent=2,
-            )  # fmt: skip
+            )
         )
         try:
             os.rename(build, final)
@@ -88,6 +100,8 @@ def ensure_base(on_line: Callable[[str], None] | None = None) -> Path:
 
 def _debootstrap(build: Path, on_line: Callable[[str], None] | None) -> None:
     argv = debootstrap_argv(build / "rootfs", mirror(), architecture())
+    # If we die (SIGTERM, SIGKILL), debootstrap must not go on filling a build nobody will use.
+    argv = ["setpriv", "--pdeathsig", "TERM", *argv]
     log_path = build / "debootstrap.log"
     tail: list[str] = []
     with log_path.open("w") as log:
@@ -113,10 +127,16 @@ def _debootstrap(build: Path, on_line: Callable[[str], None] | None) -> None:
 
 
 def _remove_stale_builds(root: Path) -> None:
-    """Delete temp builds whose builder died (an interrupted `lab up`)."""
+    """Delete temp builds whose builder died (an interrupted `lab up`).
+
+    A builder killed on its own leaves debootstrap running: such a build is left alone until
+    that debootstrap is gone too.
+    """
     for build in root.glob(f"{_BUILD_PREFIX}*"):
         match = re.search(r"-(\d+)$", build.name)
-        if match and not processes.is_running(int(match.group(1))):
+        if not match or processes.is_running(int(match.group(1))):
+            continue
+        if not processes.tool_processes_under(build, None):
             remove_tree(build)
 
 
@@ -143,7 +163,9 @@ def hosts_file(lab_hosts: list[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def personalise(rootfs: Path, hostname: str, lab_hosts: list[tuple[str, str]], authorized_key: str) -> None:
+def personalise(
+    rootfs: Path, hostname: str, lab_hosts: list[tuple[str, str]], authorized_key: str
+) -> None:
     """Host name, /etc/hosts naming every lab host, and the lab key allowed to log in as root."""
     (rootfs / "etc" / "hostname").write_text(hostname + "\n")
     (rootfs / "etc" / "hosts").write_text(hosts_file(lab_hosts))

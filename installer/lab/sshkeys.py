@@ -53,7 +53,9 @@ def write_known_hosts(path: Path, host_keys: dict[str, list[str]]) -> None:
     path.write_text("".join(line + "\n" for line in known_hosts_lines(host_keys)))
 
 
-def ssh_argv(key: Path, known_hosts: Path, address: str, command: str, *, connect_timeout: int = 3) -> list[str]:
+def ssh_argv(
+    key: Path, known_hosts: Path, address: str, command: str, *, connect_timeout: int = 3
+) -> list[str]:
     # -F none: a user's ~/.ssh/config (a ProxyJump, another identity) must not reroute lab traffic.
     return [
         "ssh", "-F", "none",
@@ -74,7 +76,9 @@ def ssh(
     key: Path, known_hosts: Path, address: str, command: str, *, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     """Run `command` on a lab host; exit status 255 means SSH itself failed."""
-    argv = ssh_argv(key, known_hosts, address, command, connect_timeout=max(1, min(5, int(timeout))))
+    argv = ssh_argv(
+        key, known_hosts, address, command, connect_timeout=max(1, min(5, int(timeout)))
+    )
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:

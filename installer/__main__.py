@@ -1,0 +1,3 @@
+from installer.cli import main
+
+main()

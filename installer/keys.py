@@ -1,0 +1,152 @@
+"""API keys on the control machine.
+
+The store (`.installer/keys.json`, mode 0600) keeps each key's name, sha256, limits, expiry and
+revocation, never the secret itself: the secret is shown once, at creation, and cannot be
+shown again. Hosts get `render_hosts_file()`: the active keys' hashes and limits only.
+"""
+
+import os
+import re
+import secrets
+import tempfile
+from datetime import UTC, date, datetime, time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from installer.errors import InstallerError
+from installer.paths import state_dir
+from service.keyfile import KEY_NAME_PATTERN, HostKey, HostKeyFile, hash_secret
+
+SECRET_PREFIX = "sk-pli-"
+
+
+class KeyStoreError(InstallerError):
+    """A key command was given a bad name, limit or date, or the key store is unreadable."""
+
+
+class KeyRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=KEY_NAME_PATTERN)
+    sha256: str
+    created: datetime
+    rpm: int | None = None
+    tpm: int | None = None
+    models: list[str] = Field(default_factory=list)
+    expires: datetime | None = None
+    revoked: datetime | None = None
+
+    def status(self, now: datetime) -> str:
+        if self.revoked:
+            return "revoked"
+        if self.expires and now >= self.expires:
+            return "expired"
+        return "active"
+
+
+class KeyStore(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    keys: list[KeyRecord] = Field(default_factory=list)
+
+
+def store_path() -> Path:
+    return state_dir() / "keys.json"
+
+
+def parse_expiry(text: str) -> datetime:
+    """A date (the key stops working at 00:00 UTC that day) or an ISO datetime (UTC if naive)."""
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return datetime.combine(date.fromisoformat(text), time(), tzinfo=UTC)
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise KeyStoreError(f"--expires {text!r}: expected YYYY-MM-DD or an ISO date-time") from exc
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def load(path: Path | None = None) -> KeyStore:
+    path = path or store_path()
+    if not path.exists():
+        return KeyStore()
+    try:
+        return KeyStore.model_validate_json(path.read_bytes())
+    except ValueError as exc:
+        raise KeyStoreError(f"cannot read the key store {path}: {exc}") from exc
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Atomic replace of a 0600 file: created 0600, so no moment exists when others can read it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp: mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(store: KeyStore, path: Path | None = None) -> None:
+    _write_private(path or store_path(), store.model_dump_json(indent=2) + "\n")
+
+
+def create(
+    name: str,
+    *,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    models: list[str] | None = None,
+    expires: datetime | None = None,
+    path: Path | None = None,
+) -> tuple[KeyRecord, str]:
+    """Add a key; returns its record and the secret, which exists nowhere else afterwards."""
+    if not re.fullmatch(KEY_NAME_PATTERN, name):
+        raise KeyStoreError(f"key name {name!r}: use 1-63 of a-z 0-9 _ . - (starting with a letter or digit)")
+    for label, value in (("--rpm", rpm), ("--tpm", tpm)):
+        if value is not None and value < 1:
+            raise KeyStoreError(f"{label} must be at least 1 (leave it out for no limit)")
+    now = datetime.now(UTC)
+    if expires is not None and expires <= now:
+        raise KeyStoreError(f"--expires {expires.isoformat()} is in the past")
+    store = load(path)
+    if any(k.name == name and k.status(now) == "active" for k in store.keys):
+        raise KeyStoreError(f"an active key named {name!r} exists; revoke it first or pick another name")
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    record = KeyRecord(name=name, sha256=hash_secret(secret), created=now, rpm=rpm, tpm=tpm,
+                       models=models or [], expires=expires)
+    store.keys.append(record)
+    save(store, path)
+    return record, secret
+
+
+def revoke(name: str, path: Path | None = None) -> KeyRecord:
+    store = load(path)
+    now = datetime.now(UTC)
+    active = [k for k in store.keys if k.name == name and not k.revoked]
+    if not active:
+        raise KeyStoreError(f"no unrevoked key named {name!r}")
+    for record in active:
+        record.revoked = now
+    save(store, path)
+    return active[-1]
+
+
+def render_hosts_file(store: KeyStore) -> str:
+    """The gateways' keys file: unrevoked keys' hashes and limits (expired ones too: the
+    gateway refuses them itself, with a message that says why)."""
+    keys = [HostKey(name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires)
+            for k in store.keys if not k.revoked]
+    return HostKeyFile(keys=keys).model_dump_json(indent=2) + "\n"
+
+
+def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:
+    """Write the hosts' file atomically, so a gateway watching it never reads half a file."""
+    _write_private(dest, render_hosts_file(store or load()))
+
+

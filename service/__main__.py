@@ -1,0 +1,75 @@
+"""`python -m service`: the gateway under uvicorn (uvloop, httptools), with a graceful drain.
+
+On SIGTERM (or Ctrl-C) the gateway first drains: /readyz turns 503 so load balancers stop
+sending, new API requests get 503, and requests in flight (streams included) run to their end
+or to `drain_timeout_s`. Only then does uvicorn stop. A second signal exits at once.
+"""
+
+import logging
+import sys
+import time
+from types import FrameType
+
+import uvicorn
+
+from service.app import Gateway, create_app
+from service.config import ConfigError, load_settings
+
+log = logging.getLogger("service")
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+        self.drain_deadline: float | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain_deadline is not None:  # a second signal: stop now
+            super().handle_exit(sig, frame)
+            self.force_exit = True
+            return
+        self._captured_signals.append(sig)  # uvicorn re-raises it after shutting down
+        self.gateway.admission.draining = True
+        self.drain_deadline = time.monotonic() + self.gateway.settings.drain_timeout_s
+        log.info("draining: %d request(s) in flight", self.gateway.admission.in_flight)
+
+    async def on_tick(self, counter: int) -> bool:
+        if await super().on_tick(counter):
+            return True
+        if self.drain_deadline is None:
+            return False
+        in_flight = self.gateway.admission.in_flight
+        if in_flight and time.monotonic() < self.drain_deadline:
+            return False
+        if in_flight:
+            log.warning("drain timeout: cutting %d request(s)", in_flight)
+        return True
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        app = create_app(settings)
+    except (ConfigError, OSError, ValueError) as exc:
+        print(f"pli-gateway: {exc}", file=sys.stderr)
+        sys.exit(2)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,  # ours is the JSON one
+        server_header=False,
+        # What is left after the drain gets this long to finish before it is cut.
+        timeout_graceful_shutdown=1,
+        log_config=None,
+    )
+    DrainingServer(config, app.state.gateway).run()
+
+
+if __name__ == "__main__":
+    main()

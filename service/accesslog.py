@@ -1,0 +1,132 @@
+"""Per-request accounting: the request id, the JSON-lines access log and request metrics.
+
+Prompts are never logged unless `log_prompts` (a debug setting) is on.
+"""
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.metrics import Metrics
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """What the handlers learn about a request, for the log line and the metrics."""
+
+    request_id: str
+    start: float
+    key_name: str = "-"
+    model: str = "-"
+    stream: bool = False
+    engine: str | None = None
+    attempts: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    error: str | None = None
+    prompt: Any = None  # only set when log_prompts is on
+
+
+class AccessLog:
+    """Lines are batched and written at most every 0.2 s, in one write: per-line writes (or a
+    writer thread fighting the event loop for the GIL) cost more than the proxying itself."""
+
+    FLUSH_AFTER_S = 0.2
+    MAX_PENDING = 512
+
+    def __init__(self, path: Path | None) -> None:
+        self._out: TextIO = path.open("a", encoding="utf-8") if path else sys.stdout
+        self._pending: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self._pending.append(json.dumps(record, separators=(",", ":"), default=str))
+        if len(self._pending) >= self.MAX_PENDING:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.FLUSH_AFTER_S, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pending:
+            self._out.write("\n".join(self._pending) + "\n")
+            self._out.flush()
+            self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._out is not sys.stdout:
+            self._out.close()
+
+
+class AccessLogMiddleware:
+    """Outermost layer for /v1/*: gives each request an id and an info record, and logs and
+    counts it when the response has ended (for a stream, when the last chunk is sent)."""
+
+    def __init__(self, app: ASGIApp, log: AccessLog, metrics: Metrics) -> None:
+        self.app = app
+        self.log = log
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        info = RequestInfo(request_id=uuid.uuid4().hex, start=time.perf_counter())
+        scope.setdefault("state", {})["info"] = info
+        status = 500
+        rid_header = (b"x-request-id", info.request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), rid_header]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self._record(scope, info, status)
+
+    def _record(self, scope: Scope, info: RequestInfo, status: int) -> None:
+        elapsed = time.perf_counter() - info.start
+        m = self.metrics
+        m.requests.labels(info.model, info.key_name, str(status)).inc()
+        if status < 400:
+            m.request_seconds.labels(info.model).observe(elapsed)
+        if info.prompt_tokens:
+            m.prompt_tokens.labels(info.model, info.key_name).inc(info.prompt_tokens)
+        if info.completion_tokens:
+            m.completion_tokens.labels(info.model, info.key_name).inc(info.completion_tokens)
+        record: dict[str, Any] = {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "request_id": info.request_id,
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "key": info.key_name,
+            "model": info.model,
+            "stream": info.stream,
+            "engine": info.engine,
+            "attempts": info.attempts,
+            "prompt_tokens": info.prompt_tokens,
+            "completion_tokens": info.completion_tokens,
+            "ttft_ms": round(info.ttft_s * 1000, 2) if info.ttft_s is not None else None,
+            "duration_ms": round(elapsed * 1000, 2),
+            "error": info.error,
+        }
+        if info.prompt is not None:
+            record["prompt"] = info.prompt
+        self.log.emit(record)

@@ -1,0 +1,115 @@
+"""API keys: the hosts' hash file, reloaded when it changes, and the request dependency."""
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, Request
+from pydantic import ValidationError
+
+from service.errors import GatewayError
+from service.keyfile import HostKeyFile
+
+log = logging.getLogger("service.auth")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    name: str
+    digest: bytes
+    rpm: int | None = None
+    tpm: int | None = None
+    models: frozenset[str] = frozenset()
+    expires: float | None = None  # epoch seconds
+
+    def allows(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+ANONYMOUS = ApiKey(name="anonymous", digest=b"")
+
+
+def _unauthorized(message: str, code: str = "invalid_api_key") -> GatewayError:
+    return GatewayError(401, message, "authentication_error", code, {"WWW-Authenticate": "Bearer"})
+
+
+class KeyRing:
+    """The keys a gateway accepts. `path=None` means anonymous access (explicitly configured)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._keys: tuple[ApiKey, ...] = ()
+        self._stamp: tuple[int, int, int] | None = None
+        if path is not None:
+            self._keys, self._stamp = self._read(path)
+
+    @staticmethod
+    def _read(path: Path) -> tuple[tuple[ApiKey, ...], tuple[int, int, int]]:
+        """Parse the file; raises OSError/ValueError so a bad file never replaces good keys."""
+        st = path.stat()
+        parsed = HostKeyFile.model_validate(json.loads(path.read_bytes()))
+        keys = tuple(
+            ApiKey(
+                name=k.name,
+                digest=bytes.fromhex(k.sha256),
+                rpm=k.rpm,
+                tpm=k.tpm,
+                models=frozenset(k.models),
+                expires=k.expires.timestamp() if k.expires else None,
+            )
+            for k in parsed.keys
+        )
+        return keys, (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    async def watch(self, interval: float = 1.0) -> None:
+        """Reload when the file's mtime/size/inode change; at most one stat per interval."""
+        if self.path is None:
+            return
+        path = self.path
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                st = await asyncio.to_thread(path.stat)
+                if (st.st_mtime_ns, st.st_size, st.st_ino) == self._stamp:
+                    continue
+                self._keys, self._stamp = await asyncio.to_thread(self._read, path)
+                log.info("reloaded %d API keys from %s", len(self._keys), path)
+            except (OSError, ValueError, ValidationError) as exc:
+                log.error("keeping the previous API keys: cannot load %s: %s", path, exc)
+
+    def authenticate(self, authorization: str | None) -> ApiKey:
+        if self.path is None:
+            return ANONYMOUS
+        if not authorization:
+            raise _unauthorized("Missing API key: send 'Authorization: Bearer <key>'.", "missing_api_key")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        found = None
+        # Every stored hash is compared, in constant time, so timing tells nothing about which
+        # key (if any) matched.
+        for key in self._keys:
+            if hmac.compare_digest(key.digest, digest):
+                found = key
+        if found is None:
+            raise _unauthorized("Incorrect API key provided.")
+        if found.expires is not None and time.time() >= found.expires:
+            raise _unauthorized("This API key has expired.", "expired_api_key")
+        return found
+
+
+def require_key(request: Request) -> ApiKey:
+    key = request.app.state.gateway.keys.authenticate(request.headers.get("authorization"))
+    request.state.info.key_name = key.name
+    return key
+
+
+KeyDep = Annotated[ApiKey, Depends(require_key)]
+

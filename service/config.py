@@ -1,0 +1,124 @@
+"""Gateway settings: a YAML or JSON file named by $PLI_GATEWAY_CONFIG, overridable by
+PLI_GATEWAY_* environment variables (nested with `__`). Unknown keys and unsafe combinations
+are errors, so a typo never silently becomes a default."""
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+CONFIG_ENV = "PLI_GATEWAY_CONFIG"
+Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class ConfigError(Exception):
+    """The gateway's configuration is missing, malformed or unsafe."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    url: str = Field(pattern=r"^https?://[^/\s]+$", description="base URL, no path: http://host:port")
+    model: str = Field(min_length=1, description="served model name the engine answers to")
+    task: Literal["generate", "embed"] = "generate"
+
+
+class LimitsConfig(_Strict):
+    max_in_flight: int = Field(default=256, ge=1, description="global cap; 503 above it")
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, description="413 above it")
+    connect_timeout_s: Seconds = 3.0
+    # Waiting for the upstream's response headers, and between two chunks of a stream: a long
+    # generation is fine as long as tokens keep coming.
+    upstream_timeout_s: Seconds = 600.0
+    # Tokens reserved for the completion when a request sets no max_tokens; reconciled with
+    # the real usage when the response ends.
+    default_completion_reserve: int = Field(default=1024, ge=1)
+    redis_url: str | None = Field(
+        default=None, description="share per-key limits across gateways (redis://host:port/db)"
+    )
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PLI_GATEWAY_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    host: str = "127.0.0.1"
+    port: Port = 8080
+    engines: list[EngineConfig] = Field(min_length=1)
+    keys_file: Path | None = None
+    allow_anonymous: bool = Field(default=False, description="serve without API keys (tests, labs)")
+    limits: LimitsConfig = LimitsConfig()
+    drain_timeout_s: Seconds = 30.0
+    health_interval_s: Seconds = 5.0
+    # /metrics on its own address (e.g. a private one) instead of the public port.
+    metrics_host: str | None = None
+    metrics_port: Port | None = None
+    session_header: str | None = Field(
+        default=None, description="header whose value pins a client session to one engine"
+    )
+    access_log: Path | None = Field(default=None, description="JSON-lines file; None: stdout")
+    log_prompts: bool = Field(default=False, description="debug only: prompts in the access log")
+
+    @field_validator("session_header")
+    @classmethod
+    def _lower(cls, value: str | None) -> str | None:
+        return value.lower() if value else value
+
+    @model_validator(mode="after")
+    def _safe(self) -> "Settings":
+        if self.keys_file is None and not self.allow_anonymous:
+            raise ValueError("keys_file is required (set allow_anonymous: true to serve without keys)")
+        if self.keys_file is not None and self.allow_anonymous:
+            raise ValueError("set either keys_file or allow_anonymous, not both")
+        if (self.metrics_host is None) != (self.metrics_port is None):
+            raise ValueError("metrics_host and metrics_port go together")
+        names = [e.name for e in self.engines]
+        if len(set(names)) != len(names):
+            raise ValueError(f"engine names must be unique: {names}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get(CONFIG_ENV)
+        if path:
+            if path.endswith((".yaml", ".yml")):
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            else:
+                sources.append(JsonConfigSettingsSource(settings_cls, json_file=path))
+        return tuple(sources)
+
+
+def load_settings() -> Settings:
+    """Settings from the environment, or ConfigError with one line per problem."""
+    path = os.environ.get(CONFIG_ENV)
+    if path and not Path(path).is_file():
+        raise ConfigError(f"{CONFIG_ENV}={path}: no such file")
+    try:
+        return Settings()  # type: ignore[call-arg]
+    except ValidationError as exc:
+        where = path or "environment"
+        lines = [f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(f"invalid gateway config ({where}): " + "; ".join(lines)) from exc
+    except ValueError as exc:  # a file that is not valid YAML/JSON
+        raise ConfigError(f"cannot read gateway config {path}: {exc}") from exc

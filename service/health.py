@@ -1,0 +1,87 @@
+"""Engine readiness checks and the gateway's own probes (/livez, /readyz, /startupz).
+
+An engine's /health answers 200 even when generation then fails, so the check is a real
+one-token request. Successful client traffic counts as a passed check, so a busy engine is
+not probed at all; an idle one costs one token per interval.
+"""
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from service.metrics import Metrics
+from service.routing import Engine, Router
+
+log = logging.getLogger("service.health")
+
+
+def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
+    if engine.task == "embed":
+        return "/v1/embeddings", {"model": engine.model, "input": "ping"}
+    return "/v1/completions", {"model": engine.model, "prompt": "ping", "max_tokens": 1}
+
+
+class HealthChecker:
+    def __init__(self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics) -> None:
+        self.router = router
+        self.session = session
+        self.interval_s = interval_s
+        self.metrics = metrics
+        self.started = asyncio.Event()  # set after the first round of checks
+
+    async def check(self, engine: Engine) -> None:
+        path, payload = _probe_request(engine)
+        timeout = aiohttp.ClientTimeout(total=max(self.interval_s, 10.0))
+        try:
+            async with self.session.post(engine.url + path, json=payload, timeout=timeout) as resp:
+                await resp.read()
+                ok = resp.status == 200
+                reason = f"HTTP {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, reason = False, type(exc).__name__
+        if ok:
+            engine.mark_ok()
+        else:
+            if engine.healthy:
+                log.warning("engine %s failed its readiness check: %s", engine.name, reason)
+            engine.mark_failed()
+            self.metrics.upstream_errors.labels(engine.name, "readiness").inc()
+
+    async def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            due = [e for e in self.router.engines
+                   if not e.healthy or now - e.last_ok >= self.interval_s]
+            await asyncio.gather(*(self.check(e) for e in due))
+            for e in self.router.engines:
+                self.metrics.engine_healthy.labels(e.name, e.model).set(int(self.router.ready(e)))
+            self.started.set()
+            await asyncio.sleep(self.interval_s)
+
+
+probes = APIRouter(tags=["probes"])
+
+
+@probes.get("/livez", summary="the process is up")
+async def livez() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@probes.get("/readyz", summary="an engine passed a readiness check recently, and not draining")
+async def readyz(request: Request) -> JSONResponse:
+    gw = request.app.state.gateway
+    engines = {e.name: gw.router.ready(e) for e in gw.router.engines}
+    ready = not gw.admission.draining and any(engines.values())
+    status = "ready" if ready else ("draining" if gw.admission.draining else "no ready engine")
+    return JSONResponse({"status": status, "engines": engines}, status_code=200 if ready else 503)
+
+
+@probes.get("/startupz", summary="start-up finished: keys loaded, first engine checks done")
+async def startupz(request: Request) -> JSONResponse:
+    started = request.app.state.gateway.health.started.is_set()
+    return JSONResponse({"status": "started" if started else "starting"}, status_code=200 if started else 503)

@@ -1,0 +1,272 @@
+"""Per-key rate limits (requests and tokens per minute) and the gateway's admission control.
+
+Limits are token buckets refilled continuously. A request reserves one request and
+prompt + max_tokens tokens up front; when it ends, the difference with the real usage is
+given back (or taken). With `redis_url` the buckets live in Redis, checked and reserved
+atomically by a Lua script on Redis's clock, so every gateway of a deployment shares them.
+"""
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.auth import ApiKey
+from service.errors import GatewayError, error_bytes
+from service.metrics import Metrics
+from service.schemas import ChatMessage
+
+log = logging.getLogger("service.limits")
+
+
+class Limiter(Protocol):
+    async def reserve(self, key: ApiKey, tokens: int) -> float:
+        """Reserve a request and `tokens`; 0.0 if admitted, else seconds until it would be."""
+
+    async def adjust(self, key: ApiKey, tokens: int) -> None:
+        """Give back `tokens` (negative: take more) once the real usage is known."""
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Bucket:
+    requests: float
+    tokens: float
+    stamp: float
+
+
+class LocalLimiter:
+    """Buckets in this process: right for a deployment with one gateway."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, _Bucket] = {}
+
+    def _refilled(self, key: ApiKey) -> _Bucket:
+        now = time.monotonic()
+        bucket = self._buckets.get(key.name)
+        if bucket is None:
+            bucket = self._buckets[key.name] = _Bucket(key.rpm or 0, key.tpm or 0, now)
+        elapsed, bucket.stamp = now - bucket.stamp, now
+        if key.rpm:
+            bucket.requests = min(key.rpm, bucket.requests + elapsed * key.rpm / 60)
+        if key.tpm:
+            bucket.tokens = min(key.tpm, bucket.tokens + elapsed * key.tpm / 60)
+        return bucket
+
+    async def reserve(self, key: ApiKey, tokens: int) -> float:
+        bucket = self._refilled(key)
+        wait = 0.0
+        if key.rpm and bucket.requests < 1:
+            wait = (1 - bucket.requests) * 60 / key.rpm
+        if key.tpm and bucket.tokens < tokens:
+            wait = max(wait, (tokens - bucket.tokens) * 60 / key.tpm)
+        if wait == 0.0:
+            bucket.requests -= 1
+            bucket.tokens -= tokens
+        return wait
+
+    async def adjust(self, key: ApiKey, tokens: int) -> None:
+        if key.tpm:
+            bucket = self._refilled(key)
+            bucket.tokens = min(key.tpm, bucket.tokens + tokens)
+
+    async def close(self) -> None:
+        return None
+
+
+# The same bucket arithmetic as LocalLimiter, on Redis's clock (TIME) so that gateways with
+# skewed clocks agree. A limit of 0 means unlimited. The record lives until its buckets are
+# full again, so a debt taken at reconciliation is not forgiven by expiry.
+_BUCKET_LUA = """
+local rpm, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local b = redis.call('HMGET', KEYS[1], 'r', 't', 's')
+local r, tk = tonumber(b[1]) or rpm, tonumber(b[2]) or tpm
+local dt = math.max(0, now - (tonumber(b[3]) or now))
+if rpm > 0 then r = math.min(rpm, r + dt * rpm / 60) end
+if tpm > 0 then tk = math.min(tpm, tk + dt * tpm / 60) end
+local wait = 0
+if ARGV[4] == 'reserve' then
+  if rpm > 0 and r < 1 then wait = (1 - r) * 60 / rpm end
+  if tpm > 0 and tk < n then wait = math.max(wait, (n - tk) * 60 / tpm) end
+  if wait == 0 then r = r - 1; tk = tk - n end
+elseif tpm > 0 then
+  tk = math.min(tpm, tk + n)
+end
+redis.call('HSET', KEYS[1], 'r', r, 't', tk, 's', now)
+local ttl = 60
+if tpm > 0 and tk < tpm then ttl = math.max(ttl, (tpm - tk) * 60 / tpm) end
+redis.call('EXPIRE', KEYS[1], math.ceil(ttl) + 1)
+return tostring(wait)
+"""
+
+
+class RedisLimiter:
+    """Buckets in Redis, shared by all gateways. If Redis cannot be reached the request is
+    admitted (limits protect fairness, not access: authentication stays local), counted in
+    `pli_gateway_limiter_errors_total` and logged at most every 10 s."""
+
+    def __init__(self, url: str, metrics: Metrics) -> None:
+        self._redis = aioredis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._script = self._redis.register_script(_BUCKET_LUA)
+        self._metrics = metrics
+        self._last_warning = 0.0
+
+    async def _run(self, key: ApiKey, tokens: int, mode: str) -> float:
+        try:
+            args = [key.rpm or 0, key.tpm or 0, tokens, mode]
+            return float(await self._script(keys=[f"pli:limit:{key.name}"], args=args))
+        except (RedisError, OSError) as exc:
+            self._metrics.limiter_errors.inc()
+            if time.monotonic() - self._last_warning > 10:
+                self._last_warning = time.monotonic()
+                log.warning("rate limits not enforced: redis unavailable: %s", exc)
+            return 0.0
+
+    async def reserve(self, key: ApiKey, tokens: int) -> float:
+        return await self._run(key, tokens, "reserve")
+
+    async def adjust(self, key: ApiKey, tokens: int) -> None:
+        if key.tpm:
+            await self._run(key, tokens, "adjust")
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+async def reserve_or_raise(limiter: Limiter, key: ApiKey, tokens: int) -> int:
+    """Reserve for one request or raise 429; returns the tokens reserved.
+
+    A request larger than the key's whole tpm reserves the full bucket instead of being
+    refused forever; reconciliation then charges what it really used.
+    """
+    if not key.rpm and not key.tpm:
+        return 0
+    tokens = min(tokens, key.tpm) if key.tpm else 0
+    wait = await limiter.reserve(key, tokens)
+    if wait > 0:
+        raise GatewayError(
+            429,
+            f"Rate limit reached for key '{key.name}' (rpm={key.rpm}, tpm={key.tpm}); "
+            f"retry in {wait:.1f} s.",
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            {"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+    return tokens
+
+
+def estimate_tokens(value: Any) -> int:
+    """Tokens in a prompt, estimated without a tokenizer: one per 3 characters of text (most
+    tokenizers average 3-4, so this errs high), exact for token ids, 64 per non-text part. It
+    only sizes the reservation; the engine's usage settles it."""
+    if isinstance(value, str):
+        return len(value) // 3 + 1
+    if isinstance(value, int):
+        return 1
+    if isinstance(value, list):
+        return sum(estimate_tokens(v) for v in value)
+    if isinstance(value, dict):
+        return estimate_tokens(value.get("text", "")) if value.get("type") == "text" else 64
+    return 0
+
+
+def estimate_chat_tokens(messages: list[ChatMessage]) -> int:
+    # a few tokens of chat template per message
+    return sum(estimate_tokens(m.content) + 4 for m in messages)
+
+
+class Admission:
+    """Gateway-wide state that admits or refuses requests before any work is done."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.draining = False
+
+
+async def send_error(send: Send, exc: GatewayError) -> None:
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": error_bytes(exc.message, exc.type, exc.code, exc.param)})
+
+
+class AdmissionMiddleware:
+    """For /v1/*: 503 while draining or saturated, 413 for bodies over the limit (checked on
+    Content-Length first, then while reading), and the in-flight count the drain waits on."""
+
+    def __init__(self, app: ASGIApp, admission: Admission, max_body_bytes: int, metrics: Metrics) -> None:
+        self.app = app
+        self.admission = admission
+        self.max_body = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        adm = self.admission
+        if adm.draining:
+            await send_error(send, GatewayError(
+                503, "The gateway is shutting down.", "server_error", "shutting_down",
+                {"Retry-After": "1", "Connection": "close"}))
+            return
+        if adm.in_flight >= adm.max_in_flight:
+            await send_error(send, GatewayError(
+                503, "The gateway is at capacity.", "server_error", "overloaded", {"Retry-After": "1"}))
+            return
+        if scope["method"] == "POST":
+            body = await self._read_body(scope, receive)
+            if body is None:
+                await send_error(send, GatewayError(
+                    413, f"Request body is larger than {self.max_body} bytes.",
+                    code="request_too_large"))
+                return
+            receive = _replay(body, receive)
+        adm.in_flight += 1
+        self.metrics.in_flight.set(adm.in_flight)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            adm.in_flight -= 1
+            self.metrics.in_flight.set(adm.in_flight)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
+                return None
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b""  # the client left; the app will see the disconnect
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body already read, as one message; then the real channel (for disconnects)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,39 @@
+"""Prometheus metrics of the gateway, in a registry of its own (one per app)."""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
+_E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        p = "pli_gateway_"
+        self.requests = Counter(
+            p + "requests", "API requests by model, key name and HTTP status",
+            ["model", "key", "status"], registry=r)
+        self.request_seconds = Histogram(
+            p + "request_duration_seconds", "end-to-end request latency at the gateway",
+            ["model"], buckets=_E2E_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            p + "time_to_first_token_seconds", "gateway receipt of a request to its first streamed byte",
+            ["model"], buckets=_TTFT_BUCKETS, registry=r)
+        self.itl = Histogram(
+            p + "inter_token_latency_seconds", "gap between streamed chunks, as relayed",
+            ["model"], buckets=_ITL_BUCKETS, registry=r)
+        self.prompt_tokens = Counter(
+            p + "prompt_tokens", "prompt tokens reported by the engines", ["model", "key"], registry=r)
+        self.completion_tokens = Counter(
+            p + "completion_tokens", "completion tokens reported by the engines",
+            ["model", "key"], registry=r)
+        self.in_flight = Gauge(p + "in_flight_requests", "API requests being served", registry=r)
+        self.upstream_errors = Counter(
+            p + "upstream_errors", "failed exchanges with engines", ["engine", "reason"], registry=r)
+        self.engine_healthy = Gauge(
+            p + "engine_healthy", "1 if the engine passed a readiness check recently",
+            ["engine", "model"], registry=r)
+        self.limiter_errors = Counter(
+            p + "limiter_errors", "rate-limit checks skipped because the shared store failed",
+            registry=r)

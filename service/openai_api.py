@@ -1,0 +1,155 @@
+"""The OpenAI-compatible API: /v1/models (a FastAPI route) and the three relayed POST routes.
+
+The POST routes are served by `OpenAIRoutes`, an ASGI layer in front of FastAPI's router:
+on every request they are the hot path, and FastAPI's routing, dependency solving and
+response handling cost more CPU than the relay itself (measured: CPU per streamed request
+fell by a third). The OpenAPI document still describes them (`openapi_paths`), and their
+errors are the same OpenAI bodies as everywhere else.
+"""
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.accesslog import RequestInfo
+from service.auth import ApiKey, KeyDep
+from service.errors import ERROR_RESPONSES, GatewayError, invalid_request
+from service.limits import estimate_chat_tokens, estimate_tokens, reserve_or_raise, send_error
+from service.proxy import ProxyCall
+from service.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    ModelCard,
+    ModelList,
+    StreamOptions,
+)
+
+api = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
+
+
+@api.get("/models", response_model=ModelList)
+async def list_models(request: Request, key: KeyDep) -> ModelList:
+    gw = request.app.state.gateway
+    return ModelList(data=[ModelCard(id=m, created=gw.started_at)
+                           for m in gw.router.by_model if key.allows(m)])
+
+
+Body = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+ROUTES: dict[str, type[Body]] = {
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/v1/completions": CompletionRequest,
+    "/v1/embeddings": EmbeddingRequest,
+}
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _read_body(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+class OpenAIRoutes:
+    def __init__(self, app: ASGIApp, gateway: Any) -> None:
+        self.app = app
+        self.gw = gateway
+        self.session_header = gateway.settings.session_header
+        self.session_header = self.session_header.encode() if self.session_header else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        model = ROUTES.get(scope["path"]) if scope["type"] == "http" else None
+        if model is None:
+            await self.app(scope, receive, send)
+            return
+        info: RequestInfo = scope["state"]["info"]
+        try:
+            if scope["method"] != "POST":
+                raise GatewayError(405, f"Use POST for {scope['path']}.", code="method_not_allowed")
+            key = self.gw.keys.authenticate(_header(scope, b"authorization"))
+            info.key_name = key.name
+            raw = await _read_body(receive)
+            try:
+                body = model.model_validate_json(raw)
+            except ValidationError as exc:
+                raise invalid_request(exc.errors(include_url=False)) from None
+            call = await self._prepare(scope, key, body, raw, info)
+        except GatewayError as exc:
+            info.error = exc.code
+            await send_error(send, exc)
+            return
+        await call(scope, receive, send)
+
+    async def _prepare(self, scope: Scope, key: ApiKey, body: Body, raw: bytes, info: RequestInfo) -> ProxyCall:
+        gw = self.gw
+        model = body.model
+        # Models a key may not use are as unknown to it as models that do not exist.
+        if model not in gw.router.by_model or not key.allows(model):
+            raise GatewayError(404, f"The model '{model}' does not exist.", code="model_not_found")
+        info.model = model
+        if not gw.router.any_ready(model):
+            raise GatewayError(503, f"No healthy engine is serving model '{model}'.", "server_error",
+                               "no_healthy_engine", {"Retry-After": "1"})
+        if isinstance(body, ChatCompletionRequest):
+            prompt_tokens = estimate_chat_tokens(body.messages)
+            completion_tokens = body.max_completion_tokens or body.max_tokens
+        elif isinstance(body, CompletionRequest):
+            prompt_tokens, completion_tokens = estimate_tokens(body.prompt), body.max_tokens
+        else:
+            prompt_tokens, completion_tokens = estimate_tokens(body.input), 0
+        if completion_tokens is None:
+            completion_tokens = gw.settings.limits.default_completion_reserve
+        reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens)
+        raw, strip_usage = _with_usage(body, raw, info)
+        if gw.settings.log_prompts:
+            field = next(f for f in ("messages", "prompt", "input") if f in type(body).model_fields)
+            info.prompt = body.model_dump(include={field})[field]
+        session = _header(scope, self.session_header) if self.session_header else None
+        return ProxyCall(gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session)
+
+
+def _with_usage(body: Body, raw: bytes, info: RequestInfo) -> tuple[bytes, bool]:
+    """The bytes to send upstream (the client's own, unless changed), and whether to hide
+    the usage event from the client.
+
+    A stream is accounted from its final usage event, so the engine is always asked for one;
+    if the client did not ask, the gateway drops it on the way back."""
+    if isinstance(body, EmbeddingRequest) or not body.stream:
+        return raw, False
+    info.stream = True
+    if "stream_options" not in body.model_fields_set:
+        # The usual case, spliced into the client's bytes rather than re-serialized: they
+        # were just validated as a JSON object without this key.
+        return raw[: raw.rindex(b"}")] + b',"stream_options":{"include_usage":true}}', True
+    if body.stream_options is None:
+        body.stream_options = StreamOptions(include_usage=True)
+    elif not body.stream_options.include_usage:
+        body.stream_options.include_usage = True
+    else:
+        return raw, False
+    return body.model_dump_json(exclude_unset=True).encode(), True
+
+
+def openapi_paths() -> dict[str, Any]:
+    """OpenAPI operations for the routes OpenAIRoutes serves."""
+    errors = {str(status): {"description": r["description"],
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+              for status, r in ERROR_RESPONSES.items()}
+    ok = {"description": "JSON, or text/event-stream when `stream` is true",
+          "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {"type": "string"}}}}
+    return {path: {"post": {
+        "tags": ["openai"], "operationId": path.strip("/").replace("/", "_"),
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}},
+        "responses": {"200": ok, **errors}}} for path, model in ROUTES.items()}

@@ -1,0 +1,299 @@
+"""Relaying one request to an engine: pick, send, retry once before the first byte, stream.
+
+Bytes are relayed as they arrive, cut only at SSE event boundaries; a block is parsed only if
+it carries a `"usage"` object, which is how token accounting works without reading every
+chunk. When the client did not ask for usage in a stream, the gateway asks the engine for it
+and drops that one event on the way back.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from service.accesslog import RequestInfo
+from service.auth import ApiKey
+from service.errors import GatewayError, error_bytes
+from service.limits import Limiter, send_error
+from service.metrics import Metrics
+from service.routing import Engine, Router
+
+log = logging.getLogger("service.proxy")
+
+# 503 is an engine saying it cannot serve now; 500/502/504 may be about this one request.
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+_UNHEALTHY_STATUS = frozenset({503})
+_SSE_END = b"\n\n"
+_SSE_DONE = b"data: [DONE]\n\n"
+
+
+@dataclass(slots=True)
+class Upstream:
+    """What every relay shares: the pooled client and the gateway's routing and accounting."""
+
+    session: aiohttp.ClientSession
+    router: Router
+    limiter: Limiter
+    metrics: Metrics
+    timeout: aiohttp.ClientTimeout
+
+
+class _Retry(Exception):
+    def __init__(self, error: GatewayError) -> None:
+        self.error = error
+
+
+def _usage_in(obj: Any) -> dict[str, int] | None:
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def normalize_error(status: int, body: bytes) -> bytes:
+    """An engine's error body in OpenAI's shape (older vLLM answers {"message", "type", ...})."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+        return body
+    message = obj.get("message") if isinstance(obj, dict) else None
+    type_ = obj.get("type") if isinstance(obj, dict) else None
+    text = str(message or body[:500].decode(errors="replace") or f"engine answered HTTP {status}")
+    return error_bytes(text, str(type_ or ("server_error" if status >= 500 else "invalid_request_error")), None)
+
+
+class ProxyCall(Response):
+    """An ASGI response that performs the upstream exchange itself, so it can retry before
+    anything is sent and abort the engine's work when the client goes away."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        info: RequestInfo,
+        key: ApiKey,
+        path: str,
+        body: bytes,
+        model: str,
+        strip_usage: bool,
+        reserved_tokens: int,
+        session_id: str | None,
+    ) -> None:
+        self.up = upstream
+        self.info = info
+        self.key = key
+        self.path = path
+        self.body = body
+        self.model = model
+        self.strip_usage = strip_usage
+        self.reserved = reserved_tokens
+        self.session_id = session_id
+        self.headers_out = {"Content-Type": "application/json", "X-Request-Id": info.request_id}
+        self.done = False  # the response is complete; a later "disconnect" is just the end
+        self.disconnected = False
+        self.background = None  # Starlette's Response attributes that FastAPI reads
+        self.status_code = 200
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.create_task(self._watch(receive, task))
+        try:
+            await self._run(send)
+        except asyncio.CancelledError:
+            if not self.disconnected:
+                raise
+            task.uncancel()
+            self.info.error = "client_disconnected"
+        finally:
+            self.done = True
+            watcher.cancel()
+        await self._settle()
+
+    async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        # Cancelling the request's task closes the upstream connection wherever it is
+        # (connecting, waiting for headers, streaming), which is what makes vLLM abort. The
+        # CancelledError is delivered at the await the task is suspended in, so it is the only
+        # way a disconnect shows up in _run.
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.done:
+            self.disconnected = True
+            task.cancel()
+
+    async def _run(self, send: Send) -> None:
+        tried: tuple[Engine, ...] = ()
+        error: GatewayError | None = None
+        for attempt in (1, 2):
+            engine = self.up.router.pick(self.model, tried, self.session_id)
+            if engine is None:
+                break
+            tried += (engine,)
+            self.info.attempts, self.info.engine = attempt, engine.name
+            engine.outstanding += 1
+            try:
+                await self._exchange(engine, send)
+                return
+            except _Retry as retry:
+                error = retry.error
+            finally:
+                engine.outstanding -= 1
+        error = error or GatewayError(
+            503, f"No healthy engine is serving model '{self.model}'.", "server_error",
+            "no_healthy_engine", {"Retry-After": "1"})
+        self.info.error = error.code
+        await send_error(send, error)
+
+    async def _exchange(self, engine: Engine, send: Send) -> None:
+        up = self.up
+        try:
+            resp = await up.session.post(
+                engine.url + self.path, data=self.body, headers=self.headers_out, timeout=up.timeout)
+        except aiohttp.SocketTimeoutError:
+            # The engine accepted the request and is slow: retrying would double its load.
+            up.metrics.upstream_errors.labels(engine.name, "timeout").inc()
+            self.info.error = "upstream_timeout"
+            await send_error(send, GatewayError(
+                504, f"Engine '{engine.name}' did not answer in time.", "server_error", "upstream_timeout"))
+            return
+        except aiohttp.ClientConnectionError as exc:
+            # Refused or unreachable: the engine is down. A dropped pooled connection is not.
+            if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+                engine.mark_failed()
+            up.metrics.upstream_errors.labels(engine.name, "connect").inc()
+            raise _Retry(GatewayError(
+                502, f"Engine '{engine.name}' is unreachable: {type(exc).__name__}.", "server_error",
+                "upstream_unreachable")) from exc
+        try:
+            if resp.status in _RETRY_STATUS:
+                body = await resp.read()
+                if resp.status in _UNHEALTHY_STATUS:
+                    engine.mark_failed()
+                up.metrics.upstream_errors.labels(engine.name, f"http_{resp.status}").inc()
+                message = json.loads(normalize_error(resp.status, body))["error"]["message"]
+                raise _Retry(GatewayError(
+                    502, f"Engine '{engine.name}' failed: {message}", "server_error", "upstream_error"))
+            engine.mark_ok()
+            content_type = resp.headers.get("Content-Type", "application/json").encode()
+            if resp.status == 200 and content_type.startswith(b"text/event-stream"):
+                await self._relay_stream(resp, engine, send, content_type)
+            else:
+                await self._relay_whole(resp, send, content_type)
+        finally:
+            if self.done and not self.disconnected:
+                resp.release()  # back to the pool
+            else:
+                resp.close()  # the engine sees the connection drop and aborts the request
+
+    async def _relay_whole(self, resp: aiohttp.ClientResponse, send: Send, content_type: bytes) -> None:
+        data = await resp.read()
+        self.info.ttft_s = time.perf_counter() - self.info.start
+        if resp.status == 200:
+            self._account(self._tail_usage(data))
+        else:
+            data = normalize_error(resp.status, data)
+            content_type = b"application/json"
+        self.done = True
+        await send({"type": "http.response.start", "status": resp.status,
+                    "headers": [(b"content-type", content_type)]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _relay_stream(
+        self, resp: aiohttp.ClientResponse, engine: Engine, send: Send, content_type: bytes
+    ) -> None:
+        info, metrics = self.info, self.up.metrics
+        ttft, itl = metrics.ttft.labels(self.model), metrics.itl.labels(self.model)
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", content_type), (b"cache-control", b"no-cache")]})
+        pending = b""
+        last = 0.0
+        try:
+            async for chunk in resp.content.iter_any():
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(_SSE_END)
+                if cut < 0:
+                    pending = data
+                    continue
+                block, pending = data[: cut + 2], data[cut + 2 :]
+                now = time.perf_counter()
+                if last:
+                    itl.observe(now - last)
+                else:
+                    info.ttft_s = now - info.start
+                    ttft.observe(info.ttft_s)
+                last = now
+                if b'"usage"' in block:
+                    block = self._take_usage(block)
+                if self.done:
+                    continue  # after [DONE]: only reading to the end so the connection is reused
+                # The last block and the end of the response go out in one write.
+                self.done = block.endswith(_SSE_DONE)
+                await send({"type": "http.response.body", "body": block, "more_body": not self.done})
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+            # (A client disconnect arrives as CancelledError instead, see _watch.)
+            if self.done:
+                return  # the client has its whole answer; only the connection's end was lost
+            # Bytes were sent, so no retry: tell the client in-band and end the stream.
+            engine.mark_failed()
+            metrics.upstream_errors.labels(engine.name, "stream_broken").inc()
+            info.error = "upstream_stream_broken"
+            event = error_bytes(f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
+                                "server_error", "upstream_error")
+            self.done = True
+            await send({"type": "http.response.body", "body": b"data: " + event + _SSE_END})
+            return
+        if not self.done:
+            self.done = True
+            await send({"type": "http.response.body", "body": pending, "more_body": False})
+
+    def _take_usage(self, block: bytes) -> bytes:
+        """Record usage from the block's events; drop the usage-only event if not asked for."""
+        kept = []
+        for event in block.split(_SSE_END):
+            if event.startswith(b"data: {") and b'"usage"' in event:
+                obj = json.loads(event[6:])
+                usage = _usage_in(obj)
+                if usage:
+                    self._account(usage)
+                    if self.strip_usage and not obj.get("choices"):
+                        continue
+            kept.append(event)
+        return _SSE_END.join(kept)
+
+    @staticmethod
+    def _tail_usage(data: bytes) -> dict[str, int] | None:
+        # OpenAI-style bodies end with "usage"; decoding only from there keeps a large
+        # (embeddings) body from being parsed in full.
+        at = data.rfind(b'"usage"')
+        if at < 0:
+            return None
+        brace = data.find(b"{", at)
+        try:
+            usage, _ = json.JSONDecoder().raw_decode(data[brace:].decode())
+        except ValueError:
+            return None
+        return usage if isinstance(usage, dict) else None
+
+    def _account(self, usage: dict[str, int] | None) -> None:
+        if usage:
+            self.info.prompt_tokens = usage.get("prompt_tokens")
+            self.info.completion_tokens = usage.get("completion_tokens")
+
+    async def _settle(self) -> None:
+        """Give back (or take) the difference between the reservation and the real usage."""
+        if not self.reserved:
+            return
+        info = self.info
+        if info.prompt_tokens is not None:
+            used = info.prompt_tokens + (info.completion_tokens or 0)
+        elif info.ttft_s is None:
+            used = 0  # nothing reached the client: charge nothing
+        else:
+            return  # a stream cut before its usage: keep the reservation
+        if used != self.reserved:
+            await self.up.limiter.adjust(self.key, self.reserved - used)

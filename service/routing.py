@@ -1,0 +1,56 @@
+"""Choosing an engine: healthy ones serving the model, fewest outstanding requests first, or
+pinned by a session header (rendezvous hashing, so losing one engine moves only its sessions)."""
+
+import hashlib
+import itertools
+import time
+from dataclasses import dataclass
+
+from service.config import EngineConfig
+
+
+@dataclass(slots=True, eq=False)
+class Engine:
+    name: str
+    url: str
+    model: str
+    task: str
+    outstanding: int = 0
+    healthy: bool = False
+    last_ok: float = 0.0  # monotonic time of the last passed check or successful request
+
+    def mark_ok(self) -> None:
+        self.healthy = True
+        self.last_ok = time.monotonic()
+
+    def mark_failed(self) -> None:
+        self.healthy = False
+
+
+class Router:
+    def __init__(self, engines: list[EngineConfig], ready_window_s: float) -> None:
+        self.engines = [Engine(e.name, e.url, e.model, e.task) for e in engines]
+        self.ready_window_s = ready_window_s
+        self.by_model: dict[str, list[Engine]] = {}
+        for engine in self.engines:
+            self.by_model.setdefault(engine.model, []).append(engine)
+        self._turn = itertools.count()
+
+    def ready(self, engine: Engine) -> bool:
+        return engine.healthy and time.monotonic() - engine.last_ok < self.ready_window_s
+
+    def any_ready(self, model: str | None = None) -> bool:
+        engines = self.engines if model is None else self.by_model.get(model, ())
+        return any(self.ready(e) for e in engines)
+
+    def pick(self, model: str, exclude: tuple[Engine, ...] = (), session: str | None = None) -> Engine | None:
+        candidates = [e for e in self.by_model.get(model, ()) if e not in exclude and self.ready(e)]
+        if not candidates:
+            return None
+        if session:
+            return max(candidates, key=lambda e: hashlib.blake2b(
+                f"{session}\0{e.name}".encode(), digest_size=8).digest())
+        # Ties rotate so that idle engines share the load instead of the first taking it all.
+        turn = next(self._turn)
+        n = len(candidates)
+        return min(enumerate(candidates), key=lambda ie: (ie[1].outstanding, (ie[0] - turn) % n))[1]

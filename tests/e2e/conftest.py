@@ -1,0 +1,76 @@
+"""One lab for the whole test run: booted once, shared by every end-to-end test, torn down at
+the end with a check that nothing was left behind.
+
+The tests use their own state directory and lab name/subnet, so a lab a user started from the
+README keeps running undisturbed; the rootfs and bundle caches are shared on purpose.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_NAME = "ci"
+LAB_SUBNET = "10.213.7.0/24"
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess[str]
+    seconds: float
+    summary: dict
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+
+def installer(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "installer", *args],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def latest_summary(state: Path, command: str) -> dict:
+    runs = sorted((state / "runs").glob(f"*-{command}-*"), key=lambda p: p.stat().st_mtime)
+    return json.loads((runs[-1] / "summary.json").read_text()) if runs else {}
+
+
+@pytest.fixture(scope="session")
+def e2e_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root (network namespaces, systemd-nspawn); run with sudo")
+    state = REPO / ".installer" / "e2e"
+    state.mkdir(parents=True, exist_ok=True)
+    os.environ["INSTALLER_STATE_DIR"] = str(state)
+    return state
+
+
+@pytest.fixture(scope="session")
+def lab_hosts(e2e_state: Path):
+    from installer import lab
+
+    inventory = e2e_state / "lab.yml"
+    info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory)
+    yield info
+    lab.down(name=LAB_NAME)
+    assert lab.leftovers(name=LAB_NAME) == [], "lab down left things behind"
+
+
+@pytest.fixture(scope="session")
+def deployed(lab_hosts, e2e_state: Path) -> Run:
+    """The first `installer up` onto the fresh lab; every slow check shares this deployment."""
+    start = time.monotonic()
+    proc = installer("up", "--inventory", str(lab_hosts.inventory_path))
+    run = Run(proc, time.monotonic() - start, latest_summary(e2e_state, "up"))
+    assert proc.returncode == 0, run.output[-4000:]
+    return run

@@ -1,0 +1,170 @@
+"""Generic fixtures for tests that run real processes on loopback: a fake OpenAI-compatible
+engine, the gateway (`python -m service`) and redis-server. Each listens on a free port and is
+stopped by its PID."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_UPSTREAM = REPO / "benchmarks" / "fake_upstream.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0, status: int = 200) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1).status_code == status:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer {status} within {timeout} s")
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Upstream:
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def stats(self) -> dict[str, Any]:
+        return httpx.get(self.url + "/_stats").json()
+
+
+@dataclass
+class Gateway:
+    url: str
+    proc: subprocess.Popen[bytes]
+    access_log: Path
+    output: Path
+
+    def log_records(self) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the access log is flushed every 0.2 s
+        return [json.loads(line) for line in self.access_log.read_text().splitlines() if line]
+
+
+@pytest.fixture
+def start_upstream() -> Iterator[Callable[..., Upstream]]:
+    """start_upstream("--model", "m", "--delay-ms", "5") -> a running fake engine."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, model: str = "tiny") -> Upstream:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, str(FAKE_UPSTREAM), "--port", str(port), "--model", model, *args])
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/v1/models", proc)
+        return Upstream(url, proc)
+
+    yield start
+    for proc in procs:
+        stop(proc, signal.SIGKILL)
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
+    """start_gateway({"engines": [...], ...}) -> a running `python -m service`, ready."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(config: dict[str, Any], wait_ready: bool = True) -> Gateway:
+        n = len(procs)
+        port = free_port()
+        access_log = tmp_path / f"access-{n}.jsonl"
+        config = {"port": port, "health_interval_s": 0.5, "access_log": str(access_log), **config}
+        path = tmp_path / f"gateway-{n}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        output = tmp_path / f"gateway-{n}.out"
+        env = {**os.environ, "PLI_GATEWAY_CONFIG": str(path)}
+        with output.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + ("/readyz" if wait_ready else "/livez"), proc)
+        return Gateway(url, proc, access_log, output)
+
+    yield start
+    for proc in procs:
+        stop(proc, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.fail("redis-server is not installed (Debian package redis-server)")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    stop(proc)
+
+
+class Keys:
+    """Keys made with the control machine's store (installer.keys), rendered to a hosts' file
+    the way a deploy does; every change rewrites that file, as a deploy would."""
+
+    def __init__(self, root: Path) -> None:
+        from installer import keys
+
+        self._keys = keys
+        self.store = root / "keys.json"
+        self.hosts_file = root / "keys.hosts.json"
+        keys.write_hosts_file(self.hosts_file, keys.load(self.store))
+
+    def create(self, name: str, **limits: Any) -> str:
+        _, secret = self._keys.create(name, path=self.store, **limits)
+        self._keys.write_hosts_file(self.hosts_file, self._keys.load(self.store))
+        return secret
+
+    def revoke(self, name: str) -> None:
+        self._keys.revoke(name, path=self.store)
+        self._keys.write_hosts_file(self.hosts_file, self._keys.load(self.store))
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Keys:
+    return Keys(tmp_path)

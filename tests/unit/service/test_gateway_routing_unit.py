@@ -1,0 +1,46 @@
+"""Engine choice: ready engines of the model, fewest outstanding first with ties rotating;
+a session sticks to one engine and moves only if that engine goes."""
+
+from service.config import EngineConfig
+from service.routing import Router
+
+
+def _router(n: int) -> Router:
+    router = Router([EngineConfig(name=f"e{i}", url=f"http://h{i}:1", model="m") for i in range(n)], 15)
+    for engine in router.engines:
+        engine.mark_ok()
+    return router
+
+
+def test_least_outstanding_then_rotation() -> None:
+    router = _router(3)
+    router.engines[0].outstanding = 2
+    router.engines[1].outstanding = 1
+    assert router.pick("m") is router.engines[2]
+    router.engines[2].outstanding = 5
+    assert router.pick("m") is router.engines[1]
+    for engine in router.engines:
+        engine.outstanding = 0
+    assert {router.pick("m").name for _ in range(3)} == {"e0", "e1", "e2"}  # type: ignore[union-attr]
+
+
+def test_unready_excluded_and_unknown_model() -> None:
+    router = _router(2)
+    router.engines[0].mark_failed()
+    assert all(router.pick("m") is router.engines[1] for _ in range(4))
+    assert router.pick("m", exclude=(router.engines[1],)) is None
+    assert router.pick("other") is None
+    router.engines[1].last_ok -= 16  # no passed check within the window
+    assert not router.any_ready("m")
+
+
+def test_affinity() -> None:
+    router = _router(4)
+    chosen = {s: router.pick("m", session=s) for s in map(str, range(40))}
+    assert len({e.name for e in chosen.values() if e}) > 1  # sessions spread
+    assert all(router.pick("m", session=s) is e for s, e in chosen.items())  # and stick
+    gone = router.engines[0]
+    gone.mark_failed()
+    for session, engine in chosen.items():
+        now = router.pick("m", session=session)
+        assert now is not gone and (engine is gone or now is engine)  # only gone's sessions move

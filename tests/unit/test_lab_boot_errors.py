@@ -1,0 +1,43 @@
+"""A host that does not come up is reported with its console, without touching the network."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from installer.errors import LabError
+from installer.lab import hosts
+
+
+def _console(tmp_path: Path) -> Path:
+    log = tmp_path / "console.log"
+    log.write_text("Spawning container lab1\n\x1b[0;1;31mFailed to mount /sys\x1b[0m\n")
+    return log
+
+
+def _access(tmp_path: Path) -> hosts.SSHAccess:
+    return hosts.SSHAccess(tmp_path / "id_ed25519", tmp_path / "known_hosts")
+
+
+def test_nspawn_that_exited_is_reported_with_the_console_tail(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(LabError, match="lab1: systemd-nspawn exited while booting") as err:
+        hosts.wait_ready("lab1", "10.213.0.11", gone.pid, _access(tmp_path), _console(tmp_path))
+    assert err.value.details[-1] == "console: Failed to mount /sys"
+
+
+def test_timeout_is_reported_with_the_console_tail(tmp_path: Path) -> None:
+    # timeout=0: the deadline has passed before the first SSH attempt, so nothing is sent.
+    with pytest.raises(LabError, match=r"lab1 \(10.213.0.11\) was not up within 0s") as err:
+        hosts.wait_ready(
+            "lab1", "10.213.0.11", os.getpid(), _access(tmp_path), _console(tmp_path), timeout=0
+        )
+    assert "console: Spawning container lab1" in err.value.details
+
+
+def test_stop_leaves_a_pid_that_is_not_our_nspawn_alone(tmp_path: Path) -> None:
+    # Our own PID is alive but is not systemd-nspawn of that rootfs: never signalled.
+    assert hosts.stop(os.getpid(), tmp_path / "rootfs", "10.213.0.11", None) == "not running"
+    assert hosts.stop(None, tmp_path / "rootfs", "10.213.0.11", None) == "not running"

@@ -1,0 +1,62 @@
+"""The inventory `lab up` writes: exact text, and the product's own loader accepts it."""
+
+from pathlib import Path
+
+from installer.inventory import load_inventory
+from installer.lab import inventory
+
+EXPECTED = """\
+# written by `installer lab up` — lab "lab", 2 hosts
+deployment: lab
+provider: baremetal
+ssh:
+  user: root
+  private_key: /abs/.installer/lab/lab/ssh/id_ed25519
+  known_hosts: /abs/.installer/lab/lab/ssh/known_hosts
+hosts:
+  - name: lab1
+    address: 10.213.0.11
+  - name: lab2
+    address: 10.213.0.12
+model:
+  path: /abs/.installer/lab/model/tiny-llama
+  served_name: tiny-llama
+engine:
+  device: cpu
+  max_model_len: 1024
+  max_num_seqs: 8
+"""
+
+
+def test_render_matches_the_documented_format() -> None:
+    text = inventory.render(
+        "lab",
+        [("lab1", "10.213.0.11"), ("lab2", "10.213.0.12")],
+        Path("/abs/.installer/lab/lab/ssh/id_ed25519"),
+        Path("/abs/.installer/lab/lab/ssh/known_hosts"),
+        Path("/abs/.installer/lab/model/tiny-llama"),
+    )
+    assert text == EXPECTED
+
+
+def test_one_host_is_singular() -> None:
+    text = inventory.render("ci", [("ci1", "10.0.0.11")], Path("/k"), Path("/h"), Path("/m"))
+    assert text.splitlines()[0] == '# written by `installer lab up` — lab "ci", 1 host'
+
+
+def test_written_inventory_loads_even_with_awkward_paths(tmp_path: Path) -> None:
+    base = tmp_path / "my project: #1"
+    (base / "model").mkdir(parents=True)
+    (base / "model" / "config.json").write_text("{}")
+    (base / "id_ed25519").write_text("key")
+    (base / "known_hosts").write_text("")
+    text = inventory.render(
+        "lab", [("lab1", "10.213.0.11")], base / "id_ed25519", base / "known_hosts", base / "model"
+    )
+    path = inventory.write(tmp_path / "inventory" / "lab.yml", text)
+    inv = load_inventory(path)
+    assert inv.ssh.private_key == base / "id_ed25519"
+    assert inv.ssh.known_hosts == base / "known_hosts"
+    assert inv.model.path == base / "model"
+    assert [(h.name, h.address) for h in inv.hosts] == [("lab1", "10.213.0.11")]
+    assert inv.engine.device == "cpu" and inv.engine.max_num_seqs == 8

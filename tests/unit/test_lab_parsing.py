@@ -1,0 +1,131 @@
+"""Pure helpers of the lab: /proc and `ip` output parsing, command lines, cache keys, files."""
+
+from pathlib import Path
+
+import pytest
+
+from installer.lab import hosts, network, processes, rootfs, sshkeys
+
+MOUNTINFO = """\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+90 22 0:5 / /w/.installer/lab/lab/hosts/lab1/rootfs/proc rw shared:2 - proc proc rw
+91 90 0:6 / /w/.installer/lab/lab/hosts/lab1/rootfs/proc/sys rw shared:3 - sysfs sys rw
+92 22 0:7 / /w/my\\040dir/x rw shared:4 - tmpfs tmpfs rw
+93 22 0:8 / /w/.installer/lab/lab2/hosts/lab21/rootfs/proc rw shared:5 - proc proc rw
+"""
+
+
+def test_mount_points_unescape_octal() -> None:
+    points = processes.parse_mount_points(MOUNTINFO)
+    assert "/w/my dir/x" in points
+    assert len(points) == 5
+
+
+def test_mounts_under_is_deepest_first_and_stays_in_its_directory(monkeypatch, tmp_path) -> None:
+    fake_proc = tmp_path / "proc"
+    (fake_proc / "self").mkdir(parents=True)
+    (fake_proc / "self" / "mountinfo").write_text(MOUNTINFO)
+    monkeypatch.setattr(processes, "_PROC", fake_proc)
+    assert processes.mounts_under(Path("/w/.installer/lab/lab")) == [
+        "/w/.installer/lab/lab/hosts/lab1/rootfs/proc/sys",
+        "/w/.installer/lab/lab/hosts/lab1/rootfs/proc",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["/usr/bin/systemd-nspawn", "-b", "-D", "/r/lab1/rootfs", "--machine=lab1"],
+            "/r/lab1/rootfs",
+        ),
+        (["systemd-nspawn", "--directory=/r/x"], "/r/x"),
+        (["systemd-nspawn", "--directory", "/r/y"], "/r/y"),
+        (["systemd-nspawn", "-b"], None),
+        (["/usr/bin/python3", "-D", "/r/lab1/rootfs"], None),
+        ([], None),
+    ],
+)
+def test_nspawn_rootfs(argv: list[str], expected: str | None) -> None:
+    assert processes.nspawn_rootfs(argv) == expected
+
+
+def test_nspawn_command_line_has_the_flags_this_machine_needs() -> None:
+    argv = hosts.nspawn_argv(Path("/r/lab1/rootfs"), "lab1", "pli-lab-1")
+    for flag in (
+        "-b",
+        "--register=no",
+        "--keep-unit",
+        "--network-namespace-path=/run/netns/pli-lab-1",
+    ):
+        assert flag in argv
+    assert processes.nspawn_rootfs(argv) == "/r/lab1/rootfs", (
+        "down must recognise what boot started"
+    )
+
+
+def test_netns_list_parsing() -> None:
+    text = "pli-lab-2 (id: 1)\npli-lab-1 (id: 0)\nother\n\n"
+    assert network.parse_netns_list(text) == ["pli-lab-2", "pli-lab-1", "other"]
+
+
+def test_known_hosts_lines_drop_comments() -> None:
+    lines = sshkeys.known_hosts_lines(
+        {
+            "10.213.0.11": [
+                "ssh-ed25519 AAAAC3Nz root@build",
+                "ecdsa-sha2-nistp256 AAAAE2 root@build",
+            ]
+        }
+    )
+    assert lines == ["10.213.0.11 ssh-ed25519 AAAAC3Nz", "10.213.0.11 ecdsa-sha2-nistp256 AAAAE2"]
+
+
+def test_ssh_always_checks_host_keys() -> None:
+    argv = sshkeys.ssh_argv(Path("/k"), Path("/kh"), "10.213.0.11", "true")
+    joined = " ".join(argv)
+    assert "StrictHostKeyChecking=yes" in joined and "UserKnownHostsFile=/kh" in joined
+    assert "StrictHostKeyChecking=no" not in joined
+    assert argv[-2:] == ["root@10.213.0.11", "true"]
+
+
+def test_cache_key_changes_with_every_input() -> None:
+    base = ("bookworm", "minbase", rootfs.INCLUDE, rootfs.DEFAULT_MIRROR, "amd64")
+    key = rootfs.cache_key(*base)
+    assert key == rootfs.cache_key(*base), "stable"
+    variants = [
+        ("trixie", *base[1:]),
+        (base[0], "buildd", *base[2:]),
+        (*base[:2], (*rootfs.INCLUDE, "libnuma1"), *base[3:]),
+        (*base[:3], "http://mirror.example/debian", base[4]),
+        (*base[:4], "arm64"),
+    ]
+    assert len({key, *(rootfs.cache_key(*v) for v in variants)}) == 6
+
+
+def test_the_image_does_not_hide_what_real_minimal_hosts_lack() -> None:
+    # The bundle must ship libnuma1 and the engine must not need a compiler: keep them out.
+    assert not {"libnuma1", "g++", "gcc", "build-essential"} & set(rootfs.INCLUDE)
+
+
+def test_mirror_is_overridable(monkeypatch) -> None:
+    monkeypatch.delenv("INSTALLER_DEBIAN_MIRROR", raising=False)
+    assert rootfs.mirror() == "http://deb.debian.org/debian"
+    monkeypatch.setenv("INSTALLER_DEBIAN_MIRROR", "http://local/debian")
+    assert rootfs.mirror() == "http://local/debian"
+    assert rootfs.debootstrap_argv(Path("/t"), rootfs.mirror(), "amd64")[-3:] == [
+        "bookworm", "/t", "http://local/debian",
+    ]  # fmt: skip
+
+
+def test_hosts_file_names_every_lab_host() -> None:
+    text = rootfs.hosts_file([("lab1", "10.213.0.11"), ("lab2", "10.213.0.12")])
+    assert "127.0.0.1\tlocalhost" in text
+    assert text.endswith("10.213.0.11\tlab1\n10.213.0.12\tlab2\n")
+
+
+def test_console_tail_strips_colour_codes(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    log.write_text("\x1b[0;1;31mFailed to start x\x1b[0m\r\n\nok\n")
+    assert hosts.console_tail(log) == ["console: Failed to start x", "console: ok"]
+    assert hosts.console_tail(tmp_path / "missing.log") == []
