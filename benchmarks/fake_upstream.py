@@ -30,14 +30,28 @@ def _events(kind: str, model: str, chunks: int) -> list[bytes]:
         out = []
         for i in range(chunks):
             if kind == "chat":
-                choice: dict[str, Any] = {"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "delta": {"content": f" tok{i}"},
+                    "finish_reason": None,
+                }
                 if i == 0:
                     choice["delta"]["role"] = "assistant"
-                obj = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
-                       "model": model, "choices": [choice]}
+                obj = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [choice],
+                }
             else:
-                obj = {"id": "cmpl-fake", "object": "text_completion", "created": created, "model": model,
-                       "choices": [{"index": 0, "text": f" tok{i}", "finish_reason": None}]}
+                obj = {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "text": f" tok{i}", "finish_reason": None}],
+                }
             out.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
         _CACHE[key] = out
     return _CACHE[key]
@@ -58,25 +72,52 @@ async def generate(request: web.Request) -> web.StreamResponse:
     body = json.loads(raw)
     fake = body.get("x_fake", {})
     if status := fake.get("status", opts.status):
-        return web.json_response({"error": {"message": "fake failure", "type": "server_error", "code": None}},
-                                 status=status)
+        return web.json_response(
+            {"error": {"message": "fake failure", "type": "server_error", "code": None}},
+            status=status,
+        )
     model = body.get("model", "?")
     if model not in opts.model:
-        return web.json_response({"object": "error", "message": f"The model `{model}` does not exist.",
-                                  "type": "NotFoundError", "code": 404}, status=404)
+        return web.json_response(
+            {
+                "object": "error",
+                "message": f"The model `{model}` does not exist.",
+                "type": "NotFoundError",
+                "code": 404,
+            },
+            status=404,
+        )
     kind = "chat" if request.path.endswith("chat/completions") else "text"
     chunks = min(fake.get("chunks", opts.chunks), body.get("max_tokens") or 1 << 30)
     delay = fake.get("delay_ms", opts.delay_ms) / 1000
-    usage = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": chunks,
-             "total_tokens": _prompt_tokens(body) + chunks}
+    usage = {
+        "prompt_tokens": _prompt_tokens(body),
+        "completion_tokens": chunks,
+        "total_tokens": _prompt_tokens(body) + chunks,
+    }
     if not body.get("stream"):
         if delay:
             await asyncio.sleep(delay * chunks)
         text = "".join(f" tok{i}" for i in range(chunks))
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                  if kind == "chat" else {"index": 0, "text": text, "finish_reason": "length"})
-        return web.json_response({"id": "fake", "object": "chat.completion" if kind == "chat" else "text_completion",
-                                  "created": int(time.time()), "model": model, "choices": [choice], "usage": usage})
+        choice = (
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            if kind == "chat"
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        return web.json_response(
+            {
+                "id": "fake",
+                "object": "chat.completion" if kind == "chat" else "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await resp.prepare(request)
     stats["streams_started"] += 1
@@ -86,7 +127,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 await asyncio.sleep(delay)
             await resp.write(event)
         if (body.get("stream_options") or {}).get("include_usage"):
-            tail = {"id": "fake", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}
+            tail = {
+                "id": "fake",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
             await resp.write(b"data: " + json.dumps(tail).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -102,15 +149,33 @@ async def embeddings(request: web.Request) -> web.Response:
     body = await request.json()
     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
     tokens = _prompt_tokens(body)
-    return web.json_response({"object": "list", "model": body["model"],
-                              "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
-                                       for i in range(len(inputs))],
-                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+    return web.json_response(
+        {
+            "object": "list",
+            "model": body["model"],
+            "data": [
+                {"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
+                for i in range(len(inputs))
+            ],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [
-        {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in request.app[OPTS_KEY].model]})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "fake"}
+                for m in request.app[OPTS_KEY].model
+            ],
+        }
+    )
+
+
+async def health(_: web.Request) -> web.Response:
+    return web.Response(text="")
 
 
 async def stats(request: web.Request) -> web.Response:
@@ -120,28 +185,45 @@ async def stats(request: web.Request) -> web.Response:
 def make_app(opts: argparse.Namespace) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[OPTS_KEY] = opts
-    app[STATS_KEY] = {"requests": 0, "streams_started": 0, "streams_completed": 0,
-                      "streams_aborted": 0, "last_body": None}
+    app[STATS_KEY] = {
+        "requests": 0,
+        "streams_started": 0,
+        "streams_completed": 0,
+        "streams_aborted": 0,
+        "last_body": None,
+    }
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", lambda _: web.Response(text=""))
+    app.router.add_get("/health", health)
     app.router.add_get("/_stats", stats)
     return app
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--model", action="append", required=True, help="served model name (repeatable)")
+    parser.add_argument(
+        "--model", action="append", required=True, help="served model name (repeatable)"
+    )
     parser.add_argument("--chunks", type=int, default=16, help="tokens per answer")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="pause before each token")
-    parser.add_argument("--status", type=int, default=0, help="answer every generation with this status")
+    parser.add_argument(
+        "--status", type=int, default=0, help="answer every generation with this status"
+    )
     opts = parser.parse_args()
-    web.run_app(make_app(opts), host=opts.host, port=opts.port, access_log=None, print=None,
-                loop=uvloop.new_event_loop())
+    web.run_app(
+        make_app(opts),
+        host=opts.host,
+        port=opts.port,
+        access_log=None,
+        print=None,
+        loop=uvloop.new_event_loop(),
+    )
 
 
 if __name__ == "__main__":

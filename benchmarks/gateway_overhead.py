@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import socket
@@ -60,8 +61,13 @@ class Target:
 
 
 @contextmanager
-def process(argv: list[str], ready_url: str, env: dict[str, str] | None = None,
-            timeout: float = 60, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    argv: list[str],
+    ready_url: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    log: Path | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
     out = log.open("wb") if log else subprocess.DEVNULL
     proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     try:
@@ -93,19 +99,25 @@ def start_gateway(stack: ExitStack, work: Path, upstream: str) -> Target:
     _, secret = keys.create("bench", path=store)
     keys.write_hosts_file(work / "keys.hosts.json", keys.load(store))
     port = free_port()
-    config = {"port": port, "keys_file": str(work / "keys.hosts.json"),
-              "access_log": str(work / "gateway-access.jsonl"),
-              "engines": [{"name": "e1", "url": upstream, "model": MODEL}]}
+    config = {
+        "port": port,
+        "keys_file": str(work / "keys.hosts.json"),
+        "access_log": str(work / "gateway-access.jsonl"),
+        "engines": [{"name": "e1", "url": upstream, "model": MODEL}],
+    }
     (work / "gateway.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PLI_GATEWAY_CONFIG": str(work / "gateway.yaml")}
     url = f"http://127.0.0.1:{port}"
-    proc = stack.enter_context(process([sys.executable, "-m", "service"], url + "/readyz", env,
-                                       log=work / "gateway.log"))
+    proc = stack.enter_context(
+        process([sys.executable, "-m", "service"], url + "/readyz", env, log=work / "gateway.log")
+    )
     return Target("gateway", url, proc.pid, {"Authorization": f"Bearer {secret}"})
 
 
 def start_nginx(stack: ExitStack, work: Path, upstream: str) -> Target | None:
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    nginx = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+    )
     if nginx is None:
         print("nginx not installed (apt-get install nginx-light): skipped", file=sys.stderr)
         return None
@@ -133,26 +145,65 @@ http {{
 }}
 """)
     url = f"http://127.0.0.1:{port}"
-    proc = stack.enter_context(process([nginx, "-c", str(conf), "-p", str(work), "-g", "daemon off;"],
-                                       url + "/v1/models", log=work / "nginx.log"))
+    proc = stack.enter_context(
+        process(
+            [nginx, "-c", str(conf), "-p", str(work), "-g", "daemon off;"],
+            url + "/v1/models",
+            log=work / "nginx.log",
+        )
+    )
     return Target("nginx", url, proc.pid, {})
 
 
 def start_litellm(stack: ExitStack, work: Path, upstream: str, cmd: str | None) -> Target | None:
     cmd = cmd or shutil.which("litellm")
     if cmd is None:
-        print("litellm not found (pip install 'litellm[proxy]', then --litellm-cmd): skipped", file=sys.stderr)
+        print(
+            "litellm not found (pip install 'litellm[proxy]', then --litellm-cmd): skipped",
+            file=sys.stderr,
+        )
         return None
     port = free_port()
-    (work / "litellm.yaml").write_text(yaml.safe_dump({"model_list": [{
-        "model_name": MODEL,
-        "litellm_params": {"model": f"openai/{MODEL}", "api_base": upstream + "/v1", "api_key": "none"}}]}))
+    (work / "litellm.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    {
+                        "model_name": MODEL,
+                        "litellm_params": {
+                            "model": f"openai/{MODEL}",
+                            "api_base": upstream + "/v1",
+                            "api_key": "none",
+                        },
+                    }
+                ]
+            }
+        )
+    )
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "LITELLM_LOG": "ERROR"}
-    proc = stack.enter_context(process(
-        [cmd, "--config", str(work / "litellm.yaml"), "--host", "127.0.0.1", "--port", str(port),
-         "--num_workers", "1"], url + "/health/liveliness", env, timeout=180, log=work / "litellm.log"))
-    return Target("litellm", url, proc.pid, {})
+    # Authenticated, like the gateway: LiteLLM refuses to start without a master key anyway.
+    master_key = "sk-" + secrets.token_hex(16)
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": master_key}
+    proc = stack.enter_context(
+        process(
+            [
+                cmd,
+                "--config",
+                str(work / "litellm.yaml"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--num_workers",
+                "1",
+            ],
+            url + "/health/liveliness",
+            env,
+            timeout=180,
+            log=work / "litellm.log",
+        )
+    )
+    return Target("litellm", url, proc.pid, {"Authorization": f"Bearer {master_key}"})
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -178,12 +229,24 @@ def _children(pid: int) -> list[int]:
 
 def _payload(words: int) -> bytes:
     prompt = " ".join(["hello"] * words)
-    return json.dumps({"model": MODEL, "messages": [{"role": "user", "content": prompt}],
-                       "max_tokens": 16, "stream": True}).encode()
+    return json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 16,
+            "stream": True,
+        }
+    ).encode()
 
 
-async def phase(session: aiohttp.ClientSession, target: Target, payload: bytes, concurrency: int,
-                requests: int | None = None, seconds: float | None = None) -> dict[str, Any]:
+async def phase(
+    session: aiohttp.ClientSession,
+    target: Target,
+    payload: bytes,
+    concurrency: int,
+    requests: int | None = None,
+    seconds: float | None = None,
+) -> dict[str, Any]:
     url = target.url + "/v1/chat/completions"
     headers = {"Content-Type": "application/json", **target.headers}
     e2e: list[float] = []
@@ -208,34 +271,52 @@ async def phase(session: aiohttp.ClientSession, target: Target, payload: bytes, 
     elapsed = time.perf_counter() - t0
     done = len(e2e)
     ms = lambda xs, q: float(np.percentile(np.asarray(xs) * 1000, q)) if xs else float("nan")  # noqa: E731
-    return {"requests": done, "errors": errors, "req_per_s": done / elapsed,
-            "e2e_p50_ms": ms(e2e, 50), "e2e_p99_ms": ms(e2e, 99),
-            "ttft_p50_ms": ms(ttft, 50), "ttft_p99_ms": ms(ttft, 99),
-            "proxy_cpu_ms_per_request": (cpu_seconds(target.pid) - cpu0) / max(done, 1) * 1000
-            if target.pid else None}
+    return {
+        "requests": done,
+        "errors": errors,
+        "req_per_s": done / elapsed,
+        "e2e_p50_ms": ms(e2e, 50),
+        "e2e_p99_ms": ms(e2e, 99),
+        "ttft_p50_ms": ms(ttft, 50),
+        "ttft_p99_ms": ms(ttft, 99),
+        "proxy_cpu_ms_per_request": (cpu_seconds(target.pid) - cpu0) / max(done, 1) * 1000
+        if target.pid
+        else None,
+    }
 
 
 async def run_rounds(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
     payload = _payload(args.input_words)
     rounds = []
     timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as session:
         for t in targets:  # warm up pools, caches and code paths
             await phase(session, t, payload, 8, requests=200)
         for r in range(args.rounds):
-            order = targets[r % len(targets):] + targets[: r % len(targets)]
+            order = targets[r % len(targets) :] + targets[: r % len(targets)]
             result: dict[str, Any] = {}
             for t in order:
                 slow = t.name == "litellm"
                 result[t.name] = {
-                    "c1": await phase(session, t, payload, 1, requests=50 if slow else args.latency_requests),
-                    "c8": await phase(session, t, payload, 8, requests=100 if slow else args.latency_requests),
+                    "c1": await phase(
+                        session, t, payload, 1, requests=50 if slow else args.latency_requests
+                    ),
+                    "c8": await phase(
+                        session, t, payload, 8, requests=100 if slow else args.latency_requests
+                    ),
                     "c64": await phase(session, t, payload, 64, seconds=args.seconds),
                 }
             rounds.append(result)
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-                f"{n} {v['c1']['e2e_p50_ms']:.2f} ms / {v['c64']['req_per_s']:.0f} req/s"
-                for n, v in result.items()), file=sys.stderr)
+            print(
+                f"round {r + 1}/{args.rounds}: "
+                + ", ".join(
+                    f"{n} {v['c1']['e2e_p50_ms']:.2f} ms / {v['c64']['req_per_s']:.0f} req/s"
+                    for n, v in result.items()
+                ),
+                file=sys.stderr,
+            )
     return rounds
 
 
@@ -255,18 +336,40 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         }
         if name != "direct":
             d = [r["direct"] for r in rounds]
-            entry["added_e2e_p50_ms_c1"] = spread([p["c1"]["e2e_p50_ms"] - q["c1"]["e2e_p50_ms"] for p, q in zip(per, d)])
-            entry["added_e2e_p99_ms_c1"] = spread([p["c1"]["e2e_p99_ms"] - q["c1"]["e2e_p99_ms"] for p, q in zip(per, d)])
-            entry["added_ttft_p50_ms_c1"] = spread([p["c1"]["ttft_p50_ms"] - q["c1"]["ttft_p50_ms"] for p, q in zip(per, d)])
-            entry["added_ttft_p99_ms_c8"] = spread([p["c8"]["ttft_p99_ms"] - q["c8"]["ttft_p99_ms"] for p, q in zip(per, d)])
-            entry["throughput_vs_direct"] = spread([p["c64"]["req_per_s"] / q["c64"]["req_per_s"] for p, q in zip(per, d)])
-            entry["cpu_ms_per_request_c64"] = spread([p["c64"]["proxy_cpu_ms_per_request"] for p in per])
+            entry["added_e2e_p50_ms_c1"] = spread(
+                [p["c1"]["e2e_p50_ms"] - q["c1"]["e2e_p50_ms"] for p, q in zip(per, d, strict=True)]
+            )
+            entry["added_e2e_p99_ms_c1"] = spread(
+                [p["c1"]["e2e_p99_ms"] - q["c1"]["e2e_p99_ms"] for p, q in zip(per, d, strict=True)]
+            )
+            entry["added_ttft_p50_ms_c1"] = spread(
+                [
+                    p["c1"]["ttft_p50_ms"] - q["c1"]["ttft_p50_ms"]
+                    for p, q in zip(per, d, strict=True)
+                ]
+            )
+            entry["added_ttft_p99_ms_c8"] = spread(
+                [
+                    p["c8"]["ttft_p99_ms"] - q["c8"]["ttft_p99_ms"]
+                    for p, q in zip(per, d, strict=True)
+                ]
+            )
+            entry["throughput_vs_direct"] = spread(
+                [p["c64"]["req_per_s"] / q["c64"]["req_per_s"] for p, q in zip(per, d, strict=True)]
+            )
+            entry["cpu_ms_per_request_c64"] = spread(
+                [p["c64"]["proxy_cpu_ms_per_request"] for p in per]
+            )
         summary[name] = entry
     if "gateway" in summary:
         for anchor in ("nginx", "litellm"):
             if anchor in summary:
                 summary["gateway"][f"throughput_vs_{anchor}"] = spread(
-                    [r["gateway"]["c64"]["req_per_s"] / r[anchor]["c64"]["req_per_s"] for r in rounds])
+                    [
+                        r["gateway"]["c64"]["req_per_s"] / r[anchor]["c64"]["req_per_s"]
+                        for r in rounds
+                    ]
+                )
     return summary
 
 
@@ -275,36 +378,53 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         if key not in entry:
             return "—"
         v = entry[key]
-        return f"{v['median']:.{digits}f}{unit} ({v['min']:.{digits}f}–{v['max']:.{digits}f})"
+        return f"{v['median']:.{digits}f}{unit} ({v['min']:.{digits}f}-{v['max']:.{digits}f})"
 
     lines = [
-        f"Gateway overhead, {meta['date']}, {meta['machine']}: streaming chat ({meta['input_words']}-word "
-        f"prompt, 16 chunks) against a fast fake engine, {meta['rounds']} alternating rounds; "
-        "median (min–max) over rounds.",
+        f"Gateway overhead, {meta['date']}, {meta['machine']}: streaming chat "
+        f"({meta['input_words']}-word prompt, 16 chunks) against a fast fake engine, "
+        f"{meta['rounds']} alternating rounds; "
+        "median (min-max) over rounds.",
         "",
         "| path | added e2e p50, 1 conc. | added e2e p99, 1 conc. | added TTFT p99, 8 conc. "
-        "| req/s, 64 conc. | × direct | proxy CPU/request |",
+        "| req/s, 64 conc. | x direct | proxy CPU/request |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, e in summary.items():
         lines.append(
-            f"| {name} | {f(e, 'added_e2e_p50_ms_c1', ' ms')} | {f(e, 'added_e2e_p99_ms_c1', ' ms')} | "
+            f"| {name} | {f(e, 'added_e2e_p50_ms_c1', ' ms')} | "
+            f"{f(e, 'added_e2e_p99_ms_c1', ' ms')} | "
             f"{f(e, 'added_ttft_p99_ms_c8', ' ms')} | {f(e, 'req_per_s_c64', '', 0)} | "
-            f"{f(e, 'throughput_vs_direct')} | {f(e, 'cpu_ms_per_request_c64', ' ms')} |")
+            f"{f(e, 'throughput_vs_direct')} | {f(e, 'cpu_ms_per_request_c64', ' ms')} |"
+        )
     g = summary.get("gateway", {})
-    ratios = [f"{f(g, f'throughput_vs_{a}')} × {a}" for a in ("nginx", "litellm") if f"throughput_vs_{a}" in g]
+    ratios = [
+        f"{f(g, f'throughput_vs_{a}')} x {a}"
+        for a in ("nginx", "litellm")
+        if f"throughput_vs_{a}" in g
+    ]
     if ratios:
         lines += ["", "Gateway throughput: " + ", ".join(ratios) + "."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--latency-requests", type=int, default=400, help="per path, per round, per concurrency")
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each 64-concurrent phase")
-    parser.add_argument("--input-words", type=int, default=1024, help="prompt size (the common workload)")
-    parser.add_argument("--litellm-cmd", help="the `litellm` executable (an anchor; skipped if absent)")
+    parser.add_argument(
+        "--latency-requests", type=int, default=400, help="per path, per round, per concurrency"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="length of each 64-concurrent phase"
+    )
+    parser.add_argument(
+        "--input-words", type=int, default=1024, help="prompt size (the common workload)"
+    )
+    parser.add_argument(
+        "--litellm-cmd", help="the `litellm` executable (an anchor; skipped if absent)"
+    )
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS / "gateway_overhead.json")
     args = parser.parse_args()
@@ -313,23 +433,43 @@ def main() -> None:
         work = Path(tmp)
         port = free_port()
         upstream = f"http://127.0.0.1:{port}"
-        up = stack.enter_context(process(
-            [sys.executable, str(REPO / "benchmarks" / "fake_upstream.py"), "--port", str(port), "--model", MODEL],
-            upstream + "/v1/models", log=work / "upstream.log"))
+        up = stack.enter_context(
+            process(
+                [
+                    sys.executable,
+                    str(REPO / "benchmarks" / "fake_upstream.py"),
+                    "--port",
+                    str(port),
+                    "--model",
+                    MODEL,
+                ],
+                upstream + "/v1/models",
+                log=work / "upstream.log",
+            )
+        )
         targets = [Target("direct", upstream, None, {}), start_gateway(stack, work, upstream)]
-        for anchor in (start_nginx(stack, work, upstream),
-                       None if args.no_litellm else start_litellm(stack, work, upstream, args.litellm_cmd)):
+        for anchor in (
+            start_nginx(stack, work, upstream),
+            None if args.no_litellm else start_litellm(stack, work, upstream, args.litellm_cmd),
+        ):
             if anchor:
                 targets.append(anchor)
         print(f"paths: {', '.join(t.name for t in targets)} (engine pid {up.pid})", file=sys.stderr)
         rounds = uvloop.run(run_rounds(targets, args))
 
     summary = summarize(rounds)
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()} cores, {platform.platform()}",
-            "python": platform.python_version(), "rounds": args.rounds, "input_words": args.input_words,
-            "load_average_at_end": os.getloadavg()}
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{os.cpu_count()} cores, {platform.platform()}",
+        "python": platform.python_version(),
+        "rounds": args.rounds,
+        "input_words": args.input_words,
+        "load_average_at_end": os.getloadavg(),
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"meta": meta, "summary": summary, "rounds": rounds}, indent=2) + "\n")
+    args.output.write_text(
+        json.dumps({"meta": meta, "summary": summary, "rounds": rounds}, indent=2) + "\n"
+    )
     md = markdown(summary, meta)
     args.output.with_suffix(".md").write_text(md)
     print(md)

@@ -23,12 +23,12 @@ from pydantic import BaseModel
 from installer.errors import InstallerError
 
 # Common short English words: nearly all are a single token with a leading space.
-_WORDS = (
+_WORDS = (  # noqa: SIM905  (a list literal of 150 words would be 150 lines)
     "the of and to in is it you that he was for on are with as his they be at one have this "
     "from or had by word but what some we can out other were all there when up use your how "
-    "said an each she which do their time if will way about many then them write would like so "
-    "these her long make thing see him two has look more day could go come did number sound no "
-    "most people my over know water than call first who may down side been now find"
+    "said an each she which do their time if will way about many then them write would like "
+    "so these her long make thing see him two has look more day could go come did number "
+    "sound no most people my over know water than call first who may down side been now find"
 ).split()
 
 
@@ -47,7 +47,9 @@ class BenchConfig:
     range_ratio: float = 0.0  # lengths drawn uniformly from len*(1-r) .. len*(1+r)
     num_requests: int = 100
     concurrency: int = 8
-    request_rate: float = math.inf  # requests/s, Poisson arrivals; inf: as fast as concurrency allows
+    request_rate: float = (
+        math.inf
+    )  # requests/s, Poisson arrivals; inf: as fast as concurrency allows
     ignore_eos: bool = True  # vLLM extension: always generate output_len tokens
     timeout_s: float = 600.0
     seed: int = 0
@@ -121,15 +123,26 @@ def make_requests(cfg: BenchConfig) -> list[tuple[str, int]]:
     rng = random.Random(cfg.seed)
 
     def length(n: int) -> int:
-        return max(1, rng.randint(math.floor(n * (1 - cfg.range_ratio)), math.ceil(n * (1 + cfg.range_ratio))))
+        return max(
+            1,
+            rng.randint(
+                math.floor(n * (1 - cfg.range_ratio)), math.ceil(n * (1 + cfg.range_ratio))
+            ),
+        )
 
-    return [(" ".join(rng.choices(_WORDS, k=length(cfg.input_len))), length(cfg.output_len))
-            for _ in range(cfg.num_requests)]
+    return [
+        (" ".join(rng.choices(_WORDS, k=length(cfg.input_len))), length(cfg.output_len))
+        for _ in range(cfg.num_requests)
+    ]
 
 
 def _payload(cfg: BenchConfig, prompt: str, max_tokens: int) -> bytes:
-    body: dict[str, Any] = {"model": cfg.model, "max_tokens": max_tokens, "stream": True,
-                            "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if cfg.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -147,7 +160,9 @@ def _has_token(obj: dict[str, Any]) -> bool:
     return False
 
 
-async def send_one(session: aiohttp.ClientSession, url: str, payload: bytes, headers: dict[str, str]) -> RequestResult:
+async def send_one(
+    session: aiohttp.ClientSession, url: str, payload: bytes, headers: dict[str, str]
+) -> RequestResult:
     """One streamed request, timed at the client."""
     res = RequestResult()
     start = time.perf_counter()
@@ -168,7 +183,9 @@ async def send_one(session: aiohttp.ClientSession, url: str, payload: bytes, hea
                         continue
                     obj = json.loads(event[6:])
                     if "error" in obj:
-                        res.error = f"stream error: {obj['error'].get('message', obj['error'])}"[:300]
+                        res.error = f"stream error: {obj['error'].get('message', obj['error'])}"[
+                            :300
+                        ]
                         return res
                     now = time.perf_counter()
                     if _has_token(obj):
@@ -230,9 +247,14 @@ def summarize(cfg: BenchConfig, results: list[RequestResult], duration_s: float)
     in_tokens = sum(r.prompt_tokens for r in ok)
     tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     return BenchReport(
-        base_url=cfg.base_url, model=cfg.model, endpoint=cfg.endpoint, concurrency=cfg.concurrency,
+        base_url=cfg.base_url,
+        model=cfg.model,
+        endpoint=cfg.endpoint,
+        concurrency=cfg.concurrency,
         request_rate=cfg.request_rate if math.isfinite(cfg.request_rate) else None,
-        completed=len(ok), failed=len(results) - len(ok), duration_s=duration_s,
+        completed=len(ok),
+        failed=len(results) - len(ok),
+        duration_s=duration_s,
         requests_per_s=len(ok) / duration_s,
         output_tokens_per_s=out_tokens / duration_s,
         total_tokens_per_s=(in_tokens + out_tokens) / duration_s,
@@ -251,11 +273,16 @@ def client_session(cfg: BenchConfig) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
 
 
-async def bench(cfg: BenchConfig, on_done: Callable[[RequestResult], None] | None = None) -> BenchReport:
+async def bench(
+    cfg: BenchConfig, on_done: Callable[[RequestResult], None] | None = None
+) -> BenchReport:
     cfg.check()
     async with client_session(cfg) as session:
         results, duration = await run_load(cfg, session, on_done)
     report = summarize(cfg, results, duration)
     if report.completed == 0:
-        raise BenchError(f"every request to {cfg.base_url} failed", [f"{n}× {e}" for e, n in report.errors.items()])
+        raise BenchError(
+            f"every request to {cfg.base_url} failed",
+            [f"{n}x {e}" for e, n in report.errors.items()],
+        )
     return report

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from installer.ansible import render
-from installer.ansible.runner import PlaybookResult, run_playbook
+from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
 from installer.bundle import push as bundle_push
 from installer.bundle.manifest import Manifest
@@ -75,6 +75,15 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
         min_memory_bytes=min_mem,
         bundle_dir=bundle_push.host_dir(man),
     )
+
+
+def _detail(hr: "HostResult | None", ok: bool) -> str:
+    if hr is None:
+        return "no result (host not in the play)"
+    if not ok:
+        return hr.error
+    probe = hr.facts.get("healthcheck")
+    return f"chat completion in {probe['latency_ms']} ms" if probe else ""
 
 
 @contextmanager
@@ -147,7 +156,7 @@ def up(
             changed=hr.changed if hr else 0,
             endpoint=f"http://127.0.0.1:{inv.ports.engine} (on host)",
             model=inv.model.served_name,
-            detail=(hr.error if hr and not ok else ", ".join(hr.changed_tasks[:3]) if hr else "no result"),
+            detail=_detail(hr, ok),
         ))
     log.write_summary({
         "success": pb.success,

@@ -107,7 +107,9 @@ def create(
 ) -> tuple[KeyRecord, str]:
     """Add a key; returns its record and the secret, which exists nowhere else afterwards."""
     if not re.fullmatch(KEY_NAME_PATTERN, name):
-        raise KeyStoreError(f"key name {name!r}: use 1-63 of a-z 0-9 _ . - (starting with a letter or digit)")
+        raise KeyStoreError(
+            f"key name {name!r}: use 1-63 of a-z 0-9 _ . - (starting with a letter or digit)"
+        )
     for label, value in (("--rpm", rpm), ("--tpm", tpm)):
         if value is not None and value < 1:
             raise KeyStoreError(f"{label} must be at least 1 (leave it out for no limit)")
@@ -116,10 +118,19 @@ def create(
         raise KeyStoreError(f"--expires {expires.isoformat()} is in the past")
     store = load(path)
     if any(k.name == name and k.status(now) == "active" for k in store.keys):
-        raise KeyStoreError(f"an active key named {name!r} exists; revoke it first or pick another name")
+        raise KeyStoreError(
+            f"an active key named {name!r} exists; revoke it first or pick another name"
+        )
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
-    record = KeyRecord(name=name, sha256=hash_secret(secret), created=now, rpm=rpm, tpm=tpm,
-                       models=models or [], expires=expires)
+    record = KeyRecord(
+        name=name,
+        sha256=hash_secret(secret),
+        created=now,
+        rpm=rpm,
+        tpm=tpm,
+        models=models or [],
+        expires=expires,
+    )
     store.keys.append(record)
     save(store, path)
     return record, secret
@@ -140,13 +151,16 @@ def revoke(name: str, path: Path | None = None) -> KeyRecord:
 def render_hosts_file(store: KeyStore) -> str:
     """The gateways' keys file: unrevoked keys' hashes and limits (expired ones too: the
     gateway refuses them itself, with a message that says why)."""
-    keys = [HostKey(name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires)
-            for k in store.keys if not k.revoked]
+    keys = [
+        HostKey(
+            name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires
+        )
+        for k in store.keys
+        if not k.revoked
+    ]
     return HostKeyFile(keys=keys).model_dump_json(indent=2) + "\n"
 
 
 def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:
     """Write the hosts' file atomically, so a gateway watching it never reads half a file."""
     _write_private(dest, render_hosts_file(store or load()))
-
-

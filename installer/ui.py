@@ -17,7 +17,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-console = Console(highlight=False, soft_wrap=True)
+console = Console(highlight=False)
+if not console.is_terminal:
+    # Logs and CI capture: keep tables whole instead of wrapping them at 80 columns.
+    console.width = max(console.width, 160)
 
 
 class RichReporter:

@@ -5,6 +5,7 @@ sending, new API requests get 503, and requests in flight (streams included) run
 or to `drain_timeout_s`. Only then does uvicorn stop. A second signal exits at once.
 """
 
+import gc
 import logging
 import sys
 import time
@@ -12,8 +13,9 @@ from types import FrameType
 
 import uvicorn
 
-from service.app import Gateway, create_app
+from service.app import create_app
 from service.config import ConfigError, load_settings
+from service.state import Gateway
 
 log = logging.getLogger("service")
 
@@ -48,7 +50,9 @@ class DrainingServer(uvicorn.Server):
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         settings = load_settings()
         app = create_app(settings)
@@ -68,6 +72,10 @@ def main() -> None:
         timeout_graceful_shutdown=1,
         log_config=None,
     )
+    # The ~80k objects of the loaded libraries would make every full collection a ~40 ms
+    # pause (measured), a p99 spike in the middle of some stream; frozen, they are skipped.
+    gc.collect()
+    gc.freeze()
     DrainingServer(config, app.state.gateway).run()
 
 

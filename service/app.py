@@ -4,7 +4,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -19,26 +18,12 @@ from service.auth import KeyRing
 from service.config import Settings
 from service.errors import install_error_handlers
 from service.health import HealthChecker, probes
-from service.limits import Admission, AdmissionMiddleware, Limiter, LocalLimiter, RedisLimiter
+from service.limits import Admission, AdmissionMiddleware, LocalLimiter, RedisLimiter
 from service.metrics import Metrics
 from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
 from service.proxy import Upstream
 from service.routing import Router
-
-
-@dataclass(eq=False)
-class Gateway:
-    """Everything a request handler needs, reachable as `request.app.state.gateway`."""
-
-    settings: Settings
-    keys: KeyRing
-    router: Router
-    limiter: Limiter
-    metrics: Metrics
-    admission: Admission
-    started_at: int
-    upstream: Upstream = None  # type: ignore[assignment]  # set in the lifespan (needs a loop)
-    health: HealthChecker = None  # type: ignore[assignment]
+from service.state import Gateway
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -57,22 +42,28 @@ def create_app(settings: Settings) -> FastAPI:
     access_log = AccessLog(settings.access_log)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Engines' uvicorn closes idle connections after 5 s; keeping ours for less avoids
         # sending a request on a connection the engine is closing.
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
         session = aiohttp.ClientSession(
-            connector=connector, skip_auto_headers=("User-Agent",), auto_decompress=False)
+            connector=connector, skip_auto_headers=("User-Agent",), auto_decompress=False
+        )
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.upstream_timeout_s)
+            total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.upstream_timeout_s
+        )
         gateway.upstream = Upstream(session, gateway.router, gateway.limiter, metrics, timeout)
         gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics)
-        tasks = [asyncio.create_task(gateway.health.run()), asyncio.create_task(gateway.keys.watch())]
+        tasks = [
+            asyncio.create_task(gateway.health.run()),
+            asyncio.create_task(gateway.keys.watch()),
+        ]
         metrics_server = None
         if settings.metrics_host and settings.metrics_port:
             # A thread of its own: scrapes never wait behind the event loop.
             metrics_server, _ = start_http_server(
-                settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+                settings.metrics_port, settings.metrics_host, registry=metrics.registry
+            )
         try:
             yield
         finally:
@@ -96,8 +87,12 @@ def create_app(settings: Settings) -> FastAPI:
     # Last added is outermost: the access log sees what admission refuses, and admission
     # (in-flight cap, body size) runs before the API routes.
     app.add_middleware(OpenAIRoutes, gateway=gateway)
-    app.add_middleware(AdmissionMiddleware, admission=gateway.admission,
-                       max_body_bytes=limits.max_body_bytes, metrics=metrics)
+    app.add_middleware(
+        AdmissionMiddleware,
+        admission=gateway.admission,
+        max_body_bytes=limits.max_body_bytes,
+        metrics=metrics,
+    )
     app.add_middleware(AccessLogMiddleware, log=access_log, metrics=metrics)
     return app
 
@@ -106,8 +101,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's schema plus the POST routes OpenAIRoutes serves, with their bodies."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        _, defs = models_json_schema([(m, "validation") for m in ROUTES.values()],
-                                     ref_template="#/components/schemas/{model}")
+        _, defs = models_json_schema(
+            [(m, "validation") for m in ROUTES.values()],
+            ref_template="#/components/schemas/{model}",
+        )
         schema.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
         schema["paths"].update(openapi_paths())
         app.openapi_schema = schema

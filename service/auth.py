@@ -87,7 +87,9 @@ class KeyRing:
         if self.path is None:
             return ANONYMOUS
         if not authorization:
-            raise _unauthorized("Missing API key: send 'Authorization: Bearer <key>'.", "missing_api_key")
+            raise _unauthorized(
+                "Missing API key: send 'Authorization: Bearer <key>'.", "missing_api_key"
+            )
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
@@ -105,11 +107,10 @@ class KeyRing:
         return found
 
 
-def require_key(request: Request) -> ApiKey:
+async def require_key(request: Request) -> ApiKey:
     key = request.app.state.gateway.keys.authenticate(request.headers.get("authorization"))
     request.state.info.key_name = key.name
     return key
 
 
 KeyDep = Annotated[ApiKey, Depends(require_key)]
-

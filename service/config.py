@@ -30,7 +30,9 @@ class _Strict(BaseModel):
 
 class EngineConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    url: str = Field(pattern=r"^https?://[^/\s]+$", description="base URL, no path: http://host:port")
+    url: str = Field(
+        pattern=r"^https?://[^/\s]+$", description="base URL, no path: http://host:port"
+    )
     model: str = Field(min_length=1, description="served model name the engine answers to")
     task: Literal["generate", "embed"] = "generate"
 
@@ -80,7 +82,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _safe(self) -> "Settings":
         if self.keys_file is None and not self.allow_anonymous:
-            raise ValueError("keys_file is required (set allow_anonymous: true to serve without keys)")
+            raise ValueError(
+                "keys_file is required (set allow_anonymous: true to serve without keys)"
+            )
         if self.keys_file is not None and self.allow_anonymous:
             raise ValueError("set either keys_file or allow_anonymous, not both")
         if (self.metrics_host is None) != (self.metrics_port is None):

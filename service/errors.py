@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.types import Send
 
 
 class ErrorDetail(BaseModel):
@@ -49,7 +50,9 @@ def invalid_request(errors: Sequence[Any]) -> GatewayError:
     param = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
     if first.get("type") == "json_invalid":
         return GatewayError(400, "The request body is not valid JSON.", code="invalid_json")
-    return GatewayError(400, f"{param or 'body'}: {first.get('msg')}", code="invalid_request", param=param)
+    return GatewayError(
+        400, f"{param or 'body'}: {first.get('msg')}", code="invalid_request", param=param
+    )
 
 
 def error_bytes(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
@@ -63,6 +66,19 @@ def error_response(exc: GatewayError) -> Response:
         status_code=exc.status,
         media_type="application/json",
         headers=exc.headers,
+    )
+
+
+async def send_error(send: Send, exc: GatewayError) -> None:
+    """The error response written on the ASGI channel, for layers outside FastAPI's handlers."""
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send(
+        {
+            "type": "http.response.body",
+            "body": error_bytes(exc.message, exc.type, exc.code, exc.param),
+        }
     )
 
 
@@ -94,7 +110,14 @@ def install_error_handlers(app: FastAPI) -> None:
         type_ = _STATUS_TYPES.get(exc.status_code, "invalid_request_error")
         if exc.status_code >= 500:
             type_ = "server_error"
-        return error_response(GatewayError(exc.status_code, str(exc.detail), type_, headers=exc.headers))
+        return error_response(
+            GatewayError(
+                exc.status_code,
+                str(exc.detail),
+                type_,
+                headers=dict(exc.headers) if exc.headers else None,
+            )
+        )
 
     async def on_validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

@@ -27,7 +27,9 @@ def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
 
 
 class HealthChecker:
-    def __init__(self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics) -> None:
+    def __init__(
+        self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics
+    ) -> None:
         self.router = router
         self.session = session
         self.interval_s = interval_s
@@ -55,8 +57,11 @@ class HealthChecker:
     async def run(self) -> None:
         while True:
             now = time.monotonic()
-            due = [e for e in self.router.engines
-                   if not e.healthy or now - e.last_ok >= self.interval_s]
+            due = [
+                e
+                for e in self.router.engines
+                if not e.healthy or now - e.last_ok >= self.interval_s
+            ]
             await asyncio.gather(*(self.check(e) for e in due))
             for e in self.router.engines:
                 self.metrics.engine_healthy.labels(e.name, e.model).set(int(self.router.ready(e)))
@@ -84,4 +89,6 @@ async def readyz(request: Request) -> JSONResponse:
 @probes.get("/startupz", summary="start-up finished: keys loaded, first engine checks done")
 async def startupz(request: Request) -> JSONResponse:
     started = request.app.state.gateway.health.started.is_set()
-    return JSONResponse({"status": "started" if started else "starting"}, status_code=200 if started else 503)
+    return JSONResponse(
+        {"status": "started" if started else "starting"}, status_code=200 if started else 503
+    )

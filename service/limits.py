@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import ApiKey
-from service.errors import GatewayError, error_bytes
+from service.errors import GatewayError, send_error
 from service.metrics import Metrics
 from service.schemas import ChatMessage
 
@@ -121,7 +121,7 @@ class RedisLimiter:
 
     async def _run(self, key: ApiKey, tokens: int, mode: str) -> float:
         try:
-            args = [key.rpm or 0, key.tpm or 0, tokens, mode]
+            args: list[int | str] = [key.rpm or 0, key.tpm or 0, tokens, mode]
             return float(await self._script(keys=[f"pli:limit:{key.name}"], args=args))
         except (RedisError, OSError) as exc:
             self._metrics.limiter_errors.inc()
@@ -192,18 +192,13 @@ class Admission:
         self.draining = False
 
 
-async def send_error(send: Send, exc: GatewayError) -> None:
-    headers = [(b"content-type", b"application/json")]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
-    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-    await send({"type": "http.response.body", "body": error_bytes(exc.message, exc.type, exc.code, exc.param)})
-
-
 class AdmissionMiddleware:
     """For /v1/*: 503 while draining or saturated, 413 for bodies over the limit (checked on
     Content-Length first, then while reading), and the in-flight count the drain waits on."""
 
-    def __init__(self, app: ASGIApp, admission: Admission, max_body_bytes: int, metrics: Metrics) -> None:
+    def __init__(
+        self, app: ASGIApp, admission: Admission, max_body_bytes: int, metrics: Metrics
+    ) -> None:
         self.app = app
         self.admission = admission
         self.max_body = max_body_bytes
@@ -215,20 +210,40 @@ class AdmissionMiddleware:
             return
         adm = self.admission
         if adm.draining:
-            await send_error(send, GatewayError(
-                503, "The gateway is shutting down.", "server_error", "shutting_down",
-                {"Retry-After": "1", "Connection": "close"}))
+            await send_error(
+                send,
+                GatewayError(
+                    503,
+                    "The gateway is shutting down.",
+                    "server_error",
+                    "shutting_down",
+                    {"Retry-After": "1", "Connection": "close"},
+                ),
+            )
             return
         if adm.in_flight >= adm.max_in_flight:
-            await send_error(send, GatewayError(
-                503, "The gateway is at capacity.", "server_error", "overloaded", {"Retry-After": "1"}))
+            await send_error(
+                send,
+                GatewayError(
+                    503,
+                    "The gateway is at capacity.",
+                    "server_error",
+                    "overloaded",
+                    {"Retry-After": "1"},
+                ),
+            )
             return
         if scope["method"] == "POST":
             body = await self._read_body(scope, receive)
             if body is None:
-                await send_error(send, GatewayError(
-                    413, f"Request body is larger than {self.max_body} bytes.",
-                    code="request_too_large"))
+                await send_error(
+                    send,
+                    GatewayError(
+                        413,
+                        f"Request body is larger than {self.max_body} bytes.",
+                        code="request_too_large",
+                    ),
+                )
                 return
             receive = _replay(body, receive)
         adm.in_flight += 1

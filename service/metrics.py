@@ -12,28 +12,56 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         p = "pli_gateway_"
         self.requests = Counter(
-            p + "requests", "API requests by model, key name and HTTP status",
-            ["model", "key", "status"], registry=r)
+            p + "requests",
+            "API requests by model, key name and HTTP status",
+            ["model", "key", "status"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
-            p + "request_duration_seconds", "end-to-end request latency at the gateway",
-            ["model"], buckets=_E2E_BUCKETS, registry=r)
+            p + "request_duration_seconds",
+            "end-to-end request latency at the gateway",
+            ["model"],
+            buckets=_E2E_BUCKETS,
+            registry=r,
+        )
         self.ttft = Histogram(
-            p + "time_to_first_token_seconds", "gateway receipt of a request to its first streamed byte",
-            ["model"], buckets=_TTFT_BUCKETS, registry=r)
+            p + "time_to_first_token_seconds",
+            "gateway receipt of a request to its first streamed byte",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
         self.itl = Histogram(
-            p + "inter_token_latency_seconds", "gap between streamed chunks, as relayed",
-            ["model"], buckets=_ITL_BUCKETS, registry=r)
+            p + "inter_token_latency_seconds",
+            "gap between streamed chunks, as relayed",
+            ["model"],
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter(
-            p + "prompt_tokens", "prompt tokens reported by the engines", ["model", "key"], registry=r)
+            p + "prompt_tokens",
+            "prompt tokens reported by the engines",
+            ["model", "key"],
+            registry=r,
+        )
         self.completion_tokens = Counter(
-            p + "completion_tokens", "completion tokens reported by the engines",
-            ["model", "key"], registry=r)
+            p + "completion_tokens",
+            "completion tokens reported by the engines",
+            ["model", "key"],
+            registry=r,
+        )
         self.in_flight = Gauge(p + "in_flight_requests", "API requests being served", registry=r)
         self.upstream_errors = Counter(
-            p + "upstream_errors", "failed exchanges with engines", ["engine", "reason"], registry=r)
+            p + "upstream_errors", "failed exchanges with engines", ["engine", "reason"], registry=r
+        )
         self.engine_healthy = Gauge(
-            p + "engine_healthy", "1 if the engine passed a readiness check recently",
-            ["engine", "model"], registry=r)
+            p + "engine_healthy",
+            "1 if the engine passed a readiness check recently",
+            ["engine", "model"],
+            registry=r,
+        )
         self.limiter_errors = Counter(
-            p + "limiter_errors", "rate-limit checks skipped because the shared store failed",
-            registry=r)
+            p + "limiter_errors",
+            "rate-limit checks skipped because the shared store failed",
+            registry=r,
+        )

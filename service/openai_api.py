@@ -10,13 +10,13 @@ errors are the same OpenAI bodies as everywhere else.
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.accesslog import RequestInfo
 from service.auth import ApiKey, KeyDep
-from service.errors import ERROR_RESPONSES, GatewayError, invalid_request
-from service.limits import estimate_chat_tokens, estimate_tokens, reserve_or_raise, send_error
+from service.errors import ERROR_RESPONSES, GatewayError, invalid_request, send_error
+from service.limits import estimate_chat_tokens, estimate_tokens, reserve_or_raise
 from service.proxy import ProxyCall
 from service.schemas import (
     ChatCompletionRequest,
@@ -26,6 +26,7 @@ from service.schemas import (
     ModelList,
     StreamOptions,
 )
+from service.state import Gateway
 
 api = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
 
@@ -33,12 +34,13 @@ api = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
 @api.get("/models", response_model=ModelList)
 async def list_models(request: Request, key: KeyDep) -> ModelList:
     gw = request.app.state.gateway
-    return ModelList(data=[ModelCard(id=m, created=gw.started_at)
-                           for m in gw.router.by_model if key.allows(m)])
+    return ModelList(
+        data=[ModelCard(id=m, created=gw.started_at) for m in gw.router.by_model if key.allows(m)]
+    )
 
 
-Body = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
-ROUTES: dict[str, type[Body]] = {
+ApiBody = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+ROUTES: dict[str, type[ApiBody]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
     "/v1/embeddings": EmbeddingRequest,
@@ -62,11 +64,11 @@ async def _read_body(receive: Receive) -> bytes:
 
 
 class OpenAIRoutes:
-    def __init__(self, app: ASGIApp, gateway: Any) -> None:
+    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
         self.app = app
         self.gw = gateway
-        self.session_header = gateway.settings.session_header
-        self.session_header = self.session_header.encode() if self.session_header else None
+        header = gateway.settings.session_header
+        self.session_header = header.encode() if header else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         model = ROUTES.get(scope["path"]) if scope["type"] == "http" else None
@@ -91,7 +93,9 @@ class OpenAIRoutes:
             return
         await call(scope, receive, send)
 
-    async def _prepare(self, scope: Scope, key: ApiKey, body: Body, raw: bytes, info: RequestInfo) -> ProxyCall:
+    async def _prepare(
+        self, scope: Scope, key: ApiKey, body: ApiBody, raw: bytes, info: RequestInfo
+    ) -> ProxyCall:
         gw = self.gw
         model = body.model
         # Models a key may not use are as unknown to it as models that do not exist.
@@ -99,8 +103,13 @@ class OpenAIRoutes:
             raise GatewayError(404, f"The model '{model}' does not exist.", code="model_not_found")
         info.model = model
         if not gw.router.any_ready(model):
-            raise GatewayError(503, f"No healthy engine is serving model '{model}'.", "server_error",
-                               "no_healthy_engine", {"Retry-After": "1"})
+            raise GatewayError(
+                503,
+                f"No healthy engine is serving model '{model}'.",
+                "server_error",
+                "no_healthy_engine",
+                {"Retry-After": "1"},
+            )
         if isinstance(body, ChatCompletionRequest):
             prompt_tokens = estimate_chat_tokens(body.messages)
             completion_tokens = body.max_completion_tokens or body.max_tokens
@@ -113,13 +122,17 @@ class OpenAIRoutes:
         reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens)
         raw, strip_usage = _with_usage(body, raw, info)
         if gw.settings.log_prompts:
-            field = next(f for f in ("messages", "prompt", "input") if f in type(body).model_fields)
+            field: str = next(
+                f for f in ("messages", "prompt", "input") if f in type(body).model_fields
+            )
             info.prompt = body.model_dump(include={field})[field]
         session = _header(scope, self.session_header) if self.session_header else None
-        return ProxyCall(gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session)
+        return ProxyCall(
+            gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session
+        )
 
 
-def _with_usage(body: Body, raw: bytes, info: RequestInfo) -> tuple[bytes, bool]:
+def _with_usage(body: ApiBody, raw: bytes, info: RequestInfo) -> tuple[bytes, bool]:
     """The bytes to send upstream (the client's own, unless changed), and whether to hide
     the usage event from the client.
 
@@ -143,13 +156,35 @@ def _with_usage(body: Body, raw: bytes, info: RequestInfo) -> tuple[bytes, bool]
 
 def openapi_paths() -> dict[str, Any]:
     """OpenAPI operations for the routes OpenAIRoutes serves."""
-    errors = {str(status): {"description": r["description"],
-                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-              for status, r in ERROR_RESPONSES.items()}
-    ok = {"description": "JSON, or text/event-stream when `stream` is true",
-          "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {"type": "string"}}}}
-    return {path: {"post": {
-        "tags": ["openai"], "operationId": path.strip("/").replace("/", "_"),
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}},
-        "responses": {"200": ok, **errors}}} for path, model in ROUTES.items()}
+    errors = {
+        str(status): {
+            "description": r["description"],
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        }
+        for status, r in ERROR_RESPONSES.items()
+    }
+    ok = {
+        "description": "JSON, or text/event-stream when `stream` is true",
+        "content": {
+            "application/json": {"schema": {}},
+            "text/event-stream": {"schema": {"type": "string"}},
+        },
+    }
+    return {
+        path: {
+            "post": {
+                "tags": ["openai"],
+                "operationId": path.strip("/").replace("/", "_"),
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": f"#/components/schemas/{model.__name__}"}
+                        }
+                    },
+                },
+                "responses": {"200": ok, **errors},
+            }
+        }
+        for path, model in ROUTES.items()
+    }

@@ -19,8 +19,8 @@ from starlette.types import Receive, Scope, Send
 
 from service.accesslog import RequestInfo
 from service.auth import ApiKey
-from service.errors import GatewayError, error_bytes
-from service.limits import Limiter, send_error
+from service.errors import GatewayError, error_bytes, send_error
+from service.limits import Limiter
 from service.metrics import Metrics
 from service.routing import Engine, Router
 
@@ -65,7 +65,9 @@ def normalize_error(status: int, body: bytes) -> bytes:
     message = obj.get("message") if isinstance(obj, dict) else None
     type_ = obj.get("type") if isinstance(obj, dict) else None
     text = str(message or body[:500].decode(errors="replace") or f"engine answered HTTP {status}")
-    return error_bytes(text, str(type_ or ("server_error" if status >= 500 else "invalid_request_error")), None)
+    return error_bytes(
+        text, str(type_ or ("server_error" if status >= 500 else "invalid_request_error")), None
+    )
 
 
 class ProxyCall(Response):
@@ -143,55 +145,101 @@ class ProxyCall(Response):
                 error = retry.error
             finally:
                 engine.outstanding -= 1
-        error = error or GatewayError(
-            503, f"No healthy engine is serving model '{self.model}'.", "server_error",
-            "no_healthy_engine", {"Retry-After": "1"})
+        await self._fail(
+            send,
+            error
+            or GatewayError(
+                503,
+                f"No healthy engine is serving model '{self.model}'.",
+                "server_error",
+                "no_healthy_engine",
+                {"Retry-After": "1"},
+            ),
+        )
+
+    def _engine_error(self, engine: Engine, reason: str, down: bool) -> None:
+        """Count an engine's failure; if it looks down, route around it until a check passes."""
+        self.up.metrics.upstream_errors.labels(engine.name, reason).inc()
+        if down and engine.healthy:
+            log.warning("engine %s taken out of rotation: %s", engine.name, reason)
+            engine.mark_failed()
+
+    async def _timed_out(self, engine: Engine, send: Send) -> None:
+        self._engine_error(engine, "timeout", down=False)
+        message = f"Engine '{engine.name}' did not answer in time."
+        await self._fail(send, GatewayError(504, message, "server_error", "upstream_timeout"))
+
+    async def _fail(self, send: Send, error: GatewayError) -> None:
         self.info.error = error.code
+        self.done = True  # set before sending: the end of the response is not a disconnect
         await send_error(send, error)
 
     async def _exchange(self, engine: Engine, send: Send) -> None:
         up = self.up
         try:
             resp = await up.session.post(
-                engine.url + self.path, data=self.body, headers=self.headers_out, timeout=up.timeout)
+                engine.url + self.path, data=self.body, headers=self.headers_out, timeout=up.timeout
+            )
         except aiohttp.SocketTimeoutError:
             # The engine accepted the request and is slow: retrying would double its load.
-            up.metrics.upstream_errors.labels(engine.name, "timeout").inc()
-            self.info.error = "upstream_timeout"
-            await send_error(send, GatewayError(
-                504, f"Engine '{engine.name}' did not answer in time.", "server_error", "upstream_timeout"))
+            await self._timed_out(engine, send)
             return
         except aiohttp.ClientConnectionError as exc:
             # Refused or unreachable: the engine is down. A dropped pooled connection is not.
-            if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-                engine.mark_failed()
-            up.metrics.upstream_errors.labels(engine.name, "connect").inc()
-            raise _Retry(GatewayError(
-                502, f"Engine '{engine.name}' is unreachable: {type(exc).__name__}.", "server_error",
-                "upstream_unreachable")) from exc
+            down = isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+            self._engine_error(engine, "connect", down)
+            raise _Retry(
+                GatewayError(
+                    502,
+                    f"Engine '{engine.name}' is unreachable: {type(exc).__name__}.",
+                    "server_error",
+                    "upstream_unreachable",
+                )
+            ) from exc
         try:
             if resp.status in _RETRY_STATUS:
                 body = await resp.read()
-                if resp.status in _UNHEALTHY_STATUS:
-                    engine.mark_failed()
-                up.metrics.upstream_errors.labels(engine.name, f"http_{resp.status}").inc()
+                self._engine_error(engine, f"http_{resp.status}", resp.status in _UNHEALTHY_STATUS)
                 message = json.loads(normalize_error(resp.status, body))["error"]["message"]
-                raise _Retry(GatewayError(
-                    502, f"Engine '{engine.name}' failed: {message}", "server_error", "upstream_error"))
+                raise _Retry(
+                    GatewayError(
+                        502,
+                        f"Engine '{engine.name}' failed: {message}",
+                        "server_error",
+                        "upstream_error",
+                    )
+                )
             engine.mark_ok()
             content_type = resp.headers.get("Content-Type", "application/json").encode()
             if resp.status == 200 and content_type.startswith(b"text/event-stream"):
                 await self._relay_stream(resp, engine, send, content_type)
             else:
-                await self._relay_whole(resp, send, content_type)
+                await self._relay_whole(resp, engine, send, content_type)
         finally:
             if self.done and not self.disconnected:
                 resp.release()  # back to the pool
             else:
                 resp.close()  # the engine sees the connection drop and aborts the request
 
-    async def _relay_whole(self, resp: aiohttp.ClientResponse, send: Send, content_type: bytes) -> None:
-        data = await resp.read()
+    async def _relay_whole(
+        self, resp: aiohttp.ClientResponse, engine: Engine, send: Send, content_type: bytes
+    ) -> None:
+        try:
+            data = await resp.read()
+        except aiohttp.SocketTimeoutError:
+            await self._timed_out(engine, send)
+            return
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            # Nothing was sent yet, so another engine may still answer.
+            self._engine_error(engine, "body_broken", down=True)
+            raise _Retry(
+                GatewayError(
+                    502,
+                    f"Engine '{engine.name}' failed while answering.",
+                    "server_error",
+                    "upstream_error",
+                )
+            ) from exc
         self.info.ttft_s = time.perf_counter() - self.info.start
         if resp.status == 200:
             self._account(self._tail_usage(data))
@@ -199,8 +247,13 @@ class ProxyCall(Response):
             data = normalize_error(resp.status, data)
             content_type = b"application/json"
         self.done = True
-        await send({"type": "http.response.start", "status": resp.status,
-                    "headers": [(b"content-type", content_type)]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": resp.status,
+                "headers": [(b"content-type", content_type)],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
     async def _relay_stream(
@@ -208,8 +261,13 @@ class ProxyCall(Response):
     ) -> None:
         info, metrics = self.info, self.up.metrics
         ttft, itl = metrics.ttft.labels(self.model), metrics.itl.labels(self.model)
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", content_type), (b"cache-control", b"no-cache")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")],
+            }
+        )
         pending = b""
         last = 0.0
         try:
@@ -233,17 +291,21 @@ class ProxyCall(Response):
                     continue  # after [DONE]: only reading to the end so the connection is reused
                 # The last block and the end of the response go out in one write.
                 self.done = block.endswith(_SSE_DONE)
-                await send({"type": "http.response.body", "body": block, "more_body": not self.done})
+                await send(
+                    {"type": "http.response.body", "body": block, "more_body": not self.done}
+                )
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
             # (A client disconnect arrives as CancelledError instead, see _watch.)
             if self.done:
                 return  # the client has its whole answer; only the connection's end was lost
             # Bytes were sent, so no retry: tell the client in-band and end the stream.
-            engine.mark_failed()
-            metrics.upstream_errors.labels(engine.name, "stream_broken").inc()
+            self._engine_error(engine, "stream_broken", down=True)
             info.error = "upstream_stream_broken"
-            event = error_bytes(f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
-                                "server_error", "upstream_error")
+            event = error_bytes(
+                f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
+                "server_error",
+                "upstream_error",
+            )
             self.done = True
             await send({"type": "http.response.body", "body": b"data: " + event + _SSE_END})
             return

@@ -43,13 +43,19 @@ class Router:
         engines = self.engines if model is None else self.by_model.get(model, ())
         return any(self.ready(e) for e in engines)
 
-    def pick(self, model: str, exclude: tuple[Engine, ...] = (), session: str | None = None) -> Engine | None:
+    def pick(
+        self, model: str, exclude: tuple[Engine, ...] = (), session: str | None = None
+    ) -> Engine | None:
         candidates = [e for e in self.by_model.get(model, ()) if e not in exclude and self.ready(e)]
         if not candidates:
             return None
         if session:
-            return max(candidates, key=lambda e: hashlib.blake2b(
-                f"{session}\0{e.name}".encode(), digest_size=8).digest())
+            return max(
+                candidates,
+                key=lambda e: hashlib.blake2b(
+                    f"{session}\0{e.name}".encode(), digest_size=8
+                ).digest(),
+            )
         # Ties rotate so that idle engines share the load instead of the first taking it all.
         turn = next(self._turn)
         n = len(candidates)

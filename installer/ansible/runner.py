@@ -57,6 +57,17 @@ _STATUS = {
 }
 
 
+def _failure_text(res: dict[str, Any]) -> str:
+    """The most telling line of a failed result: a command's stderr beats Ansible's summary."""
+    msg = str(res.get("msg") or "")
+    stderr = str(res.get("stderr") or "").strip()
+    if stderr and (not msg or "non-zero return code" in msg):
+        lines = stderr.splitlines()
+        # Our probes put the reason first; other commands end with it.
+        return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+    return msg.strip() or "failed"
+
+
 def run_playbook(
     playbook: str,
     inventory_dir: Path,
@@ -81,8 +92,8 @@ def run_playbook(
                 status = "changed"
                 hr.changed_tasks.append(task)
             if status in ("failed", "unreachable") and not data.get("ignore_errors"):
-                hr.error = f"{task}: {res.get('msg') or res.get('stderr') or 'failed'}".strip()
-            if task == "Report the completion" and "msg" in res:
+                hr.error = f"{task}: {_failure_text(res)}"
+            if task == "Report the completion" and isinstance(res.get("msg"), dict):
                 hr.facts["healthcheck"] = res["msg"]
             on_task(host, task, status)
         return True  # keep the event in the artifacts

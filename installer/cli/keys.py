@@ -16,17 +16,29 @@ app.add_typer(keys_app, name="keys")
 @keys_app.command("create")
 def create_cmd(
     name: Annotated[str, typer.Option("--name", help="Key name (metrics and logs show it).")],
-    rpm: Annotated[int | None, typer.Option(help="Requests per minute; no limit if left out.")] = None,
-    tpm: Annotated[int | None, typer.Option(help="Tokens per minute (prompt + completion).")] = None,
-    models: Annotated[str | None, typer.Option(help="Comma-separated models it may use; all if left out.")] = None,
-    expires: Annotated[str | None, typer.Option(
-        help="YYYY-MM-DD (stops at 00:00 UTC that day) or an ISO date-time.")] = None,
+    rpm: Annotated[
+        int | None, typer.Option(help="Requests per minute; no limit if left out.")
+    ] = None,
+    tpm: Annotated[
+        int | None, typer.Option(help="Tokens per minute (prompt + completion).")
+    ] = None,
+    models: Annotated[
+        str | None, typer.Option(help="Comma-separated models it may use; all if left out.")
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(help="YYYY-MM-DD (stops at 00:00 UTC that day) or an ISO date-time."),
+    ] = None,
 ) -> None:
     """Create a key and print its secret, once: it is stored only as a hash."""
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     record, secret = keys.create(
-        name, rpm=rpm, tpm=tpm, models=model_list,
-        expires=keys.parse_expiry(expires) if expires else None)
+        name,
+        rpm=rpm,
+        tpm=tpm,
+        models=model_list,
+        expires=keys.parse_expiry(expires) if expires else None,
+    )
     console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
     # Plain print, no markup or wrapping, so it can be copied or piped exactly.
     print(secret)
@@ -38,17 +50,31 @@ def list_cmd() -> None:
     """List keys with their limits and status (never a secret)."""
     now = datetime.now(UTC)
     rows = [
-        [k.name, k.status(now), k.sha256[:8], str(k.rpm or "-"), str(k.tpm or "-"),
-         ",".join(k.models) or "all", k.expires.strftime("%Y-%m-%d %H:%M") if k.expires else "-",
-         k.created.strftime("%Y-%m-%d %H:%M")]
+        [
+            k.name,
+            k.status(now),
+            k.sha256[:8],
+            str(k.rpm or "-"),
+            str(k.tpm or "-"),
+            ",".join(k.models) or "all",
+            k.expires.strftime("%Y-%m-%d %H:%M") if k.expires else "-",
+            k.created.strftime("%Y-%m-%d %H:%M"),
+        ]
         for k in keys.load().keys
     ]
-    console.print(table("API keys", ["name", "status", "sha256", "rpm", "tpm", "models",
-                                     "expires", "created"], rows))
+    console.print(
+        table(
+            "API keys",
+            ["name", "status", "sha256", "rpm", "tpm", "models", "expires", "created"],
+            rows,
+        )
+    )
 
 
 @keys_app.command("revoke")
 def revoke_cmd(name: Annotated[str, typer.Argument(help="Name of the key to revoke.")]) -> None:
     """Revoke a key: the gateways refuse it once they have the updated hash file."""
     keys.revoke(name)
-    console.print(f"[green]revoked[/] key [bold]{name}[/]. Run the deploy again to update the gateways.")
+    console.print(
+        f"[green]revoked[/] key [bold]{name}[/]. Run the deploy again to update the gateways."
+    )

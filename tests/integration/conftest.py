@@ -29,7 +29,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0, status: int = 200) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0, status: int = 200
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -81,7 +83,9 @@ def start_upstream() -> Iterator[Callable[..., Upstream]]:
 
     def start(*args: str, model: str = "tiny") -> Upstream:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, str(FAKE_UPSTREAM), "--port", str(port), "--model", model, *args])
+        proc = subprocess.Popen(
+            [sys.executable, str(FAKE_UPSTREAM), "--port", str(port), "--model", model, *args]
+        )
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/v1/models", proc)
@@ -107,8 +111,13 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
         output = tmp_path / f"gateway-{n}.out"
         env = {**os.environ, "PLI_GATEWAY_CONFIG": str(path)}
         with output.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "service"],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
         wait_http(url + ("/readyz" if wait_ready else "/livez"), proc)
@@ -126,8 +135,22 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail("redis-server is not installed (Debian package redis-server)")
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 10
     while True:
         try:

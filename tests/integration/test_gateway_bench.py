@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from installer.cli import app
+
 # Both command modules: a typer app with a single command would run it without its name.
 from installer.cli import bench as _bench_cli  # noqa: F401
 from installer.cli import keys as _keys_cli  # noqa: F401
@@ -16,17 +17,43 @@ from installer.cli import keys as _keys_cli  # noqa: F401
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def test_bench_cli(start_upstream: Any, start_gateway: Any, keys: Any, tmp_path: Path,
-                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_cli(
+    start_upstream: Any,
+    start_gateway: Any,
+    keys: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     upstream = start_upstream()
     secret = keys.create("bench")
-    gateway = start_gateway({"keys_file": str(keys.hosts_file),
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
+    gateway = start_gateway(
+        {
+            "keys_file": str(keys.hosts_file),
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(app, [
-        "bench", "--base-url", gateway.url, "--model", "tiny", "-n", "40", "-c", "4",
-        "--input-len", "64", "--output-len", "8", "--json", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--base-url",
+            gateway.url,
+            "--model",
+            "tiny",
+            "-n",
+            "40",
+            "-c",
+            "4",
+            "--input-len",
+            "64",
+            "--output-len",
+            "8",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "TTFT" in result.output and secret not in result.output
     report = json.loads(out.read_text())
@@ -34,5 +61,7 @@ def test_bench_cli(start_upstream: Any, start_gateway: Any, keys: Any, tmp_path:
     assert report["mean_output_tokens"] == 8 and 64 <= report["mean_prompt_tokens"] <= 70
     assert report["ttft_ms"]["p50"] > 0 and report["itl_ms"]["p99"] >= report["itl_ms"]["p50"]
 
-    failed = CliRunner().invoke(app, ["bench", "--base-url", gateway.url, "--model", "nope", "-n", "2"])
+    failed = CliRunner().invoke(
+        app, ["bench", "--base-url", gateway.url, "--model", "nope", "-n", "2"]
+    )
     assert failed.exit_code != 0

@@ -12,10 +12,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _chat(max_tokens: int = 2, **extra: Any) -> dict[str, Any]:
-    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, **extra}
+    return {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        **extra,
+    }
 
 
-def _stream_in_thread(url: str, body: dict[str, Any], out: list[str], first: threading.Event) -> threading.Thread:
+def _stream_in_thread(
+    url: str, body: dict[str, Any], out: list[str], first: threading.Event
+) -> threading.Thread:
     def run() -> None:
         try:
             with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as resp:
@@ -33,12 +40,19 @@ def _stream_in_thread(url: str, body: dict[str, Any], out: list[str], first: thr
 
 def test_sigterm_drains_streams_then_exits(start_upstream: Any, start_gateway: Any) -> None:
     upstream = start_upstream("--delay-ms", "100")
-    gateway = start_gateway({"allow_anonymous": True, "drain_timeout_s": 20,
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
+    gateway = start_gateway(
+        {
+            "allow_anonymous": True,
+            "drain_timeout_s": 20,
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
     assert httpx.get(gateway.url + "/startupz").status_code == 200
     events: list[str] = []
     first = threading.Event()
-    thread = _stream_in_thread(gateway.url, _chat(20, stream=True, x_fake={"chunks": 20}), events, first)
+    thread = _stream_in_thread(
+        gateway.url, _chat(20, stream=True, x_fake={"chunks": 20}), events, first
+    )
     assert first.wait(10)
 
     gateway.proc.send_signal(signal.SIGTERM)
@@ -56,11 +70,18 @@ def test_sigterm_drains_streams_then_exits(start_upstream: Any, start_gateway: A
 
 def test_drain_timeout_cuts_what_is_left(start_upstream: Any, start_gateway: Any) -> None:
     upstream = start_upstream("--delay-ms", "100")
-    gateway = start_gateway({"allow_anonymous": True, "drain_timeout_s": 1,
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
+    gateway = start_gateway(
+        {
+            "allow_anonymous": True,
+            "drain_timeout_s": 1,
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
     events: list[str] = []
     first = threading.Event()
-    thread = _stream_in_thread(gateway.url, _chat(100, stream=True, x_fake={"chunks": 100}), events, first)
+    thread = _stream_in_thread(
+        gateway.url, _chat(100, stream=True, x_fake={"chunks": 100}), events, first
+    )
     assert first.wait(10)
     start = time.monotonic()
     gateway.proc.send_signal(signal.SIGTERM)
@@ -73,8 +94,12 @@ def test_drain_timeout_cuts_what_is_left(start_upstream: Any, start_gateway: Any
 def test_metrics(start_upstream: Any, start_gateway: Any, keys: Any) -> None:
     upstream = start_upstream()
     secret = keys.create("metered")
-    gateway = start_gateway({"keys_file": str(keys.hosts_file),
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
+    gateway = start_gateway(
+        {
+            "keys_file": str(keys.hosts_file),
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
     auth = {"Authorization": f"Bearer {secret}"}
     httpx.post(gateway.url + "/v1/chat/completions", json=_chat(5, stream=True), headers=auth)
     httpx.post(gateway.url + "/v1/chat/completions", json=_chat(3), headers=auth)
@@ -99,7 +124,13 @@ def test_metrics_on_an_internal_address(start_upstream: Any, start_gateway: Any)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     upstream = start_upstream()
-    gateway = start_gateway({"allow_anonymous": True, "metrics_host": "127.0.0.1", "metrics_port": port,
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
+    gateway = start_gateway(
+        {
+            "allow_anonymous": True,
+            "metrics_host": "127.0.0.1",
+            "metrics_port": port,
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
     assert httpx.get(gateway.url + "/metrics").status_code == 404
     assert "pli_gateway_in_flight_requests" in httpx.get(f"http://127.0.0.1:{port}/metrics").text

@@ -18,20 +18,33 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _chat(max_tokens: int, **extra: Any) -> dict[str, Any]:
-    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, **extra}
+    return {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        **extra,
+    }
 
 
 def _post(gateway: Any, secret: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(gateway.url + "/v1/chat/completions", json=body,
-                      headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+    return httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=30,
+    )
 
 
 def test_rpm_and_tpm(start_upstream: Any, start_gateway: Any, keys: Any) -> None:
     upstream = start_upstream()
     by_requests = keys.create("rpm3", rpm=3)
     by_tokens = keys.create("tpm1000", tpm=1000)
-    gateway = start_gateway({"keys_file": str(keys.hosts_file),
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
+    gateway = start_gateway(
+        {
+            "keys_file": str(keys.hosts_file),
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
 
     assert [_post(gateway, by_requests, _chat(1)).status_code for _ in range(3)] == [200] * 3
     resp = _post(gateway, by_requests, _chat(1))
@@ -52,10 +65,18 @@ def test_rpm_and_tpm(start_upstream: Any, start_gateway: Any, keys: Any) -> None
 
 def test_in_flight_cap(start_upstream: Any, start_gateway: Any) -> None:
     upstream = start_upstream("--delay-ms", "100")
-    gateway = start_gateway({"allow_anonymous": True, "limits": {"max_in_flight": 1},
-                             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]})
-    slow = threading.Thread(target=httpx.post, args=(gateway.url + "/v1/chat/completions",),
-                            kwargs={"json": _chat(10, stream=True), "timeout": 30})
+    gateway = start_gateway(
+        {
+            "allow_anonymous": True,
+            "limits": {"max_in_flight": 1},
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        }
+    )
+    slow = threading.Thread(
+        target=httpx.post,
+        args=(gateway.url + "/v1/chat/completions",),
+        kwargs={"json": _chat(10, stream=True), "timeout": 30},
+    )
     slow.start()
     deadline = time.monotonic() + 5
     while upstream.stats()["streams_started"] == 0:
@@ -75,8 +96,11 @@ def test_redis_limits_hold_across_two_gateways(
 ) -> None:
     upstream = start_upstream()
     secret = keys.create("shared", rpm=4)
-    config = {"keys_file": str(keys.hosts_file), "limits": {"redis_url": redis_url},
-              "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}]}
+    config = {
+        "keys_file": str(keys.hosts_file),
+        "limits": {"redis_url": redis_url},
+        "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+    }
     first, second = start_gateway(config), start_gateway(config)
     statuses = [_post(gw, secret, _chat(1)).status_code for gw in (first, second) * 3]
     assert statuses == [200, 200, 200, 200, 429, 429]

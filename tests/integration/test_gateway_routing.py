@@ -16,7 +16,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _chat(max_tokens: int = 2, **extra: Any) -> dict[str, Any]:
-    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, **extra}
+    return {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        **extra,
+    }
 
 
 def _engines(*upstreams: Any) -> list[dict[str, str]]:
@@ -33,8 +38,9 @@ def _until(check: Any, timeout: float = 5.0) -> None:
 def test_retry_before_first_byte(start_upstream: Any, start_gateway: Any) -> None:
     doomed, healthy = start_upstream(), start_upstream()
     # Checks far apart: the gateway learns of the death only by trying the engine.
-    gateway = start_gateway({"allow_anonymous": True, "health_interval_s": 60,
-                             "engines": _engines(doomed, healthy)})
+    gateway = start_gateway(
+        {"allow_anonymous": True, "health_interval_s": 60, "engines": _engines(doomed, healthy)}
+    )
     doomed.proc.send_signal(signal.SIGKILL)
     doomed.proc.wait()
     for _ in range(4):
@@ -70,8 +76,9 @@ def test_engine_killed_mid_stream(start_upstream: Any, start_gateway: Any) -> No
     upstream = start_upstream("--delay-ms", "50")
     gateway = start_gateway({"allow_anonymous": True, "engines": _engines(upstream)})
     events = []
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=_chat(100, stream=True),
-                      timeout=10) as resp:
+    with httpx.stream(
+        "POST", gateway.url + "/v1/chat/completions", json=_chat(100, stream=True), timeout=10
+    ) as resp:
         for line in resp.iter_lines():
             if line.startswith("data: "):
                 events.append(line[6:])
@@ -96,10 +103,16 @@ def test_engine_killed_mid_stream_openai_client(start_upstream: Any, start_gatew
     assert received >= 2
 
 
-def test_client_disconnect_closes_the_engine_request(start_upstream: Any, start_gateway: Any) -> None:
+def test_client_disconnect_closes_the_engine_request(
+    start_upstream: Any, start_gateway: Any
+) -> None:
     upstream = start_upstream("--delay-ms", "50")
     gateway = start_gateway({"allow_anonymous": True, "engines": _engines(upstream)})
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=_chat(200, stream=True, x_fake={"chunks": 200})) as resp:
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/chat/completions",
+        json=_chat(200, stream=True, x_fake={"chunks": 200}),
+    ) as resp:
         for line in resp.iter_lines():
             if line.startswith("data: "):
                 break
@@ -111,10 +124,17 @@ def test_client_disconnect_closes_the_engine_request(start_upstream: Any, start_
 
 def test_least_outstanding_and_affinity(start_upstream: Any, start_gateway: Any) -> None:
     a, b = start_upstream("--delay-ms", "30"), start_upstream("--delay-ms", "30")
-    gateway = start_gateway({"allow_anonymous": True, "session_header": "X-Session-Id",
-                             "engines": _engines(a, b)})
-    threads = [threading.Thread(target=httpx.post, args=(gateway.url + "/v1/chat/completions",),
-                                kwargs={"json": _chat(10, stream=True), "timeout": 30}) for _ in range(4)]
+    gateway = start_gateway(
+        {"allow_anonymous": True, "session_header": "X-Session-Id", "engines": _engines(a, b)}
+    )
+    threads = [
+        threading.Thread(
+            target=httpx.post,
+            args=(gateway.url + "/v1/chat/completions",),
+            kwargs={"json": _chat(10, stream=True), "timeout": 30},
+        )
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -123,7 +143,34 @@ def test_least_outstanding_and_affinity(start_upstream: Any, start_gateway: Any)
 
     for session in ("alice", "bob", "carol"):
         for _ in range(3):
-            assert httpx.post(gateway.url + "/v1/chat/completions", json=_chat(),
-                              headers={"X-Session-Id": session}).status_code == 200
+            assert (
+                httpx.post(
+                    gateway.url + "/v1/chat/completions",
+                    json=_chat(),
+                    headers={"X-Session-Id": session},
+                ).status_code
+                == 200
+            )
     engines = [r["engine"] for r in gateway.log_records()[4:]]
-    assert all(len(set(engines[i:i + 3])) == 1 for i in (0, 3, 6))
+    assert all(len(set(engines[i : i + 3])) == 1 for i in (0, 3, 6))
+
+
+def test_upstream_timeout(start_upstream: Any, start_gateway: Any) -> None:
+    upstream = start_upstream()
+    gateway = start_gateway(
+        {
+            "allow_anonymous": True,
+            "limits": {"upstream_timeout_s": 0.3},
+            "engines": _engines(upstream),
+        }
+    )
+    slow = _chat(4, x_fake={"delay_ms": 200})  # 4 x 200 ms before the whole answer
+    start = time.monotonic()
+    resp = httpx.post(gateway.url + "/v1/chat/completions", json=slow)
+    assert resp.status_code == 504 and resp.json()["error"]["code"] == "upstream_timeout"
+    assert time.monotonic() - start < 2
+    # A stream whose tokens keep coming is not cut, however long it lasts.
+    streamed = httpx.post(
+        gateway.url + "/v1/chat/completions", json=_chat(4, stream=True, x_fake={"delay_ms": 200})
+    )
+    assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from installer import keys
 from installer.cli import app
+
 # Both command modules: a typer app with a single command would run it without its name.
 from installer.cli import bench as _bench_cli  # noqa: F401
 from installer.cli import keys as _keys_cli  # noqa: F401
@@ -53,7 +54,9 @@ def test_expiry() -> None:
 def test_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path))
     runner = CliRunner()
-    created = runner.invoke(app, ["keys", "create", "--name", "svc", "--rpm", "5", "--models", "a,b"])
+    created = runner.invoke(
+        app, ["keys", "create", "--name", "svc", "--rpm", "5", "--models", "a,b"]
+    )
     assert created.exit_code == 0, created.output
     secret = next(line for line in created.output.splitlines() if line.startswith("sk-pli-"))
     listed = runner.invoke(app, ["keys", "list"])

@@ -51,7 +51,8 @@ def test_public_variables_carry_the_role_name(role: Path) -> None:
 def test_modules_are_fqcn_and_commands_say_when_they_change(role: Path) -> None:
     meta_keys = {"name", "when", "loop", "loop_control", "register", "notify", "tags", "block",
                  "rescue", "always", "changed_when", "failed_when", "check_mode", "until",
-                 "retries", "delay", "no_log", "become", "listen", "vars", "ignore_errors"}
+                 "retries", "delay", "no_log", "become", "listen", "vars", "ignore_errors",
+                 "environment"}
     for task in _tasks(role):
         modules = [k for k in task if k not in meta_keys]
         if "block" in task:

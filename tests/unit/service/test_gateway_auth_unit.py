@@ -18,15 +18,22 @@ def _write(path: Path, *keys: HostKey) -> None:
 
 def test_authenticate(tmp_path: Path) -> None:
     path = tmp_path / "keys.json"
-    _write(path, HostKey(name="a", sha256=hash_secret("sk-a"), rpm=5, models=["m"]),
-           HostKey(name="old", sha256=hash_secret("sk-old"), expires=datetime.now(UTC) - timedelta(1)))
+    _write(
+        path,
+        HostKey(name="a", sha256=hash_secret("sk-a"), rpm=5, models=["m"]),
+        HostKey(name="old", sha256=hash_secret("sk-old"), expires=datetime.now(UTC) - timedelta(1)),
+    )
     ring = KeyRing(path)
     key = ring.authenticate("Bearer sk-a")
     assert (key.name, key.rpm, key.allows("m"), key.allows("x")) == ("a", 5, True, False)
     assert ring.authenticate("bearer  sk-a ").name == "a"
-    for header, code in ((None, "missing_api_key"), ("Basic sk-a", "invalid_api_key"),
-                         ("Bearer ", "invalid_api_key"), ("Bearer sk-b", "invalid_api_key"),
-                         ("Bearer sk-old", "expired_api_key")):
+    for header, code in (
+        (None, "missing_api_key"),
+        ("Basic sk-a", "invalid_api_key"),
+        ("Bearer ", "invalid_api_key"),
+        ("Bearer sk-b", "invalid_api_key"),
+        ("Bearer sk-old", "expired_api_key"),
+    ):
         with pytest.raises(GatewayError) as info:
             ring.authenticate(header)
         assert (info.value.status, info.value.code) == (401, code)

@@ -17,16 +17,30 @@ def _load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, obj
     return load_settings()
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    ({"engines": [ENGINE]}, "keys_file is required"),
-    ({"engines": [ENGINE], "keys_file": "/k", "allow_anonymous": True}, "either keys_file or allow_anonymous"),
-    ({"engines": [ENGINE], "allow_anonymous": True, "limts": {}}, "limts: Extra inputs are not permitted"),
-    ({"engines": [], "allow_anonymous": True}, "engines"),
-    ({"engines": [ENGINE, ENGINE], "allow_anonymous": True}, "engine names must be unique"),
-    ({"engines": [{**ENGINE, "url": "http://h:1/v1"}], "allow_anonymous": True}, "engines.0.url"),
-    ({"engines": [ENGINE], "allow_anonymous": True, "metrics_port": 9100}, "go together"),
-])
-def test_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, object], message: str) -> None:
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"engines": [ENGINE]}, "keys_file is required"),
+        (
+            {"engines": [ENGINE], "keys_file": "/k", "allow_anonymous": True},
+            "either keys_file or allow_anonymous",
+        ),
+        (
+            {"engines": [ENGINE], "allow_anonymous": True, "limts": {}},
+            "limts: Extra inputs are not permitted",
+        ),
+        ({"engines": [], "allow_anonymous": True}, "engines"),
+        ({"engines": [ENGINE, ENGINE], "allow_anonymous": True}, "engine names must be unique"),
+        (
+            {"engines": [{**ENGINE, "url": "http://h:1/v1"}], "allow_anonymous": True},
+            "engines.0.url",
+        ),
+        ({"engines": [ENGINE], "allow_anonymous": True, "metrics_port": 9100}, "go together"),
+    ],
+)
+def test_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, object], message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         _load(tmp_path, monkeypatch, config)
 
@@ -34,8 +48,11 @@ def test_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[s
 def test_file_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLI_GATEWAY_LIMITS__MAX_IN_FLIGHT", "7")
     monkeypatch.setenv("PLI_GATEWAY_PORT", "9001")
-    settings = _load(tmp_path, monkeypatch, {"engines": [ENGINE], "keys_file": "/etc/k.json",
-                                             "session_header": "X-Session"})
+    settings = _load(
+        tmp_path,
+        monkeypatch,
+        {"engines": [ENGINE], "keys_file": "/etc/k.json", "session_header": "X-Session"},
+    )
     assert settings.port == 9001 and settings.limits.max_in_flight == 7
     assert settings.session_header == "x-session"
     assert settings.host == "127.0.0.1"  # public binding is a deliberate choice

@@ -47,10 +47,17 @@ def test_unlimited_key_reserves_nothing() -> None:
     assert asyncio.run(reserve_or_raise(LocalLimiter(), ApiKey("k", b""), 10**9)) == 0
 
 
-@pytest.mark.parametrize(("value", "tokens"), [
-    ("", 1), ("abcdef", 3), ([1, 2, 3], 3), ([[1, 2], [3]], 3), (["ab", "cd"], 2),
-    ([{"type": "text", "text": "abcdef"}, {"type": "image_url", "image_url": {}}], 3 + 64),
-])
+@pytest.mark.parametrize(
+    ("value", "tokens"),
+    [
+        ("", 1),
+        ("abcdef", 3),
+        ([1, 2, 3], 3),
+        ([[1, 2], [3]], 3),
+        (["ab", "cd"], 2),
+        ([{"type": "text", "text": "abcdef"}, {"type": "image_url", "image_url": {}}], 3 + 64),
+    ],
+)
 def test_estimate(value: object, tokens: int) -> None:
     assert estimate_tokens(value) == tokens
 

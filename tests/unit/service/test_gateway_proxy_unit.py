@@ -10,8 +10,15 @@ from service.proxy import ProxyCall, normalize_error
 def test_normalize_error() -> None:
     openai_shaped = b'{"error": {"message": "m", "type": "t", "code": 1}}'
     assert normalize_error(400, openai_shaped) == openai_shaped
-    old_vllm = json.loads(normalize_error(400, b'{"object": "error", "message": "too long", "type": "BadRequestError"}'))
-    assert old_vllm["error"]["message"] == "too long" and old_vllm["error"]["type"] == "BadRequestError"
+    old_vllm = json.loads(
+        normalize_error(
+            400, b'{"object": "error", "message": "too long", "type": "BadRequestError"}'
+        )
+    )
+    assert (
+        old_vllm["error"]["message"] == "too long"
+        and old_vllm["error"]["type"] == "BadRequestError"
+    )
     text = json.loads(normalize_error(502, b"<html>bad gateway</html>"))
     assert text["error"]["type"] == "server_error" and "bad gateway" in text["error"]["message"]
 
@@ -36,6 +43,8 @@ def test_usage_taken_and_hidden_when_not_asked() -> None:
 
 
 def test_usage_from_the_tail_of_a_body() -> None:
-    body = json.dumps({"data": [{"embedding": [0.1] * 1000}], "usage": {"prompt_tokens": 4, "total_tokens": 4}})
+    body = json.dumps(
+        {"data": [{"embedding": [0.1] * 1000}], "usage": {"prompt_tokens": 4, "total_tokens": 4}}
+    )
     assert ProxyCall._tail_usage(body.encode()) == {"prompt_tokens": 4, "total_tokens": 4}
     assert ProxyCall._tail_usage(b'{"x": 1}') is None

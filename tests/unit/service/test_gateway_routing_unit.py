@@ -6,7 +6,9 @@ from service.routing import Router
 
 
 def _router(n: int) -> Router:
-    router = Router([EngineConfig(name=f"e{i}", url=f"http://h{i}:1", model="m") for i in range(n)], 15)
+    router = Router(
+        [EngineConfig(name=f"e{i}", url=f"http://h{i}:1", model="m") for i in range(n)], 15
+    )
     for engine in router.engines:
         engine.mark_ok()
     return router

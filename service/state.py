@@ -1,0 +1,26 @@
+"""The gateway's shared state, one object per app, reachable as `request.app.state.gateway`."""
+
+from dataclasses import dataclass
+
+from service.auth import KeyRing
+from service.config import Settings
+from service.health import HealthChecker
+from service.limits import Admission, Limiter
+from service.metrics import Metrics
+from service.proxy import Upstream
+from service.routing import Router
+
+
+@dataclass(eq=False)
+class Gateway:
+    """Everything a request handler needs."""
+
+    settings: Settings
+    keys: KeyRing
+    router: Router
+    limiter: Limiter
+    metrics: Metrics
+    admission: Admission
+    started_at: int
+    upstream: Upstream = None  # type: ignore[assignment]  # set in the lifespan (needs a loop)
+    health: HealthChecker = None  # type: ignore[assignment]
