@@ -1,5 +1,4 @@
-"""`installer bench` against a gateway in front of a fake engine, and the gateway's OpenAPI
-schema fuzzed for server errors."""
+"""`installer bench` against a gateway in front of a fake engine, through the real CLI."""
 
 import json
 from pathlib import Path
