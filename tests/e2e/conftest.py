@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_NAME = "ci"
-LAB_SUBNET = "10.213.7.0/24"
+# Overridable so two test runs on one machine (say, a clean-clone CI check beside a developer's
+# run) use different labs instead of colliding on names and addresses.
+LAB_NAME = os.environ.get("PLI_E2E_LAB", "ci")
+LAB_SUBNET = os.environ.get("PLI_E2E_SUBNET", "10.213.7.0/24")
 
 
 @dataclass
