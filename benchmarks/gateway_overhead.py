@@ -6,9 +6,13 @@ gateway (and, as anchors, through nginx and LiteLLM), alternating, in one run.
 The engine is benchmarks/fake_upstream.py (16 SSE chunks, no delay), so the proxies are what
 is measured. Each round runs, for every path in a rotating order:
   - latency: 1 request at a time -> end-to-end and TTFT p50/p99
-  - load: 8 at a time -> TTFT p99 at a load every path sustains
+  - load: Poisson arrivals at --rate (200/s), a load the gateway sustains -> TTFT p99
+    (LiteLLM cannot keep up with it and is left out of this phase)
+  - saturation: 8 at a time, back to back -> TTFT p99 when the proxy is the bottleneck
   - throughput: 64 at a time for a few seconds -> requests/s, and the proxy's CPU per request
-Medians over rounds (with min-max) go to benchmarks/results/gateway_overhead.json and .md.
+Medians over rounds (with min-max) go to benchmarks/results/gateway_overhead-<time>.json and
+.md; every run keeps its own files, with the machine's load average, since a shared machine
+makes runs differ.
 """
 
 import argparse
@@ -16,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import secrets
 import shutil
 import signal
@@ -243,10 +248,13 @@ async def phase(
     session: aiohttp.ClientSession,
     target: Target,
     payload: bytes,
-    concurrency: int,
+    concurrency: int = 1,
     requests: int | None = None,
     seconds: float | None = None,
+    rate: float | None = None,
 ) -> dict[str, Any]:
+    """`concurrency` requests at a time (closed loop), or, with `rate`, Poisson arrivals at
+    that many requests/s whatever the answers' pace (open loop)."""
     url = target.url + "/v1/chat/completions"
     headers = {"Content-Type": "application/json", **target.headers}
     e2e: list[float] = []
@@ -255,19 +263,34 @@ async def phase(
     stop_at = time.perf_counter() + (seconds or 1e9)
     remaining = requests if requests is not None else 1 << 62
 
+    async def one() -> None:
+        nonlocal errors
+        res = await send_one(session, url, payload, headers)
+        if res.ok:
+            e2e.append(res.e2e)
+            ttft.append(res.ttft)
+        else:
+            errors += 1
+
     async def worker() -> None:
-        nonlocal remaining, errors
+        nonlocal remaining
         while remaining > 0 and time.perf_counter() < stop_at:
             remaining -= 1
-            res = await send_one(session, url, payload, headers)
-            if res.ok:
-                e2e.append(res.e2e)
-                ttft.append(res.ttft)
-            else:
-                errors += 1
+            await one()
+
+    async def arrivals(rate: float) -> None:
+        gaps = random.Random(0)
+        tasks = []
+        for _ in range(remaining):
+            tasks.append(asyncio.create_task(one()))
+            await asyncio.sleep(gaps.expovariate(rate))
+        await asyncio.gather(*tasks)
 
     cpu0, t0 = cpu_seconds(target.pid), time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if rate:
+        await arrivals(rate)
+    else:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - t0
     done = len(e2e)
     ms = lambda xs, q: float(np.percentile(np.asarray(xs) * 1000, q)) if xs else float("nan")  # noqa: E731
@@ -303,6 +326,16 @@ async def run_rounds(targets: list[Target], args: argparse.Namespace) -> list[di
                     "c1": await phase(
                         session, t, payload, 1, requests=50 if slow else args.latency_requests
                     ),
+                    # LiteLLM cannot keep up with this rate on these machines: no entry.
+                    **(
+                        {}
+                        if slow
+                        else {
+                            "rate": await phase(
+                                session, t, payload, rate=args.rate, requests=args.latency_requests
+                            )
+                        }
+                    ),
                     "c8": await phase(
                         session, t, payload, 8, requests=100 if slow else args.latency_requests
                     ),
@@ -332,6 +365,11 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "e2e_p50_ms_c1": spread([p["c1"]["e2e_p50_ms"] for p in per]),
             "e2e_p99_ms_c1": spread([p["c1"]["e2e_p99_ms"] for p in per]),
             "ttft_p99_ms_c8": spread([p["c8"]["ttft_p99_ms"] for p in per]),
+            **(
+                {"ttft_p99_ms_rate": spread([p["rate"]["ttft_p99_ms"] for p in per])}
+                if "rate" in per[0]
+                else {}
+            ),
             "req_per_s_c64": spread([p["c64"]["req_per_s"] for p in per]),
         }
         if name != "direct":
@@ -348,6 +386,13 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                     for p, q in zip(per, d, strict=True)
                 ]
             )
+            if "rate" in per[0]:
+                entry["added_ttft_p99_ms_rate"] = spread(
+                    [
+                        p["rate"]["ttft_p99_ms"] - q["rate"]["ttft_p99_ms"]
+                        for p, q in zip(per, d, strict=True)
+                    ]
+                )
             entry["added_ttft_p99_ms_c8"] = spread(
                 [
                     p["c8"]["ttft_p99_ms"] - q["c8"]["ttft_p99_ms"]
@@ -384,16 +429,19 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"Gateway overhead, {meta['date']}, {meta['machine']}: streaming chat "
         f"({meta['input_words']}-word prompt, 16 chunks) against a fast fake engine, "
         f"{meta['rounds']} alternating rounds; "
-        "median (min-max) over rounds.",
+        "median (min-max) over rounds; 1-minute load average "
+        f"{meta['load_average_at_start'][0]:.1f} at start, "
+        f"{meta['load_average_at_end'][0]:.1f} at end.",
         "",
-        "| path | added e2e p50, 1 conc. | added e2e p99, 1 conc. | added TTFT p99, 8 conc. "
+        "| path | added e2e p50, 1 conc. | added e2e p99, 1 conc. "
+        f"| added TTFT p99, {meta['rate']:.0f} req/s | added TTFT p99, 8 conc. "
         "| req/s, 64 conc. | x direct | proxy CPU/request |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, e in summary.items():
         lines.append(
             f"| {name} | {f(e, 'added_e2e_p50_ms_c1', ' ms')} | "
-            f"{f(e, 'added_e2e_p99_ms_c1', ' ms')} | "
+            f"{f(e, 'added_e2e_p99_ms_c1', ' ms')} | {f(e, 'added_ttft_p99_ms_rate', ' ms')} | "
             f"{f(e, 'added_ttft_p99_ms_c8', ' ms')} | {f(e, 'req_per_s_c64', '', 0)} | "
             f"{f(e, 'throughput_vs_direct')} | {f(e, 'cpu_ms_per_request_c64', ' ms')} |"
         )
@@ -420,13 +468,21 @@ def main() -> None:
         "--seconds", type=float, default=3.0, help="length of each 64-concurrent phase"
     )
     parser.add_argument(
+        "--rate", type=float, default=200.0, help="requests/s of the open-loop phase"
+    )
+    parser.add_argument(
         "--input-words", type=int, default=1024, help="prompt size (the common workload)"
     )
     parser.add_argument(
         "--litellm-cmd", help="the `litellm` executable (an anchor; skipped if absent)"
     )
     parser.add_argument("--no-litellm", action="store_true")
-    parser.add_argument("--output", type=Path, default=RESULTS / "gateway_overhead.json")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=RESULTS / time.strftime("gateway_overhead-%Y%m%d-%H%M.json"),
+        help="results JSON; a markdown summary is written beside it (.md)",
+    )
     args = parser.parse_args()
 
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="pli-bench-") as tmp:
@@ -455,6 +511,7 @@ def main() -> None:
             if anchor:
                 targets.append(anchor)
         print(f"paths: {', '.join(t.name for t in targets)} (engine pid {up.pid})", file=sys.stderr)
+        load_at_start = os.getloadavg()
         rounds = uvloop.run(run_rounds(targets, args))
 
     summary = summarize(rounds)
@@ -463,7 +520,10 @@ def main() -> None:
         "machine": f"{os.cpu_count()} cores, {platform.platform()}",
         "python": platform.python_version(),
         "rounds": args.rounds,
+        "rate": args.rate,
         "input_words": args.input_words,
+        # The machine may be shared: a busy one widens every spread (all paths alike).
+        "load_average_at_start": load_at_start,
         "load_average_at_end": os.getloadavg(),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -11,15 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from installer import keys
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
 from installer.bundle import push as bundle_push
+from installer.bundle import sign as bundle_sign
 from installer.bundle.manifest import Manifest
 from installer.inventory import Inventory, load_inventory
 from installer.preflight import HostReport, Needs, run_preflight
+from installer.prove import Proof, prove
 from installer.runlog import RunLog
 from installer.ssh import targets
+from installer.terraform import provision
 
 GIB = 1024**3
 
@@ -60,7 +64,7 @@ class UpResult:
 
     @property
     def success(self) -> bool:
-        return all(h.state == "ready" for h in self.hosts)
+        return all(h.state in ("ready", "checked") for h in self.hosts)
 
 
 def needs_for(inv: Inventory, man: Manifest) -> Needs:
@@ -101,6 +105,8 @@ def up(
     reporter: Reporter,
     *,
     bundle_path: Path | None = None,
+    trusted_keys: tuple[Path, ...] = (),
+    insecure: bool = False,
     check: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> UpResult:
@@ -110,13 +116,29 @@ def up(
     log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")
 
     with _timed(log, reporter, "provision"):
-        # baremetal: the hosts are taken as given; cloud providers come with the Terraform modules
-        reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
+        if inv.provider == "baremetal":
+            reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
+        else:
+            # Cloud hosts come from Terraform; --check reads them from the state, changing nothing.
+            inv = provision.provision(
+                inv, apply_changes=not check, bundle=bundle_path, note=reporter.note
+            )
+            log.log(f"provisioned {len(inv.hosts)} {inv.provider} host(s)")
 
     with _timed(log, reporter, "bundle"):
+        signature = "built here"
         if bundle_path:
-            root, man = bundle_build.open_bundle(bundle_path)
-            built = False
+            # Signature, then every byte, on this machine before any host is touched.
+            opened = bundle_build.open_bundle(
+                bundle_path, bundle_sign.Trust(tuple(trusted_keys), insecure)
+            )
+            root, man, built = opened.root, opened.manifest, False
+            signature = opened.signature.describe
+            if opened.signature.trusted_key is None:
+                reporter.note(f"[bold red]{signature}[/]")
+            else:
+                reporter.note(signature)
+            log.log(f"bundle {bundle_path}: {signature}")
         else:
             root, man, built = bundle_build.build(inv, progress=lambda m: reporter.note(f"fetching {m}"))
         reporter.note(
@@ -133,35 +155,55 @@ def up(
             )
 
     result = UpResult(inv, man, built, log.dir)
+    pushed: list[bundle_push.PushResult] = []
     if not check:
         with _timed(log, reporter, "push"):
             pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
             for p in pushed:
-                reporter.note(f"{p.host}: sent {p.sent_files} file(s), {p.sent_bytes / 1e6:.0f} MB; "
-                              f"{p.skipped_files} already there")
+                reporter.note(f"{p.host}: sent {p.sent_files} file(s), {p.sent_bytes / 1e6:.0f} MB "
+                              f"at {p.rate / 1e6:.0f} MB/s ({p.resumed_files} resumed); "
+                              f"{p.skipped_files} already there ({p.linked_files} linked from "
+                              "an earlier bundle); verified on the host")
+                log.log(f"push {p.host}: {p.__dict__}")
 
+    probe_secret = keys.ensure_probe_key()
+    keys_json = keys.render_hosts_file(keys.load())
     with _timed(log, reporter, "configure"):
-        inv_dir = render.write(inv, man, log.dir)
+        inv_dir = render.write(inv, man, log.dir, keys_json)
         pb = run_playbook("site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check)
     result.playbook = pb
+
+    proofs: dict[str, Proof] = {}
+    if pb.success and not check:
+        with _timed(log, reporter, "prove"):
+            proofs = {p.host: p for p in prove(inv, probe_secret)}
+            for p in proofs.values():
+                reporter.note(f"{p.host}: {'ok' if p.ok else 'FAILED'}: {p.detail}")
     result.phases = dict(log.phases)
 
     for host in inv.hosts:
         hr = pb.hosts.get(host.name)
-        ok = hr is not None and hr.success
+        proof = proofs.get(host.name)
+        ok = hr is not None and hr.success and (check or proof is None or proof.ok)
+        if not ok:
+            state = "unreachable" if hr and hr.unreachable else "failed"
+        else:
+            state = "checked" if check else "ready"
         result.hosts.append(HostSummary(
             name=host.name,
             address=host.address,
-            state=("checked" if check else "ready") if ok else ("unreachable" if hr and hr.unreachable else "failed"),
+            state=state,
             changed=hr.changed if hr else 0,
-            endpoint=f"http://127.0.0.1:{inv.ports.engine} (on host)",
+            endpoint=proof.endpoint if proof else f"http://{host.address}:{inv.ports.gateway}/v1",
             model=inv.model.served_name,
-            detail=_detail(hr, ok),
+            detail=proof.detail if proof and (proof.ok or (hr and hr.success)) else _detail(hr, ok),
         ))
     log.write_summary({
         "success": pb.success,
         "changed": result.changed,
         "bundle_id": man.bundle_id,
+        "bundle_signature": signature,
+        "push": [p.__dict__ for p in pushed],
         "release_id": man.release_id,
         "hosts": [h.__dict__ for h in result.hosts],
     })

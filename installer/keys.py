@@ -5,6 +5,7 @@ revocation, never the secret itself: the secret is shown once, at creation, and 
 shown again. Hosts get `render_hosts_file()`: the active keys' hashes and limits only.
 """
 
+import hmac
 import os
 import re
 import secrets
@@ -164,3 +165,32 @@ def render_hosts_file(store: KeyStore) -> str:
 def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:
     """Write the hosts' file atomically, so a gateway watching it never reads half a file."""
     _write_private(dest, render_hosts_file(store or load()))
+
+
+PROBE_KEY_NAME = "installer-probe"
+PROBE_RPM = 120
+
+
+def probe_secret_path() -> Path:
+    return state_dir() / "probe-key"
+
+
+def ensure_probe_key(path: Path | None = None) -> str:
+    """The installer's own key for proving a deployment answers through its gateways.
+
+    Unlike user keys its secret is kept (0600, beside the store) because every `installer up`
+    needs it; if the two ever disagree, the old key is revoked and a new one made.
+    """
+    secret_file = probe_secret_path()
+    store = load(path)
+    now = datetime.now(UTC)
+    active = [k for k in store.keys if k.name == PROBE_KEY_NAME and k.status(now) == "active"]
+    if secret_file.is_file():
+        secret = secret_file.read_text().strip()
+        if any(hmac.compare_digest(k.sha256, hash_secret(secret)) for k in active):
+            return secret
+    if active:
+        revoke(PROBE_KEY_NAME, path)
+    _record, secret = create(PROBE_KEY_NAME, rpm=PROBE_RPM, path=path)
+    _write_private(secret_file, secret + "\n")
+    return secret

@@ -18,7 +18,7 @@ from service.auth import KeyRing
 from service.config import Settings
 from service.errors import install_error_handlers
 from service.health import HealthChecker, probes
-from service.limits import Admission, AdmissionMiddleware, LocalLimiter, RedisLimiter
+from service.limits import Admission, AdmissionMiddleware, Limiter, LocalLimiter
 from service.metrics import Metrics
 from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
 from service.proxy import Upstream
@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> FastAPI:
         keys=KeyRing(settings.keys_file),  # a missing or bad file fails start-up, loudly
         # Ready means checked within three intervals: one missed check is not an outage.
         router=Router(settings.engines, ready_window_s=3 * settings.health_interval_s),
-        limiter=RedisLimiter(limits.redis_url, metrics) if limits.redis_url else LocalLimiter(),
+        limiter=_limiter(settings, metrics),
         metrics=metrics,
         admission=Admission(limits.max_in_flight),
         started_at=int(time.time()),
@@ -95,6 +95,14 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.add_middleware(AccessLogMiddleware, log=access_log, metrics=metrics)
     return app
+
+
+def _limiter(settings: Settings, metrics: Metrics) -> Limiter:
+    if settings.limits.redis_url is None:
+        return LocalLimiter()
+    from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
+
+    return RedisLimiter(settings.limits.redis_url, metrics)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

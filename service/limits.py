@@ -2,26 +2,21 @@
 
 Limits are token buckets refilled continuously. A request reserves one request and
 prompt + max_tokens tokens up front; when it ends, the difference with the real usage is
-given back (or taken). With `redis_url` the buckets live in Redis, checked and reserved
-atomically by a Lua script on Redis's clock, so every gateway of a deployment shares them.
+given back (or taken). With `redis_url` the buckets live in Redis instead (redis_limits.py),
+so every gateway of a deployment shares them.
 """
 
-import logging
 import math
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import ApiKey
 from service.errors import GatewayError, send_error
 from service.metrics import Metrics
 from service.schemas import ChatMessage
-
-log = logging.getLogger("service.limits")
 
 
 class Limiter(Protocol):
@@ -78,67 +73,6 @@ class LocalLimiter:
 
     async def close(self) -> None:
         return None
-
-
-# The same bucket arithmetic as LocalLimiter, on Redis's clock (TIME) so that gateways with
-# skewed clocks agree. A limit of 0 means unlimited. The record lives until its buckets are
-# full again, so a debt taken at reconciliation is not forgiven by expiry.
-_BUCKET_LUA = """
-local rpm, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local b = redis.call('HMGET', KEYS[1], 'r', 't', 's')
-local r, tk = tonumber(b[1]) or rpm, tonumber(b[2]) or tpm
-local dt = math.max(0, now - (tonumber(b[3]) or now))
-if rpm > 0 then r = math.min(rpm, r + dt * rpm / 60) end
-if tpm > 0 then tk = math.min(tpm, tk + dt * tpm / 60) end
-local wait = 0
-if ARGV[4] == 'reserve' then
-  if rpm > 0 and r < 1 then wait = (1 - r) * 60 / rpm end
-  if tpm > 0 and tk < n then wait = math.max(wait, (n - tk) * 60 / tpm) end
-  if wait == 0 then r = r - 1; tk = tk - n end
-elseif tpm > 0 then
-  tk = math.min(tpm, tk + n)
-end
-redis.call('HSET', KEYS[1], 'r', r, 't', tk, 's', now)
-local ttl = 60
-if tpm > 0 and tk < tpm then ttl = math.max(ttl, (tpm - tk) * 60 / tpm) end
-redis.call('EXPIRE', KEYS[1], math.ceil(ttl) + 1)
-return tostring(wait)
-"""
-
-
-class RedisLimiter:
-    """Buckets in Redis, shared by all gateways. If Redis cannot be reached the request is
-    admitted (limits protect fairness, not access: authentication stays local), counted in
-    `pli_gateway_limiter_errors_total` and logged at most every 10 s."""
-
-    def __init__(self, url: str, metrics: Metrics) -> None:
-        self._redis = aioredis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-        self._script = self._redis.register_script(_BUCKET_LUA)
-        self._metrics = metrics
-        self._last_warning = 0.0
-
-    async def _run(self, key: ApiKey, tokens: int, mode: str) -> float:
-        try:
-            args: list[int | str] = [key.rpm or 0, key.tpm or 0, tokens, mode]
-            return float(await self._script(keys=[f"pli:limit:{key.name}"], args=args))
-        except (RedisError, OSError) as exc:
-            self._metrics.limiter_errors.inc()
-            if time.monotonic() - self._last_warning > 10:
-                self._last_warning = time.monotonic()
-                log.warning("rate limits not enforced: redis unavailable: %s", exc)
-            return 0.0
-
-    async def reserve(self, key: ApiKey, tokens: int) -> float:
-        return await self._run(key, tokens, "reserve")
-
-    async def adjust(self, key: ApiKey, tokens: int) -> None:
-        if key.tpm:
-            await self._run(key, tokens, "adjust")
-
-    async def close(self) -> None:
-        await self._redis.aclose()
 
 
 async def reserve_or_raise(limiter: Limiter, key: ApiKey, tokens: int) -> int:

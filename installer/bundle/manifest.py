@@ -1,7 +1,12 @@
 """The bundle manifest: every file with size and sha256, component versions, and the target.
 
 The bundle id is the sha256 of the sorted (path, sha256, size) list, so two bundles with the
-same bytes have the same id, and the id alone names a release on the hosts.
+same bytes have the same id. The release id (what a host's release directory is named after)
+covers the same list without the playbooks: a change to the configuration code alone reuses
+the release (its venv, weights and running engine) instead of making a new one.
+
+manifest.json is what gets signed (manifest.json.sig, see sign.py); bundle.sha256 is derived
+from it, and `verify` checks that it is, so a host that checks bundle.sha256 checks the signed list.
 """
 
 import hashlib
@@ -15,6 +20,11 @@ from installer.hashing import sha256_files
 
 MANIFEST = "manifest.json"
 CHECKSUMS = "bundle.sha256"  # sha256sum format, so hosts verify with coreutils alone
+SIGNATURE = "manifest.json.sig"
+# Not listed in the manifest: the manifest itself, what is derived from it, what signs it.
+META_FILES = (MANIFEST, SIGNATURE, CHECKSUMS)
+# Configuration code: part of the bundle (and of its signature), not of the release identity.
+PLAYBOOKS_PREFIX = "playbooks/"
 FORMAT = 1
 
 
@@ -42,7 +52,11 @@ class Manifest:
 
     @property
     def release_id(self) -> str:
-        return "r-" + self.bundle_id[:12]
+        digest = hashlib.sha256()
+        for f in sorted(self.files, key=lambda f: f.path):
+            if not f.path.startswith(PLAYBOOKS_PREFIX):
+                digest.update(f"{f.path}\0{f.sha256}\0{f.size}\n".encode())
+        return "r-" + digest.hexdigest()[:12]
 
     @property
     def total_size(self) -> int:
@@ -78,25 +92,27 @@ class Manifest:
 
 
 def scan(root: Path) -> list[FileEntry]:
-    """Hash every regular file under root (except the manifest and checksum list themselves)."""
+    """Hash every regular file under root (except the manifest, its signature and checksum list)."""
     paths = sorted(
         p for p in root.rglob("*")
-        if p.is_file() and p.relative_to(root).as_posix() not in (MANIFEST, CHECKSUMS)
+        if p.is_file() and p.relative_to(root).as_posix() not in META_FILES
     )
     hashes = sha256_files(paths)
     return [FileEntry(p.relative_to(root).as_posix(), p.stat().st_size, hashes[p]) for p in paths]
 
 
-def verify(root: Path) -> Manifest:
-    """Check every file of a bundle directory against its manifest; raise BundleError naming each problem."""
+def parse(text: str | bytes, where: Path) -> Manifest:
+    """A Manifest from manifest.json's bytes, or BundleError saying the file is unusable."""
     try:
-        man = Manifest.from_json((root / MANIFEST).read_text())
-    except FileNotFoundError as exc:
-        raise BundleError(f"{root} is not a bundle: it has no {MANIFEST}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BundleError(f"{root}/{MANIFEST} is unreadable: {exc}") from exc
+        return Manifest.from_json(text.decode() if isinstance(text, bytes) else text)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{where} is unreadable: {exc}") from exc
+
+
+def compare(man: Manifest, present: dict[str, FileEntry]) -> list[str]:
+    """Problems of `present` (what a bundle holds) against the manifest; empty when they agree."""
+    present = dict(present)
     problems: list[str] = []
-    present = {f.path: f for f in scan(root)}
     for entry in man.files:
         got = present.pop(entry.path, None)
         if got is None:
@@ -106,9 +122,32 @@ def verify(root: Path) -> Manifest:
         elif got.sha256 != entry.sha256:
             problems.append(f"{entry.path}: sha256 mismatch (file changed or corrupted)")
     problems += [f"{path}: not listed in the manifest" for path in sorted(present)]
+    return problems
+
+
+def verify(root: Path, manifest_bytes: bytes | None = None) -> Manifest:
+    """Check every file of a bundle directory against its manifest; BundleError names each problem.
+
+    `manifest_bytes`: the manifest already read (and its signature checked) by the caller, so
+    the list checked is exactly the list signed, whatever happens to the file meanwhile.
+    """
+    if manifest_bytes is None:
+        try:
+            manifest_bytes = (root / MANIFEST).read_bytes()
+        except FileNotFoundError as exc:
+            raise BundleError(f"{root} is not a bundle: it has no {MANIFEST}") from exc
+    man = parse(manifest_bytes, root / MANIFEST)
+    problems = compare(man, {f.path: f for f in scan(root)})
+    try:
+        checksums_ok = (root / CHECKSUMS).read_text() == man.checksums_text()
+    except (OSError, UnicodeDecodeError):
+        checksums_ok = False
+    if not checksums_ok:
+        problems.append(f"{CHECKSUMS}: does not match {MANIFEST} (hosts check files against it)")
     if problems:
         raise BundleError(
-            f"bundle {root} failed verification ({len(problems)} problem(s)); rebuild or re-copy it",
+            f"bundle {root} failed verification ({len(problems)} problem(s)); "
+            "rebuild or re-copy it",
             problems[:20],
         )
     return man

@@ -176,8 +176,9 @@ def pip_download_command(
     python: str = sys.executable,
 ) -> list[str]:
     """The pip invocation that resolves `requirements` for the target, wheels only."""
-    if not re.fullmatch(r"\d+\.\d+", python_version):
-        raise BundleError(f"python_version must look like '3.11', got {python_version!r}")
+    # major.minor, or major.minor.micro when markers test python_full_version (redis does).
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", python_version):
+        raise BundleError(f"python_version must look like '3.11' or '3.11.2', got {python_version!r}")
     if not platform_tags:
         raise BundleError("platform_tags is empty: give at least one, e.g. manylinux_2_28_x86_64")
     argv = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-input"]

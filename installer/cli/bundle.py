@@ -1,38 +1,262 @@
-"""`installer bundle build|verify`: the offline bundle on the control machine."""
+"""`installer bundle build|verify|keygen|inspect|diff`: offline bundles on the control machine."""
 
+import json
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.filesize import decimal
 
 from installer.bundle import build as bundle_build
+from installer.bundle import contents, sign
+from installer.bundle.manifest import MANIFEST, Manifest, parse
 from installer.cli import app
 from installer.inventory import load_inventory
-from installer.ui import console
+from installer.ui import console, table
 
-bundle_app = typer.Typer(help="Build and verify offline bundles.", no_args_is_help=True)
+bundle_app = typer.Typer(
+    help="Build, sign, verify, inspect and compare offline bundles.", no_args_is_help=True
+)
 app.add_typer(bundle_app, name="bundle")
+
+BundleArg = Annotated[
+    Path, typer.Argument(help="Bundle tar file or directory.", show_default=False)
+]
+TrustedKeysOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--trusted-key",
+        help="Public key (.pub) whose signatures are accepted; repeatable. "
+        "Default: every *.pub under .installer/keys/.",
+        show_default=False,
+    ),
+]
+InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure",
+        help="Accept an unsigned or untrusted bundle (checksums are still checked). Unsafe.",
+    ),
+]
+
+
+def warn_insecure(check: sign.SignatureCheck) -> None:
+    """Say loudly, on its own lines, that a bundle's origin was not established."""
+    if check.trusted_key is None:
+        console.print(f"[bold red on yellow] INSECURE [/] [bold red]{check.insecure_reason}[/]")
+        console.print(
+            "[bold red]           --insecure: this bundle's origin is NOT verified; "
+            "anyone who could change it could run code as root on every host.[/]"
+        )
 
 
 @bundle_app.command("build")
 def build_cmd(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory YAML file.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle tar file to write.")],
+    sign_key: Annotated[
+        Path | None,
+        typer.Option(
+            help="ed25519 private key to sign with. Default: .installer/keys/bundle-signing.key "
+            "when it exists (make it with `installer bundle keygen`).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Collect every byte the inventory's hosts need into one checksummed bundle file."""
+    """Collect every byte the inventory's hosts need into one checksummed, signed bundle file."""
     inv = load_inventory(inventory)
+    key = sign_key or (sign.default_private_key() if sign.default_private_key().is_file() else None)
+    private = sign.load_private_key(key) if key is not None else None  # a bad key fails first
     root, man, built = bundle_build.build(inv, progress=lambda m: console.print(f"  fetching {m}"))
-    bundle_build.write_tar(root, output)
+    signature = sign.signature_for((root / MANIFEST).read_bytes(), private) if private else None
+    bundle_build.write_tar(root, output, signature=signature)
     console.print(
         f"[green]{'built' if built else 'cached'}[/] bundle {man.bundle_id[:12]} "
         f"({len(man.files)} files, {man.total_size / 1e9:.2f} GB) -> {output}"
     )
+    if private is None:
+        console.print(
+            "[yellow]unsigned:[/] no signing key (make one with `installer bundle keygen`); "
+            "`installer up --bundle` refuses unsigned bundles unless given --insecure"
+        )
+    else:
+        console.print(f"signed with key {sign.key_id(private.public_key())} ({key})")
 
 
 @bundle_app.command("verify")
 def verify_cmd(
-    bundle: Annotated[Path, typer.Argument(help="Bundle tar file or directory.")],
+    bundle: BundleArg,
+    trusted_key: TrustedKeysOpt = None,
+    insecure: InsecureOpt = False,
 ) -> None:
-    """Check every file of a bundle against its manifest (size and sha256)."""
-    _root, man = bundle_build.open_bundle(bundle)
-    console.print(f"[green]OK[/] bundle {man.bundle_id[:12]}: {len(man.files)} files verified")
+    """Check a bundle's signature, then every file against its manifest (size and sha256)."""
+    start = time.monotonic()
+    man, check = bundle_build.check_bundle(bundle, sign.Trust(tuple(trusted_key or ()), insecure))
+    seconds = time.monotonic() - start
+    warn_insecure(check)
+    console.print(
+        f"[green]OK[/] bundle {man.bundle_id[:12]}: {len(man.files)} files, "
+        f"{decimal(man.total_size)} verified in {seconds:.1f} s "
+        f"({decimal(int(man.total_size / max(seconds, 1e-9)))}/s)"
+    )
+    if check.trusted_key is not None:
+        console.print(check.describe)
+
+
+@bundle_app.command("keygen")
+def keygen_cmd(
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Where to write the key pair. Default: .installer/keys/."),
+    ] = None,
+    name: Annotated[str, typer.Option(help="File name of the pair (NAME.key, NAME.pub).")] = (
+        sign.KEY_NAME
+    ),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing key pair.")] = False,
+) -> None:
+    """Make an ed25519 key pair to sign bundles with (private key 0600, public key to share)."""
+    pair = sign.keygen(directory, name, force=force)
+    console.print(f"[green]created[/] key {pair.key_id}")
+    console.print(f"  private: {pair.private_key} (mode 600; keep it on the build machine)")
+    console.print(f"  public:  {pair.public_key}")
+    console.print(
+        "Copy the public key to the control machine that installs (into its .installer/keys/, "
+        "or pass --trusted-key), and compare the key id out of band."
+    )
+
+
+def _manifest_of(bundle: Path) -> tuple[Manifest, bytes, bytes | None]:
+    manifest_bytes, sig = bundle_build.read_meta(bundle)
+    return parse(manifest_bytes, bundle), manifest_bytes, sig
+
+
+def _signature_line(manifest_bytes: bytes, sig: bytes | None, trusted: list[Path] | None) -> str:
+    check = sign.check_signature(
+        manifest_bytes, sig, sign.Trust(tuple(trusted or ()), insecure=True), "inspected"
+    )
+    if check.trusted_key is not None:
+        return f"[green]{check.describe}[/]"
+    return f"[yellow]{check.insecure_reason}[/]"
+
+
+@bundle_app.command("inspect")
+def inspect_cmd(
+    bundle: BundleArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    trusted_key: TrustedKeysOpt = None,
+) -> None:
+    """Show what a bundle holds: components, versions, files and size (from its manifest)."""
+    man, manifest_bytes, sig = _manifest_of(bundle)
+    groups = contents.by_component(man)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "bundle_id": man.bundle_id,
+                    "release_id": man.release_id,
+                    "target": man.target,
+                    "files": len(man.files),
+                    "size": man.total_size,
+                    "signed": sig is not None,
+                    "size_by_kind": contents.size_by_kind(man),
+                    "components": [
+                        {
+                            "kind": g.component.kind,
+                            "name": g.component.name,
+                            "version": g.component.version,
+                            "files": len(g.files),
+                            "size": g.size,
+                        }
+                        for g in groups
+                    ],
+                },
+                indent=1,
+            )
+        )
+        return
+    target = ", ".join(f"{k} {v}" for k, v in sorted(man.target.items()))
+    console.print(
+        f"bundle {man.bundle_id[:12]} (release {man.release_id}) for {target}: "
+        f"{len(man.files)} files, {decimal(man.total_size)}"
+    )
+    console.print(f"signature: {_signature_line(manifest_bytes, sig, trusted_key)}")
+    rows = [
+        [
+            g.component.kind,
+            g.component.name,
+            g.component.version or "-",
+            str(len(g.files)),
+            decimal(g.size),
+        ]
+        for g in groups
+    ]
+    console.print(table("contents", ["kind", "component", "version", "files", "size"], rows))
+    kinds = ", ".join(f"{k} {decimal(v)}" for k, v in contents.size_by_kind(man).items())
+    console.print(f"by kind: {kinds}")
+    console.print("[dim](from the manifest; `installer bundle verify` checks every byte)[/]")
+
+
+@bundle_app.command("diff")
+def diff_cmd(
+    old: Annotated[Path, typer.Argument(help="The bundle the hosts run now.", show_default=False)],
+    new: Annotated[Path, typer.Argument(help="The bundle to upgrade to.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """What an upgrade from OLD to NEW changes: components, files, and bytes sent to each host."""
+    d = contents.diff(_manifest_of(old)[0], _manifest_of(new)[0])
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "old": {"bundle_id": d.old.bundle_id, "release_id": d.old.release_id},
+                    "new": {"bundle_id": d.new.bundle_id, "release_id": d.new.release_id},
+                    "components": [c.__dict__ for c in d.components],
+                    "files": {
+                        "added": len(d.added_files),
+                        "removed": len(d.removed_files),
+                        "changed": len(d.changed_files),
+                    },
+                    "transfer_bytes": d.transfer_bytes,
+                    "new_size": d.new.total_size,
+                },
+                indent=1,
+            )
+        )
+        return
+    console.print(f"{old} ({d.old.bundle_id[:12]}) -> {new} ({d.new.bundle_id[:12]})")
+    sign_of = {"added": "[green]+[/]", "removed": "[red]-[/]", "changed": "[yellow]~[/]"}
+    rows = [
+        [
+            sign_of[c.change],
+            c.kind,
+            c.name,
+            c.old_version or "-",
+            c.new_version or "-",
+            f"{'+' if c.new_size >= c.old_size else '-'}{decimal(abs(c.new_size - c.old_size))}",
+        ]
+        for c in d.components
+    ]
+    if rows:
+        console.print(
+            table("component changes", ["", "kind", "component", "old", "new", "size change"], rows)
+        )
+    else:
+        console.print("no component changes")
+    console.print(
+        f"files: {len(d.added_files)} added, {len(d.removed_files)} removed, "
+        f"{len(d.changed_files)} changed"
+    )
+    console.print(
+        f"to send to each host that holds the old bundle: {decimal(d.transfer_bytes)} "
+        f"of {decimal(d.new.total_size)}"
+    )
+    if d.same_release:
+        console.print(
+            f"release {d.new.release_id} stays (configuration code only): no engine reinstall"
+        )
+    else:
+        console.print(
+            f"release {d.old.release_id} -> {d.new.release_id}: hosts get a new release "
+            "(engine environment, weights) and their engines restart"
+        )

@@ -33,6 +33,22 @@ def up(
         Path | None,
         typer.Option(help="Prebuilt bundle (tar or directory); default: build it here (cached)."),
     ] = None,
+    trusted_key: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--trusted-key",
+            help="Public key (.pub) whose bundle signatures are accepted; repeatable. "
+            "Default: every *.pub under .installer/keys/.",
+            show_default=False,
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Accept an unsigned or untrusted --bundle (checksums are still checked). Unsafe.",
+        ),
+    ] = False,
     check: Annotated[
         bool, typer.Option("--check", help="Show what would change on the hosts; change nothing.")
     ] = False,
@@ -40,7 +56,15 @@ def up(
     """Validate, bundle, preflight, push and configure: bring every host to a serving state."""
     inv = load_inventory(inventory)
     reporter = RichReporter([h.name for h in inv.hosts])
-    result = deploy.up(inventory, reporter, bundle_path=bundle, check=check)
+    if insecure and bundle:
+        console.print(
+            "[bold red on yellow] INSECURE [/] [bold red]--insecure: the bundle is used even if it "
+            "is unsigned or signed by an unknown key; its origin is not verified[/]"
+        )
+    result = deploy.up(
+        inventory, reporter, bundle_path=bundle, check=check,
+        trusted_keys=tuple(trusted_key or ()), insecure=insecure,
+    )
     rows = [
         [h.name, h.address, h.state, str(h.changed), h.endpoint, h.model, h.detail[:80]]
         for h in result.hosts

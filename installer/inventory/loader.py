@@ -34,6 +34,9 @@ _FIXES = {
 }
 
 
+_PUBLIC_KEY_TYPES = ("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-nistp")
+
+
 def _walk(node: yaml.Node, loc: Loc, lines: dict[Loc, int], dups: list[str], src: str) -> None:
     lines[loc] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -116,6 +119,7 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
     fix(data.get("model"), "path")
     fix(data.get("ssh"), "private_key")
     fix(data.get("ssh"), "known_hosts")
+    fix(data.get("cloud"), "ssh_public_key")
     for host in data.get("hosts") or []:
         if isinstance(host, dict):
             fix(host.get("ssh"), "private_key")
@@ -144,6 +148,20 @@ def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Itera
     for loc, path in keys:
         if path is not None and not path.is_file():
             yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {path} does not exist; fix the path"
+    if inv.cloud is not None:
+        line = _line_for(("cloud", "ssh_public_key"), lines)
+        yield from _check_public_key(inv.cloud.ssh_public_key, line, src)
+
+
+def _check_public_key(path: Path, line: int, src: str) -> Iterator[str]:
+    where = f"{src}:{line}: cloud.ssh_public_key"
+    try:
+        first = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        yield f"{where}: cannot read {path} ({exc.__class__.__name__}); point it at your .pub file"
+        return
+    if not first.startswith(_PUBLIC_KEY_TYPES) or len(first.split()) < 2:
+        yield f"{where}: {path} is not an OpenSSH public key; point it at the .pub file"
 
 
 def load_inventory(path: Path | str) -> Inventory:

@@ -4,11 +4,20 @@ Paths are resolved against the inventory file's directory by the loader (see `re
 so models only check shape; checks that touch the filesystem live in `check_files`.
 """
 
-from ipaddress import ip_address
+import re
+from ipaddress import ip_address, ip_network
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 # DNS label rules: these names become host names, systemd unit suffixes and file names.
@@ -80,15 +89,221 @@ class Ports(_Strict):
         return self
 
 
+class Disk(_Strict):
+    size_gb: Annotated[int, Field(ge=1, le=65536)]
+    type: str | None = None  # the provider's disk type name; None: the module's default
+
+
+class GPU(_Strict):
+    """GPU model and count per instance, for instance types the provider module does not know."""
+
+    type: str
+    count: Annotated[int, Field(ge=0, le=64)]
+
+
+class _Cloud(_Strict):
+    """What every cloud provider module takes; each subclass sets the formats its cloud uses.
+
+    Checked here, before any API call: a region the cloud does not have, a malformed instance
+    type or image id, and SSH opened to the whole internet without the explicit override.
+    """
+
+    REGIONS: ClassVar[frozenset[str]]
+    ZONE: ClassVar[str]  # regex; {region} is replaced by the region
+    INSTANCE_TYPE: ClassVar[str]
+    IMAGE: ClassVar[str]
+    EXAMPLES: ClassVar[dict[str, str]]
+
+    region: str
+    zone: str
+    instance_type: str
+    image: str
+    count: Annotated[int, Field(ge=1, le=64)] = 1
+    system_disk: Disk = Disk(size_gb=100)
+    data_disks: Annotated[list[Disk], Field(max_length=7)] = Field(default_factory=list)
+    # Declared before allowed_cidrs so that validator can see it.
+    allow_ssh_from_anywhere: bool = False
+    allowed_cidrs: Annotated[list[str], Field(min_length=1)]
+    ssh_public_key: Path = Field(description="OpenSSH public key file installed on the hosts")
+    public_ip: bool = True
+    vpc_cidr: str = "10.80.0.0/16"
+    subnet_cidr: str = "10.80.1.0/24"
+    gpu: GPU | None = None
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if value not in cls.REGIONS:
+            known = ", ".join(sorted(cls.REGIONS))
+            raise ValueError(f"unknown region {value!r}; use one of: {known}")
+        return value
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str, info: ValidationInfo) -> str:
+        region = info.data.get("region")
+        if region and not re.fullmatch(cls.ZONE.format(region=re.escape(region)), value):
+            example = cls.EXAMPLES["zone"]
+            raise ValueError(f"zone {value!r} is not in {region} (expected like {example!r})")
+        return value
+
+    @field_validator("instance_type", "image")
+    @classmethod
+    def _shape(cls, value: str, info: ValidationInfo) -> str:
+        field = str(info.field_name)
+        pattern = cls.INSTANCE_TYPE if field == "instance_type" else cls.IMAGE
+        if not re.fullmatch(pattern, value):
+            example = cls.EXAMPLES[field]
+            raise ValueError(f"malformed {field} {value!r} (expected like {example!r})")
+        return value
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for cidr in value:
+            try:
+                net = ip_network(cidr)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR block ({exc})") from None
+            if net.prefixlen == 0 and not info.data.get("allow_ssh_from_anywhere"):
+                raise ValueError(
+                    f"{cidr} opens SSH to the whole internet; list your own ranges, or set "
+                    "cloud.allow_ssh_from_anywhere: true to accept that"
+                )
+        return value
+
+    @field_validator("vpc_cidr", "subnet_cidr")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        try:
+            ip_network(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a CIDR block ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _subnet_in_vpc(self) -> "_Cloud":
+        subnet, vpc = ip_network(self.subnet_cidr), ip_network(self.vpc_cidr)
+        if subnet.version != vpc.version or not subnet.subnet_of(vpc):  # type: ignore[arg-type]
+            raise ValueError(f"subnet_cidr {subnet} is not inside vpc_cidr {vpc}")
+        return self
+
+
+class AWSCloud(_Cloud):
+    REGIONS = frozenset({
+        "us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "ca-west-1",
+        "sa-east-1", "mx-central-1", "eu-central-1", "eu-central-2", "eu-west-1", "eu-west-2",
+        "eu-west-3", "eu-south-1", "eu-south-2", "eu-north-1", "il-central-1", "me-south-1",
+        "me-central-1", "af-south-1", "ap-east-1", "ap-south-1", "ap-south-2", "ap-northeast-1",
+        "ap-northeast-2", "ap-northeast-3", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3",
+        "ap-southeast-4", "ap-southeast-5", "ap-southeast-7", "cn-north-1", "cn-northwest-1",
+        "us-gov-east-1", "us-gov-west-1",
+    })
+    ZONE = r"{region}[a-z]"
+    INSTANCE_TYPE = (
+        r"[a-z][a-z0-9-]*\.(nano|micro|small|medium|large|[0-9]*xlarge|metal(-[0-9]+xl)?)"
+    )
+    IMAGE = r"ami-[0-9a-f]{8,17}"
+    EXAMPLES = {
+        "zone": "us-east-1a", "instance_type": "g5.xlarge", "image": "ami-0123456789abcdef0"
+    }
+
+    # An AWS-compatible EC2 API (a private region, or a local emulator in tests): the provider
+    # then skips the AWS-only account and credential checks.
+    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
+
+
+class TencentCloud(_Cloud):
+    # Regions of the CVM API (Tencent Cloud API reference, 2025).
+    REGIONS = frozenset({
+        "ap-bangkok", "ap-beijing", "ap-chengdu", "ap-chongqing", "ap-guangzhou", "ap-hongkong",
+        "ap-jakarta", "ap-nanjing", "ap-seoul", "ap-shanghai", "ap-shanghai-fsi",
+        "ap-shenzhen-fsi", "ap-singapore", "ap-tokyo", "eu-frankfurt", "na-ashburn",
+        "na-siliconvalley", "sa-saopaulo",
+    })
+    ZONE = r"{region}-[0-9]+"
+    INSTANCE_TYPE = r"[A-Z][A-Za-z0-9]*\.[0-9]*[A-Z]+[0-9]*"
+    IMAGE = r"img-[a-z0-9]{8}"
+    EXAMPLES = {"zone": "ap-guangzhou-6", "instance_type": "GN7.2XLARGE32", "image": "img-487zeit5"}
+
+    # PREPAID is left out on purpose: a prepaid CVM cannot be destroyed before it expires.
+    instance_charge_type: Literal["POSTPAID_BY_HOUR", "SPOTPAID"] = "POSTPAID_BY_HOUR"
+    internet_max_bandwidth_out: Annotated[int, Field(ge=1, le=1000)] = 10
+    project_id: Annotated[int, Field(ge=0)] = 0
+
+
+class JDCloud(_Cloud):
+    REGIONS = frozenset({"cn-north-1", "cn-east-1", "cn-east-2", "cn-south-1"})
+    ZONE = r"{region}[a-z]"
+    INSTANCE_TYPE = r"[a-z]+\.[a-z0-9]+\.[a-z0-9]+"
+    IMAGE = r"img-[a-z0-9]+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    EXAMPLES = {"zone": "cn-north-1a", "instance_type": "g.n2.xlarge", "image": "img-m5s0tb1jgo"}
+
+    eip_bandwidth_mbps: Annotated[int, Field(ge=1, le=200)] = 10
+    eip_provider: Literal["bgp", "no_bgp"] = "bgp"
+
+
+CloudSettings = AWSCloud | TencentCloud | JDCloud
+CLOUD_MODELS: dict[str, type[_Cloud]] = {
+    "aws": AWSCloud, "tencentcloud": TencentCloud, "jdcloud": JDCloud
+}
+
+
 class Inventory(_Strict):
     deployment: Name
-    # Cloud providers arrive with the Terraform modules; until then only hosts given as-is.
-    provider: Literal["baremetal"] = "baremetal"
+    # baremetal: the hosts are listed below. Cloud providers: Terraform creates them from `cloud`.
+    provider: Literal["baremetal", "aws", "tencentcloud", "jdcloud"] = "baremetal"
+    cloud: CloudSettings | None = Field(None, validate_default=True)
     ssh: SSHSettings = SSHSettings()
-    hosts: Annotated[list[Host], Field(min_length=1)]
+    hosts: list[Host] = Field(None, validate_default=True)  # type: ignore[assignment]
     model: Model
     engine: Engine = Engine()
     ports: Ports = Ports()
+
+    @field_validator("cloud", mode="before")
+    @classmethod
+    def _cloud_for_provider(cls, value: Any, info: ValidationInfo) -> Any:
+        provider = info.data.get("provider")
+        if provider is None:
+            return None  # the provider itself is wrong; that error is the one to read
+        model = CLOUD_MODELS.get(provider)
+        if model is None:
+            if value is not None:
+                raise ValueError(
+                    f"provider {provider} takes no cloud section; remove it or pick a cloud one"
+                )
+            return None
+        if value is None:
+            raise PydanticCustomError(
+                "missing", "Field required (provider {provider} creates hosts from this section)",
+                {"provider": provider},
+            )
+        # Validated here so errors carry the right model's field names (and their file:line).
+        return value if isinstance(value, model) else model.model_validate(value)
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _hosts_for_provider(cls, value: Any, info: ValidationInfo) -> Any:
+        provider = info.data.get("provider", "baremetal")
+        if value is None:
+            if provider == "baremetal":
+                raise PydanticCustomError("missing", "Field required")
+            return []
+        if provider != "baremetal" and value:
+            raise ValueError(
+                f"provider {provider} creates its hosts with Terraform; remove hosts "
+                "(or use provider: baremetal for machines that exist)"
+            )
+        return value
+
+    @field_validator("hosts")
+    @classmethod
+    def _some_hosts(cls, value: list[Host], info: ValidationInfo) -> list[Host]:
+        if info.data.get("provider", "baremetal") == "baremetal" and not value:
+            raise PydanticCustomError(
+                "too_short", "List should have at least 1 item after validation, not 0"
+            )
+        return value
 
     def host_ssh(self, host: Host) -> tuple[str, int, Path | None]:
         """Effective (user, port, private key) for a host: its overrides, else the defaults."""

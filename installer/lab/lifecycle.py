@@ -12,7 +12,7 @@ from rich.progress import Progress, TaskID
 
 from installer.errors import InstallerError, LabError
 from installer.lab import hosts as lab_hosts
-from installer.lab import inventory, naming, network, processes, rootfs, sshkeys, state
+from installer.lab import control_ns, inventory, naming, network, processes, rootfs, sshkeys, state
 from installer.lab.hosts import SSHAccess
 from installer.lab.naming import HostPlan, LabPlan
 from installer.lab.state import HostRecord, LabState
@@ -393,6 +393,7 @@ def down(name: str = DEFAULT_NAME) -> None:
         outcomes = dict(zip(targets, _parallel(stop, targets.items(), len(targets)), strict=True))
         still_running = {root for root, outcome in outcomes.items() if outcome == "still running"}
 
+        control_ns.remove(name)  # an air-gap test's control namespace, if one was left
         for ns in network.lab_netns(name):
             # Anything still inside a host's namespace is ours; it must go before the namespace.
             processes.kill_pids(processes.pids_in_netns(network.NETNS_DIR / ns))
@@ -435,6 +436,7 @@ def leftovers(name: str = DEFAULT_NAME) -> list[str]:
         pids = processes.pids_in_netns(network.NETNS_DIR / ns)
         if pids:
             found.append(f"{len(pids)} processes in network namespace {ns} (e.g. PID {pids[0]})")
+    found += control_ns.leftovers(name)
     found += [f"mount {m}" for m in processes.mounts_under(state.lab_dir(name))]
     found += [f"directory {d}" for host in _host_dirs(name) for d in sorted(host.glob("rootfs*"))]
     return found

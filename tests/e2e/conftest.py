@@ -69,7 +69,17 @@ def lab_hosts(e2e_state: Path):
 
 
 @pytest.fixture(scope="session")
-def deployed(lab_hosts, e2e_state: Path) -> Run:
+def api_key(e2e_state: Path) -> str:
+    """A user's API key, made with the real CLI before the first deploy sends its hash out."""
+    proc = installer("keys", "create", "--name", "e2e-user", "--rpm", "1000")
+    assert proc.returncode == 0, proc.stderr
+    secret = next(line for line in proc.stdout.splitlines() if line.startswith("sk-pli-"))
+    assert secret not in (e2e_state / "keys.json").read_text()  # only its hash is stored
+    return secret
+
+
+@pytest.fixture(scope="session")
+def deployed(lab_hosts, e2e_state: Path, api_key: str) -> Run:
     """The first `installer up` onto the fresh lab; every slow check shares this deployment."""
     start = time.monotonic()
     proc = installer("up", "--inventory", str(lab_hosts.inventory_path))

@@ -27,12 +27,43 @@ def test_first_up_reports_every_host_ready(deployed: Run, lab_hosts) -> None:
     states = {h["name"]: h["state"] for h in deployed.summary["hosts"]}
     assert states == {h.name: "ready" for h in lab_hosts.hosts}
     assert deployed.summary["changed"] > 0
-    for phase in ("bundle", "preflight", "push", "configure"):
+    for phase in ("bundle", "preflight", "push", "configure", "prove"):
         assert phase in deployed.summary["phases_s"]
     assert "ready" in deployed.output and "release r-" in deployed.output
 
 
-def test_openai_client_chat_on_every_host(deployed: Run, lab_hosts) -> None:
+def _chat(argv: list[str]) -> dict:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_openai_client_through_each_gateway(deployed: Run, lab_hosts, api_key: str) -> None:
+    """The client's real path: this machine -> host:8080 (gateway, API key) -> engine on loopback."""
+    for host in lab_hosts.hosts:
+        seen = _chat([sys.executable, str(CLIENT), f"http://{host.address}:8080/v1", "tiny-llama", api_key])
+        assert seen["model"] == "tiny-llama"
+        assert seen["completion_tokens"] > 0
+        assert seen["stream_chunks"] >= 2
+
+
+def test_gateway_refuses_a_wrong_key_with_an_openai_error(deployed: Run, lab_hosts) -> None:
+    from openai import AuthenticationError, OpenAI
+
+    client = OpenAI(base_url=f"http://{lab_hosts.hosts[0].address}:8080/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(AuthenticationError) as err:
+        client.models.list()
+    assert err.value.status_code == 401
+
+
+def test_engine_port_is_not_reachable_from_outside(deployed: Run, lab_hosts) -> None:
+    import socket
+
+    with pytest.raises(OSError):
+        socket.create_connection((lab_hosts.hosts[0].address, 8000), timeout=3).close()
+
+
+def test_openai_client_chat_on_every_engine(deployed: Run, lab_hosts) -> None:
     for host in lab_hosts.hosts:
         proc = subprocess.run(
             ["ip", "netns", "exec", host.netns, sys.executable, str(CLIENT),
@@ -52,15 +83,16 @@ def test_engine_runs_as_a_hardened_service_from_the_release(deployed: Run, lab_h
         out = _host_ssh(
             lab_hosts, host,
             "systemctl is-active private-llm-engine; "
+            "systemctl is-active private-llm-gateway; "
             "systemctl show -p User --value private-llm-engine; "
             "readlink /opt/private-llm/current; "
             "dpkg-query -W -f='${Status}' libnuma1",
         )
         lines = out.stdout.splitlines()
-        assert lines[0] == "active", out.stdout + out.stderr
-        assert lines[1] == "private-llm"
-        assert lines[2] == f"/opt/private-llm/releases/{release}"
-        assert lines[3] == "install ok installed"
+        assert lines[:2] == ["active", "active"], out.stdout + out.stderr
+        assert lines[2] == "private-llm"
+        assert lines[3] == f"/opt/private-llm/releases/{release}"
+        assert lines[4] == "install ok installed"
 
 
 def test_hosts_have_no_route_out(lab_hosts) -> None:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from service.auth import ApiKey
-from service.limits import RedisLimiter
 from service.metrics import Metrics
+from service.redis_limits import RedisLimiter
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -1,0 +1,90 @@
+"""`installer plan` and `installer down`: the Terraform side of a deployment.
+
+`installer up` provisions through the same library (installer.terraform.provision), called
+from the deploy flow's provision phase.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from installer.cli import app
+from installer.cli import deploy as deploy_cli
+from installer.inventory import load_inventory
+from installer.terraform import contract, provision
+from installer.terraform.cli import ChangeSummary
+from installer.terraform.errors import TerraformError
+from installer.ui import console, table
+
+InventoryOpt = deploy_cli.InventoryOpt
+BundleOpt = Annotated[
+    Path | None,
+    typer.Option(help="Bundle that carries terraform and its providers (offline machines)."),
+]
+# Changes that bring up new machines: Ansible has nothing to compare them with yet.
+_NEW_MACHINE = ("create", "replace")
+
+
+def _note(text: str) -> None:
+    console.print(f"  {text}")
+
+
+def _print_changes(title: str, summary: ChangeSummary) -> None:
+    rows = [[c.action, c.address] for c in summary.changes if c.action != "noop"]
+    if rows:
+        console.print(table(title, ["action", "resource"], rows))
+    console.print(f"terraform: {provision.describe(summary)}")
+    for warning in summary.warnings:
+        console.print(f"[yellow]{warning.line()}[/]")
+
+
+@app.command()
+def plan(inventory: InventoryOpt, bundle: BundleOpt = None) -> None:
+    """Show what `installer up` would change: cloud resources (Terraform), then hosts (Ansible)."""
+    inv = load_inventory(inventory)
+    if inv.provider != "baremetal":
+        ws = provision.prepare(inv, bundle=bundle, note=_note)
+        summary, plan_file = provision.plan(ws)
+        plan_file.unlink(missing_ok=True)  # `up` plans again: the state may move meanwhile
+        _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", summary)
+        existing = contract.parse(ws.tf.outputs())
+        new_machines = [
+            c for c in summary.changes if c.action in _NEW_MACHINE and "_instance." in c.address
+        ]
+        if new_machines or not existing:
+            console.print(
+                f"ansible: {len(new_machines)} new machine(s); `installer up` creates them, then "
+                "runs every role on every host (nothing to compare with before they exist)"
+            )
+            return
+    # The hosts exist: Ansible's check mode tells what it would change on them.
+    deploy_cli.up(inventory=inventory, bundle=bundle, check=True)
+
+
+@app.command()
+def down(
+    inventory: InventoryOpt,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Destroy without asking.")] = False,
+) -> None:
+    """Destroy the deployment's cloud resources (instances, disks, network) after a confirmation."""
+    inv = load_inventory(inventory)
+    if inv.provider == "baremetal":
+        raise TerraformError(
+            "provider baremetal has no cloud resources to destroy",
+            ["`installer down` removes what Terraform created for a cloud provider"],
+        )
+    ws = provision.prepare(inv, note=_note)
+    summary, plan_file = provision.plan(ws, destroy=True)
+    if not summary.remove:
+        plan_file.unlink(missing_ok=True)
+        console.print(f"nothing to destroy: deployment {inv.deployment} has no cloud resources")
+        return
+    _print_changes(f"terraform destroy — deployment {inv.deployment} ({inv.provider})", summary)
+    question = f"Destroy these {summary.remove} resource(s) of deployment {inv.deployment}?"
+    if not yes and not typer.confirm(question, default=False):
+        plan_file.unlink(missing_ok=True)
+        console.print("[yellow]kept:[/] nothing was destroyed")
+        raise typer.Exit(1)
+    done = provision.apply(ws, plan_file, _note)
+    console.print(f"[green]destroyed:[/] {done.remove} resource(s) of deployment {inv.deployment}")

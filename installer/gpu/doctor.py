@@ -1,0 +1,687 @@
+#!/usr/bin/env python3
+"""GPU facts and health checks on one host, as JSON.
+
+This file runs on the hosts themselves: the GPU roles ship it with ansible.builtin.script
+(their files/gpu_doctor.py is a link to it) and `installer doctor` copies it over SSH. So it
+uses the standard library only (Python 3.9+, what Debian 12 and Ubuntu 22.04 ship) and finds
+torch, for the GEMM and all-reduce checks, in whichever interpreter has it.
+
+    python3 doctor.py facts                  what is there: GPUs, driver, NUMA, NVSwitch
+    python3 doctor.py check [--no-gemm] ...  facts + nvidia-smi health, XIDs, GEMM, all-reduce
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+NVIDIA_VENDOR = "0x10de"
+
+# nvidia-smi --query-gpu fields, in this order (nvidia-smi --help-query-gpu); the first eight
+# exist on every driver we support, the rest are dropped if a driver rejects them.
+SMI_FIELDS = [
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    "memory.total",
+    "memory.used",
+    "persistence_mode",
+    "compute_cap",
+    "ecc.mode.current",
+    "ecc.errors.uncorrected.volatile.total",
+    "mig.mode.current",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.max.sm",
+    "pstate",
+]
+SMI_BASE_FIELDS = 8
+
+# PCI device ID ranges -> generation, for hosts with no driver yet (no nvidia-smi). Ranges
+# follow NVIDIA's chip families in the PCI ID database (pci-ids.ucw.cz, vendor 10de), e.g.
+# V100 1db1/1db5, T4 1eb8, A100 20b0/20b2, A10 2236, H100 2330, H200 2335, L40S 26b9,
+# L4 27b8, B200 2901. With a driver loaded, the compute capability decides instead.
+PCI_GENERATIONS = [
+    (0x15F0, 0x15FF, "pascal"),  # GP100 (P100), inside the Maxwell range below: first wins
+    (0x0FC0, 0x12BF, "kepler"),
+    (0x1340, 0x17FF, "maxwell"),  # GM107/108, GM204/206, GM200
+    (0x1B00, 0x1D7F, "pascal"),  # GP102/104/106/107/108
+    (0x1D80, 0x1DFF, "volta"),  # GV100 (V100, Titan V)
+    (0x1E00, 0x1FFF, "turing"),  # TU102/104/106/117
+    (0x2080, 0x20FF, "ampere"),  # GA100 (A100, A30, A800)
+    (0x2180, 0x21FF, "turing"),  # TU116
+    (0x2200, 0x22FF, "ampere"),  # GA102
+    (0x2300, 0x23FF, "hopper"),  # GH100 (H100, H800, H20, H200, GH200)
+    (0x2400, 0x25FF, "ampere"),  # GA103/104/106/107
+    (0x2600, 0x28FF, "ada"),  # AD102/103/104/106/107
+    (0x2900, 0x2FFF, "blackwell"),  # GB100/102, GB202..207
+]
+
+# XIDs that mean the hardware or its memory is in trouble (NVIDIA "XID Errors" catalogue):
+# 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fell off the bus, 92 high single-bit
+# ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP errors. Others (13, 31, 43, ...) are
+# usually an application's fault and only warn.
+CRITICAL_XIDS = {48, 63, 64, 74, 79, 92, 94, 95, 119, 120}
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),?\s*(.*)")
+_NA = {"", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]"}
+
+
+def _run(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, "", str(exc)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------- parsing (unit-tested)
+
+
+def parse_proc_version(text: str) -> dict[str, str]:
+    """/proc/driver/nvidia/version -> {version, kernel_modules}."""
+    m = re.search(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
+    if not m:
+        return {"version": "", "kernel_modules": ""}
+    flavor = "open" if "Open Kernel Module" in text else "proprietary"
+    return {"version": m[1], "kernel_modules": flavor}
+
+
+def _value(raw: str) -> Any:
+    raw = raw.strip()
+    if raw in _NA:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        return float(raw)
+    except ValueError:
+        return raw
+
+
+def parse_smi_csv(text: str, fields: list[str]) -> list[dict[str, Any]]:
+    """`nvidia-smi --query-gpu=... --format=csv,noheader,nounits` -> one dict per GPU."""
+    gpus = []
+    for line in text.strip().splitlines():
+        if not line.strip():
+            continue
+        cols = [c.strip() for c in line.split(",")]
+        # names never hold commas in practice; if one did, re-join the surplus into the name
+        if len(cols) > len(fields):
+            extra = len(cols) - len(fields)
+            cols = [cols[0], ", ".join(cols[1 : 2 + extra]), *cols[2 + extra :]]
+        # zip(strict=) needs Python 3.10; hosts may run 3.9
+        row = {f: _value(c) for f, c in zip(fields, cols)}  # noqa: B905
+        for key in ("name", "uuid", "pci.bus_id", "driver_version", "compute_cap", "pstate"):
+            if row.get(key) is not None:
+                row[key] = str(row[key])
+        gpus.append(row)
+    return gpus
+
+
+def parse_smi_q(text: str) -> dict[str, Any]:
+    """`nvidia-smi -q`: the CUDA version the driver supports and each GPU's NVLink fabric state."""
+    cuda = re.search(r"CUDA Version\s*:\s*([\d.]+)", text)
+    driver = re.search(r"Driver Version\s*:\s*([\d.]+)", text)
+    fabric = []
+    for block in re.split(r"\n(?=\s*Fabric\s*\n)", text)[1:]:
+        state = re.search(r"State\s*:\s*(.+)", block)
+        fabric.append(state[1].strip() if state else "")
+    return {
+        "cuda_version": cuda[1] if cuda else "",
+        "driver_version": driver[1] if driver else "",
+        "fabric_states": fabric,
+    }
+
+
+def parse_xids(text: str) -> list[dict[str, Any]]:
+    """Kernel log lines -> [{bus_id, xid, critical, message}] for every NVRM Xid line."""
+    found = []
+    for line in text.splitlines():
+        m = _XID.search(line)
+        if m:
+            xid = int(m[2])
+            found.append(
+                {
+                    "bus_id": m[1],
+                    "xid": xid,
+                    "critical": xid in CRITICAL_XIDS,
+                    "message": m[3].strip()[:200],
+                }
+            )
+    return found
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.extend(range(int(lo), int(hi) + 1))
+        else:
+            cpus.append(int(part))
+    return cpus
+
+
+def generation_from_pci(device_id: int) -> str:
+    for lo, hi, gen in PCI_GENERATIONS:
+        if lo <= device_id <= hi:
+            return gen
+    return ""
+
+
+def generation_from_cc(cc: str) -> str:
+    m = re.fullmatch(r"(\d+)\.(\d+)", cc or "")
+    if not m:
+        return ""
+    major, minor = int(m[1]), int(m[2])
+    if major == 7:
+        return "turing" if minor >= 5 else "volta"
+    if major == 8:
+        return "ada" if minor == 9 else "ampere"
+    return {
+        3: "kepler",
+        5: "maxwell",
+        6: "pascal",
+        9: "hopper",
+        10: "blackwell",
+        11: "blackwell",
+        12: "blackwell",
+    }.get(major, "")
+
+
+# ---------------------------------------------------------------- facts
+
+
+def pci_devices(root: str = "/sys/bus/pci/devices") -> list[dict[str, Any]]:
+    devs = []
+    for path in sorted(glob.glob(os.path.join(root, "*"))):
+        if _read(os.path.join(path, "vendor")).strip() != NVIDIA_VENDOR:
+            continue
+        cls = _read(os.path.join(path, "class")).strip()
+        dev_id = int(_read(os.path.join(path, "device")).strip() or "0", 16)
+        numa = _read(os.path.join(path, "numa_node")).strip()
+        kind = (
+            "gpu"
+            if cls.startswith(("0x0300", "0x0302"))
+            else "nvswitch"
+            if cls.startswith("0x0680")
+            else "other"
+        )
+        devs.append(
+            {
+                "bus_id": os.path.basename(path),
+                "device_id": f"{dev_id:04x}",
+                "kind": kind,
+                "generation": generation_from_pci(dev_id) if kind == "gpu" else "",
+                "numa_node": int(numa) if numa.lstrip("-").isdigit() else -1,
+                "local_cpulist": _read(os.path.join(path, "local_cpulist")).strip(),
+            }
+        )
+    return devs
+
+
+def numa_nodes(root: str = "/sys/devices/system/node") -> dict[str, str]:
+    nodes = {}
+    for path in sorted(glob.glob(os.path.join(root, "node[0-9]*"))):
+        nodes[os.path.basename(path)[4:]] = _read(os.path.join(path, "cpulist")).strip()
+    return nodes
+
+
+def smi_query(smi: str) -> tuple[list[dict[str, Any]], str]:
+    fields = list(SMI_FIELDS)
+    while True:
+        rc, out, err = _run(
+            [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+        )
+        if rc == 0:
+            return parse_smi_csv(out, fields), out
+        if len(fields) == SMI_BASE_FIELDS:
+            return [], (err or out).strip()
+        fields = fields[:SMI_BASE_FIELDS]  # an older driver rejected a field: ask the basics
+
+
+def facts() -> dict[str, Any]:
+    devs = pci_devices()
+    proc = parse_proc_version(_read("/proc/driver/nvidia/version"))
+    smi = shutil.which("nvidia-smi") or ""
+    gpus: list[dict[str, Any]] = []
+    smi_error = ""
+    q: dict[str, Any] = {"cuda_version": "", "driver_version": "", "fabric_states": []}
+    if smi:
+        gpus, raw = smi_query(smi)
+        if not gpus:
+            smi_error = raw
+        rc, out, _ = _run([smi, "-q"])
+        if rc == 0:
+            q = parse_smi_q(out)
+    by_bus = {d["bus_id"].lower(): d for d in devs}
+    for g in gpus:
+        bus = str(g.get("pci.bus_id") or "").lower()
+        # nvidia-smi prints 00000000:3B:00.0; sysfs says 0000:3b:00.0
+        pci = by_bus.get(bus[4:]) if len(bus) > 12 else by_bus.get(bus)
+        g["generation"] = generation_from_cc(str(g.get("compute_cap") or "")) or (pci or {}).get(
+            "generation", ""
+        )
+        g["numa_node"] = (pci or {}).get("numa_node", -1)
+        g["local_cpulist"] = (pci or {}).get("local_cpulist", "")
+    pci_gpus = [d for d in devs if d["kind"] == "gpu"]
+    gens = {g["generation"] for g in (gpus or pci_gpus)}
+    _, modinfo, _ = (
+        _run(["modinfo", "-F", "version", "nvidia"]) if shutil.which("modinfo") else (1, "", "")
+    )
+    return {
+        "host": socket.gethostname(),
+        "gpu_count": len(gpus) if gpus else len(pci_gpus),
+        "generation": gens.pop() if len(gens) == 1 else ("mixed" if gens else ""),
+        "gpus": gpus,
+        "pci_gpus": pci_gpus,
+        "nvswitch_count": sum(d["kind"] == "nvswitch" for d in devs)
+        or len(glob.glob("/dev/nvidia-nvswitch[0-9]*")),
+        "driver": {
+            "loaded": os.path.isdir("/sys/module/nvidia") or bool(proc["version"]),
+            "version": proc["version"]
+            or q["driver_version"]
+            or (str(gpus[0].get("driver_version")) if gpus else ""),
+            "kernel_modules": proc["kernel_modules"],
+            "module_on_disk": modinfo.strip(),
+            "nvidia_smi": smi,
+            "nvidia_smi_error": smi_error[:300],
+        },
+        "cuda_driver_version": q["cuda_version"],
+        "fabric_states": q["fabric_states"],
+        "nouveau_loaded": os.path.isdir("/sys/module/nouveau"),
+        "numa_nodes": numa_nodes(),
+        "init": _read("/proc/1/comm").strip(),
+    }
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _check(name: str, status: str, detail: str, **data: Any) -> dict[str, Any]:
+    return {"name": name, "status": status, "detail": detail, **data}
+
+
+def check_smi(f: dict[str, Any], max_temp_c: int = 85) -> list[dict[str, Any]]:
+    """Driver, CUDA, ECC, persistence, MIG and temperature per GPU, from the facts."""
+    if not f["gpus"]:
+        why = f["driver"]["nvidia_smi_error"] or (
+            "no nvidia-smi" if not f["driver"]["nvidia_smi"] else ""
+        )
+        status = "skip" if not f["pci_gpus"] else "fail"
+        what = "no NVIDIA GPU detected" if not f["pci_gpus"] else f"nvidia-smi lists no GPU ({why})"
+        return [_check("nvidia-smi", status, what)]
+    out = [
+        _check(
+            "driver",
+            "ok",
+            f"driver {f['driver']['version']} "
+            f"({f['driver']['kernel_modules'] or 'module type unknown'}), "
+            f"CUDA {f['cuda_driver_version'] or '?'}",
+            driver=f["driver"]["version"],
+            cuda=f["cuda_driver_version"],
+        )
+    ]
+    for g in f["gpus"]:
+        problems, warnings = [], []
+        if (g.get("ecc.errors.uncorrected.volatile.total") or 0) > 0:
+            problems.append(f"{g['ecc.errors.uncorrected.volatile.total']} uncorrected ECC errors")
+        if g.get("ecc.mode.current") == "Disabled":
+            warnings.append("ECC disabled")
+        if g.get("persistence_mode") != "Enabled":
+            warnings.append("persistence mode off (first CUDA call pays driver init)")
+        if g.get("mig.mode.current") == "Enabled":
+            warnings.append("MIG enabled (vLLM sees MIG slices, not the whole GPU)")
+        temp = g.get("temperature.gpu")
+        if isinstance(temp, int) and temp > max_temp_c:
+            warnings.append(f"{temp} C > {max_temp_c} C")
+        status = "fail" if problems else "warn" if warnings else "ok"
+        detail = "; ".join(problems + warnings) or (
+            f"{g.get('name')}, {g.get('memory.total')} MiB, ECC {g.get('ecc.mode.current')}, "
+            f"persistence {g.get('persistence_mode')}, MIG {g.get('mig.mode.current')}, {temp} C"
+        )
+        out.append(
+            _check(
+                f"gpu{g.get('index')}",
+                status,
+                detail,
+                gpu={
+                    "name": g.get("name"),
+                    "bus_id": g.get("pci.bus_id"),
+                    "memory_mib": g.get("memory.total"),
+                    "compute_cap": g.get("compute_cap"),
+                    "ecc": g.get("ecc.mode.current"),
+                    "ecc_uncorrected": g.get("ecc.errors.uncorrected.volatile.total"),
+                    "persistence": g.get("persistence_mode"),
+                    "mig": g.get("mig.mode.current"),
+                    "temperature_c": temp,
+                    "power_w": g.get("power.draw"),
+                },
+            )
+        )
+    if f["nvswitch_count"]:
+        states = f["fabric_states"]
+        bad = [s for s in states if s not in ("Completed", "N/A", "")]
+        out.append(
+            _check(
+                "fabric",
+                "fail" if bad else "ok",
+                f"{f['nvswitch_count']} NVSwitch(es); fabric state {', '.join(states) or '?'}"
+                + ("; start nvidia-fabricmanager" if bad else ""),
+            )
+        )
+    return out
+
+
+def kernel_log() -> tuple[str, str]:
+    """(text, source) of this boot's kernel log: dmesg, else the journal."""
+    rc, out, _ = _run(["dmesg"])
+    if rc == 0 and out:
+        return out, "dmesg"
+    if shutil.which("journalctl"):
+        rc, out, _ = _run(["journalctl", "-k", "-b", "--no-pager", "-q"])
+        if rc == 0:
+            return out, "journal"
+    return "", ""
+
+
+def check_xid() -> dict[str, Any]:
+    text, source = kernel_log()
+    if not source:
+        return _check("xid", "skip", "kernel log unreadable (dmesg and journalctl failed)")
+    xids = parse_xids(text)
+    crit = [x for x in xids if x["critical"]]
+    status = "fail" if crit else "warn" if xids else "ok"
+    counts: dict[int, int] = {}
+    for x in xids:
+        counts[x["xid"]] = counts.get(x["xid"], 0) + 1
+    detail = (
+        f"no Xid errors in {source}"
+        if not xids
+        else "Xid " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) + f" ({source})"
+    )
+    return _check("xid", status, detail, xids=xids[-20:], source=source)
+
+
+def _has_torch(python: str) -> bool:
+    rc, _, _ = _run([python, "-c", "import torch; assert torch.cuda.is_available()"], timeout=120)
+    return rc == 0
+
+
+def find_torch_python(candidates: list[str]) -> str:
+    for python in [sys.executable, *candidates]:
+        if python and os.path.exists(python) and _has_torch(python):
+            return python
+    return ""
+
+
+def _torch_json(python: str, what: str, timeout: float, **opts: Any) -> dict[str, Any]:
+    env = dict(os.environ)
+    # A check must not create NVLink multicast objects: they are shared host-wide, and a
+    # program that misuses them has taken a host's GPUs out of service before.
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    argv = [python, os.path.abspath(__file__), what, json.dumps(opts)]
+    try:
+        p = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"status": "fail", "detail": f"{what} did not finish within {timeout:.0f} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"status": "fail", "detail": f"{what} failed: {tail[:300]}"}
+    return json.loads(lines[-1])
+
+
+def check_gemm(python: str, size: int, iters: int, min_tflops: float) -> dict[str, Any]:
+    r = _torch_json(python, "_gemm", 300, size=size, iters=iters)
+    if r.get("status") == "fail":
+        return _check("gemm", "fail", r["detail"])
+    bad = [g for g in r["gpus"] if not g["correct"]]
+    slow = [g for g in r["gpus"] if g["tflops"] < min_tflops]
+    tf = ", ".join(f"gpu{g['index']} {g['tflops']:.0f}" for g in r["gpus"])
+    status = "fail" if bad or slow else "ok"
+    detail = (
+        f"{size}^3 bf16 matmul TFLOP/s: {tf}"
+        + (f"; wrong result on {[g['index'] for g in bad]}" if bad else "")
+        + (f"; below {min_tflops} TFLOP/s on {[g['index'] for g in slow]}" if slow else "")
+    )
+    return _check("gemm", status, detail, gpus=r["gpus"], torch=r.get("torch"))
+
+
+def check_nccl(python: str, size_mib: int, iters: int) -> dict[str, Any]:
+    r = _torch_json(python, "_allreduce", 600, size_mib=size_mib, iters=iters)
+    if r.get("status") == "fail":
+        return _check("nccl", "fail", r["detail"])
+    status = "ok" if r["correct"] else "fail"
+    detail = (
+        f"all-reduce of {size_mib} MiB over {r['world_size']} GPU(s): "
+        f"{r['time_ms']:.2f} ms, algorithm bandwidth {r['algbw_gbps']:.1f} GB/s, "
+        f"bus bandwidth {r['busbw_gbps']:.1f} GB/s, "
+        f"result {'correct' if r['correct'] else 'WRONG'} (NCCL {r.get('nccl')})"
+    )
+    return _check("nccl", status, detail, **{k: v for k, v in r.items() if k != "status"})
+
+
+def check(
+    gemm: bool = True,
+    nccl: bool = True,
+    torch_pythons: list[str] | None = None,
+    gemm_size: int = 8192,
+    gemm_iters: int = 10,
+    min_tflops: float = 0.0,
+    nccl_mib: int = 256,
+    nccl_iters: int = 20,
+) -> dict[str, Any]:
+    start = time.monotonic()
+    f = facts()
+    checks = check_smi(f)
+    if f["gpus"]:
+        checks.append(check_xid())
+        python = find_torch_python(torch_pythons or []) if (gemm or nccl) else ""
+        for wanted, name, run in (
+            (gemm, "gemm", lambda: check_gemm(python, gemm_size, gemm_iters, min_tflops)),
+            (nccl, "nccl", lambda: check_nccl(python, nccl_mib, nccl_iters)),
+        ):
+            if not wanted:
+                continue
+            checks.append(
+                run()
+                if python
+                else _check(name, "skip", "no Python with torch and CUDA on this host")
+            )
+    ranks = {"skip": 0, "ok": 1, "warn": 2, "fail": 3}
+    worst = max((c["status"] for c in checks), key=ranks.__getitem__, default="skip")
+    return {
+        "host": f["host"],
+        "status": worst,
+        "ok": worst != "fail",
+        "seconds": round(time.monotonic() - start, 1),
+        "facts": f,
+        "checks": checks,
+    }
+
+
+# ---------------------------------------------------------------- torch workers (subprocesses)
+
+
+def _gemm_worker(opts: dict[str, Any]) -> None:
+    import torch
+
+    n, iters = int(opts["size"]), int(opts["iters"])
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        dev = torch.device("cuda", i)
+        gen = torch.Generator(device=dev).manual_seed(i)
+        a = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
+        for _ in range(3):
+            c = a @ b
+        torch.cuda.synchronize(dev)
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        for _ in range(iters):
+            c = a @ b
+        t1.record()
+        torch.cuda.synchronize(dev)
+        ms = t0.elapsed_time(t1) / iters
+        # correctness on a slice: bf16 inputs, fp32 accumulation, against an fp64 reference
+        k = 256
+        ref = a[:k].double() @ b[:, :k].double()
+        err = ((c[:k, :k].double() - ref).abs().max() / ref.abs().max()).item()
+        gpus.append(
+            {
+                "index": i,
+                "name": torch.cuda.get_device_name(i),
+                "ms": round(ms, 3),
+                "tflops": round(2 * n**3 / (ms / 1e3) / 1e12, 1),
+                "max_rel_error": err,
+                "correct": err < 2e-2,
+            }
+        )
+        del a, b, c
+        torch.cuda.empty_cache()
+    print(json.dumps({"status": "ok", "torch": torch.__version__, "gpus": gpus}))
+
+
+def _allreduce_rank(rank: int, world: int, port: int, opts: dict[str, Any], out: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    kwargs = {"init_method": f"tcp://127.0.0.1:{port}", "rank": rank, "world_size": world}
+    try:  # binding the device up front (torch >= 2.3) avoids a guess in barrier()
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank), **kwargs)
+    except TypeError:
+        dist.init_process_group("nccl", **kwargs)
+    numel = int(opts["size_mib"]) * 1024 * 1024 // 4
+    x = torch.full((numel,), float(rank + 1), device="cuda", dtype=torch.float32)
+    for _ in range(3):
+        y = x.clone()
+        dist.all_reduce(y)
+    torch.cuda.synchronize()
+    expect = world * (world + 1) / 2
+    correct = bool(torch.all(y == expect).item())
+    iters = int(opts["iters"])
+    bufs = [x.clone() for _ in range(2)]
+    dist.barrier()
+    t0 = time.perf_counter()
+    for i in range(iters):
+        dist.all_reduce(bufs[i % 2])
+    torch.cuda.synchronize()
+    seconds = (time.perf_counter() - t0) / iters
+    flags = torch.tensor([1 if correct else 0], device="cuda")
+    dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+    if rank == 0:
+        size = numel * 4
+        algbw = size / seconds / 1e9
+        # nccl-tests' bus bandwidth: what each link carries in a ring all-reduce
+        busbw = algbw * 2 * (world - 1) / world
+        nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+        out.put(
+            {
+                "status": "ok",
+                "world_size": world,
+                "time_ms": seconds * 1e3,
+                "algbw_gbps": algbw,
+                "busbw_gbps": busbw,
+                "correct": bool(flags.item()),
+                "nccl": nccl,
+                "torch": torch.__version__,
+            }
+        )
+    dist.destroy_process_group()
+
+
+def _allreduce_worker(opts: dict[str, Any]) -> None:
+    import torch
+    import torch.multiprocessing as mp
+
+    world = torch.cuda.device_count()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    mp.start_processes(
+        _allreduce_rank,
+        args=(world, port, opts, out),
+        nprocs=world,
+        join=True,
+        start_method="spawn",
+    )
+    print(json.dumps(out.get()))
+
+
+# ---------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("_gemm", "_allreduce"):
+        opts = json.loads(argv[1]) if len(argv) > 1 else {}
+        (_gemm_worker if argv[0] == "_gemm" else _allreduce_worker)(opts)
+        return 0
+    ap = argparse.ArgumentParser(description="NVIDIA GPU facts and checks for this host (JSON).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("facts", help="GPUs, driver, NUMA, NVSwitch; changes nothing")
+    c = sub.add_parser("check", help="facts + nvidia-smi health, Xid errors, GEMM, all-reduce")
+    c.add_argument("--no-gemm", action="store_true")
+    c.add_argument("--no-nccl", action="store_true")
+    c.add_argument(
+        "--torch-python",
+        action="append",
+        default=[],
+        help="interpreter to try for torch (repeatable); this one is tried first",
+    )
+    c.add_argument("--gemm-size", type=int, default=8192)
+    c.add_argument("--min-tflops", type=float, default=0.0)
+    c.add_argument("--nccl-mib", type=int, default=256)
+    c.add_argument("--fail-on-warn", action="store_true")
+    args = ap.parse_args(argv)
+    if args.cmd == "facts":
+        print(json.dumps(facts()))
+        return 0
+    result = check(
+        gemm=not args.no_gemm,
+        nccl=not args.no_nccl,
+        torch_pythons=args.torch_python,
+        gemm_size=args.gemm_size,
+        min_tflops=args.min_tflops,
+        nccl_mib=args.nccl_mib,
+    )
+    print(json.dumps(result))
+    return (
+        1 if result["status"] == "fail" or (args.fail_on_warn and result["status"] == "warn") else 0
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

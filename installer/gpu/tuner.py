@@ -1,0 +1,416 @@
+"""vLLM settings derived from the hardware a host really has (doctor facts) and the model.
+
+The planner says how one engine is laid out (TP, PP, quantization, KV dtype); the tuner
+places engines on each host's GPUs and writes their flags:
+
+- one engine per group of TP GPUs, GPUs grouped by NUMA node then PCI bus, so an engine's
+  GPUs share a CPU socket (and, on HGX boards, a PCIe switch); CUDA_VISIBLE_DEVICES per engine
+- each engine pinned to the CPUs of its GPUs' NUMA node, shared evenly when several engines
+  sit on one node (tokenization, scheduling and the host side of CUDA launches run there)
+- models larger than a host: pipeline parallel across hosts with vLLM's Ray backend, a Ray
+  head on the first host and workers on the others
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from installer.errors import InstallerError
+from installer.gpu import doctor
+from installer.gpu.matrix import GPUType, gpu_type
+from installer.gpu.planner import ModelSpec, Recommendation, recommend
+
+# Memory left outside vLLM's budget on each GPU: CUDA graph pools (captured after the KV
+# cache is sized), allocations of the sampler and NCCL made after profiling, and allocator
+# fragmentation. An absolute amount, not a share: 10% of a 141 GB H200 is 14 GiB of KV cache
+# that vLLM's default 0.9 leaves idle, while on a 24 GB card 10% is barely enough.
+RESERVE_GIB = 8.0
+MIN_UTILIZATION, MAX_UTILIZATION = 0.80, 0.94
+# vLLM's default max_num_seqs on most GPUs; CUDA graphs are captured up to this batch size.
+MAX_DERIVED_SEQS = 256
+RAY_PORT = 6379
+
+
+class TuneError(InstallerError):
+    """The hosts' GPUs cannot serve the model as asked."""
+
+
+@dataclass(frozen=True)
+class HostGPU:
+    index: int
+    name: str
+    memory_mib: int
+    compute_cap: str
+    numa_node: int
+    bus_id: str
+
+
+@dataclass(frozen=True)
+class HostHardware:
+    name: str
+    gpus: tuple[HostGPU, ...]
+    numa_cpus: dict[int, tuple[int, ...]]
+
+    @classmethod
+    def from_facts(cls, facts: dict[str, Any], name: str = "") -> HostHardware:
+        """From `doctor facts` (or the facts inside `doctor check`) of a host with a driver."""
+        gpus = tuple(
+            HostGPU(
+                int(g["index"]),
+                str(g["name"]),
+                int(g["memory.total"]),
+                str(g.get("compute_cap") or ""),
+                int(g.get("numa_node", -1)),
+                str(g["pci.bus_id"]),
+            )
+            for g in facts.get("gpus", [])
+        )
+        numa = {
+            int(k): tuple(doctor.parse_cpulist(v)) for k, v in facts.get("numa_nodes", {}).items()
+        }
+        return cls(name or facts.get("host", "host"), gpus, numa)
+
+    @classmethod
+    def of_type(
+        cls, name: str, gpu: GPUType, count: int, cpus: int = 0, numa_nodes: int = 1
+    ) -> HostHardware:
+        """A host described by GPU type and count (for planning before the hosts exist)."""
+        per_node = max(1, count // numa_nodes)
+        gpus = tuple(
+            HostGPU(
+                i,
+                gpu.name,
+                gpu.memory_mib,
+                gpu.compute_cap,
+                min(i // per_node, numa_nodes - 1),
+                f"{i:08x}",
+            )
+            for i in range(count)
+        )
+        cpus = cpus or 16 * count
+        step = cpus // numa_nodes
+        numa = {n: tuple(range(n * step, (n + 1) * step)) for n in range(numa_nodes)}
+        return cls(name, gpus, numa)
+
+    def gpu_type(self) -> GPUType:
+        names = {g.name for g in self.gpus}
+        if len(names) != 1:
+            raise TuneError(
+                f"{self.name}: "
+                + ("no GPUs" if not names else "mixed GPUs " + ", ".join(sorted(names)))
+                + "; an engine needs identical GPUs"
+            )
+        g = self.gpus[0]
+        try:
+            return gpu_type(g.name)
+        except InstallerError:  # a GPU missing from the catalogue: take what the host reports
+            return GPUType(
+                g.name.lower().replace(" ", "-"),
+                g.name,
+                g.memory_mib,
+                g.compute_cap or "8.0",
+                False,
+            )
+
+
+@dataclass
+class EngineSpec:
+    host: str
+    index: int
+    port: int
+    gpus: list[int]
+    cpus: str
+    numa_nodes: list[int]
+    args: list[str]
+    env: dict[str, str]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "index": self.index,
+            "port": self.port,
+            "gpus": self.gpus,
+            "cpus": self.cpus,
+            "numa_nodes": self.numa_nodes,
+            "args": self.args,
+            "env": self.env,
+        }
+
+
+@dataclass
+class RaySpec:
+    head: str
+    workers: list[str]
+    port: int
+    head_argv: list[str]
+    worker_argv: list[str]
+
+
+@dataclass
+class Tuned:
+    recommendation: Recommendation
+    settings: dict[str, Any]
+    why: dict[str, str]
+    engines: list[EngineSpec] = field(default_factory=list)
+    ray: RaySpec | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "why": self.why,
+            "notes": self.notes,
+            "engines": [e.summary() for e in self.engines],
+            "ray": None if self.ray is None else self.ray.__dict__,
+            "plan": self.recommendation.summary(),
+        }
+
+
+def utilization_for(memory_mib: int) -> float:
+    """gpu_memory_utilization leaving RESERVE_GIB outside vLLM, within [0.80, 0.94]."""
+    u = 1 - RESERVE_GIB / (memory_mib / 1024)
+    return round(min(MAX_UTILIZATION, max(MIN_UTILIZATION, u)), 2)
+
+
+def derive_max_num_seqs(kv_tokens: int, max_model_len: int) -> int:
+    """As many sequences as the KV cache holds when each is half its maximum length (the
+    scheduler preempts beyond that), a power of two between 16 and 256."""
+    n = kv_tokens // max(1, max_model_len // 2)
+    p = 16
+    while p * 2 <= min(n, MAX_DERIVED_SEQS):
+        p *= 2
+    return p
+
+
+def _cpulist(cpus: list[int]) -> str:
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(f"{start}-{c}" if c != start else f"{c}")
+            start = None
+    return ",".join(out)
+
+
+def _place(
+    host: HostHardware, tp: int, engines: int
+) -> list[tuple[list[int], list[int], list[int]]]:
+    """[(gpu indices, cpus, numa nodes)] for each engine on the host."""
+    order = sorted(host.gpus, key=lambda g: (g.numa_node, g.bus_id))
+    groups = [order[i * tp : (i + 1) * tp] for i in range(engines)]
+    all_cpus = sorted(c for cpus in host.numa_cpus.values() for c in cpus)
+    # engines per NUMA node (an engine spanning nodes counts for its first GPU's node)
+    node_of = [g[0].numa_node for g in groups]
+    placed = []
+    for i, group in enumerate(groups):
+        node = node_of[i]
+        sharing = [j for j, n in enumerate(node_of) if n == node]
+        pool = (
+            list(host.numa_cpus.get(node, ())) if node >= 0 and node in host.numa_cpus else all_cpus
+        )
+        if node < 0 or node not in host.numa_cpus:
+            sharing = list(range(len(groups)))
+        k = sharing.index(i)
+        share = len(pool) // max(1, len(sharing))
+        cpus = pool[k * share : (k + 1) * share] if share else pool
+        placed.append(
+            (
+                [g.index for g in group],
+                cpus,
+                sorted({g.numa_node for g in group if g.numa_node >= 0}),
+            )
+        )
+    return placed
+
+
+def tune(
+    spec: ModelSpec,
+    hosts: list[HostHardware],
+    *,
+    max_model_len: int,
+    max_num_seqs: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    base_port: int = 8000,
+) -> Tuned:
+    """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured)."""
+    if not hosts:
+        raise TuneError("no hosts to tune for")
+    gpu = hosts[0].gpu_type()
+    per_host = len(hosts[0].gpus)
+    for h in hosts[1:]:
+        if h.gpu_type().name != gpu.name or len(h.gpus) != per_host:
+            raise TuneError(
+                f"{h.name} has other GPUs than {hosts[0].name}; hosts of one deployment "
+                "must be identical"
+            )
+    why: dict[str, str] = {}
+    notes: list[str] = []
+    util = gpu_memory_utilization or utilization_for(gpu.memory_mib)
+    why["gpu_memory_utilization"] = (
+        "set in the inventory"
+        if gpu_memory_utilization
+        else f"leaves {RESERVE_GIB:.0f} GiB of each {gpu.memory_mib / 1024:.0f} GiB GPU outside "
+        "vLLM (CUDA graphs, post-profile allocations); a fixed share idles more on large GPUs"
+    )
+    length = max_model_len
+    if length > spec.max_position_embeddings:
+        notes.append(
+            f"max_model_len lowered from {length} to the model's "
+            f"{spec.max_position_embeddings} positions"
+        )
+        length = spec.max_position_embeddings
+    plan_seqs = max_num_seqs or 64
+    rec = recommend(
+        spec,
+        gpu,
+        gpus_per_host=per_host,
+        hosts=len(hosts),
+        max_model_len=length,
+        max_num_seqs=plan_seqs,
+        gpu_memory_utilization=util,
+    )
+    if rec.fit is None:
+        raise TuneError(
+            f"{spec.name} does not fit on {len(hosts)} host(s) of {per_host} x {gpu.key}; "
+            f"needs {rec.missing}",
+            rec.reasons,
+        )
+    fit, lay = rec.fit, rec.fit.layout
+    seqs = max_num_seqs or derive_max_num_seqs(fit.kv_tokens, length)
+    why["max_num_seqs"] = (
+        "set in the inventory"
+        if max_num_seqs
+        else f"{fit.kv_tokens:,} KV tokens hold {seqs} sequences at half of max_model_len {length}"
+    )
+    why["tensor_parallel_size"] = (
+        f"fewest GPUs per engine that hold the weights ({fit.weights_gib:.1f} GiB per GPU) "
+        f"and {plan_seqs} sequences of {length} tokens"
+    )
+    if lay.pp > 1:
+        why["pipeline_parallel_size"] = (
+            f"one host's {per_host} GPUs are not enough: one pipeline "
+            f"stage per host over Ray (TP inside a host, where NVLink is)"
+        )
+    why["kv_cache_dtype"] = (
+        "fp8: bf16 KV did not hold the wanted concurrency"
+        if lay.kv_dtype == "fp8"
+        else "the model's dtype: fp8 KV measured +2% throughput and a worse TTFT p99 "
+        "on the H200, so only when memory needs it"
+    )
+    why["quantization"] = (
+        "fp8 online: the bf16 weights did not leave room for the KV cache"
+        if lay.weights == "fp8"
+        else f"from the checkpoint ({spec.quant})"
+        if spec.quant
+        else "none: native weights fit"
+    )
+    why["enable_prefix_caching"] = (
+        "chat requests share system prompts and history; reusing their KV "
+        "blocks skips prefill at a negligible hashing cost"
+    )
+    settings: dict[str, Any] = {
+        "tensor_parallel_size": lay.tp,
+        "pipeline_parallel_size": lay.pp,
+        "engines_per_host": rec.engines_per_host,
+        "gpu_memory_utilization": util,
+        "max_model_len": length,
+        "max_num_seqs": seqs,
+        "kv_cache_dtype": lay.kv_dtype,
+        "quantization": "fp8" if lay.weights == "fp8" else (spec.quant or None),
+        "enable_prefix_caching": True,
+        "kv_tokens_per_engine": fit.kv_tokens,
+        "kv_gib_per_gpu": round(fit.kv_gib, 1),
+        "gpu": gpu.key,
+    }
+    args = [
+        "--tensor-parallel-size",
+        str(lay.tp),
+        "--gpu-memory-utilization",
+        f"{util:.2f}",
+        "--max-model-len",
+        str(length),
+        "--max-num-seqs",
+        str(seqs),
+        "--enable-prefix-caching",
+    ]
+    if lay.weights == "fp8":
+        args += ["--quantization", "fp8"]
+    if lay.kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
+    engines: list[EngineSpec] = []
+    ray = None
+    if lay.pp > 1:
+        args += ["--pipeline-parallel-size", str(lay.pp), "--distributed-executor-backend", "ray"]
+        groups = len(hosts) // lay.pp
+        if len(hosts) % lay.pp:
+            notes.append(
+                f"{len(hosts) % lay.pp} host(s) left out: {len(hosts)} hosts do not divide into "
+                f"pipelines of {lay.pp}"
+            )
+        head = hosts[0]
+        ray = RaySpec(
+            head=head.name,
+            workers=[h.name for h in hosts[1 : lay.pp]],
+            port=RAY_PORT,
+            head_argv=[
+                "ray",
+                "start",
+                "--head",
+                f"--port={RAY_PORT}",
+                f"--num-gpus={per_host}",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                "--block",
+            ],
+            worker_argv=[
+                "ray",
+                "start",
+                f"--address={head.name}:{RAY_PORT}",
+                f"--num-gpus={per_host}",
+                "--disable-usage-stats",
+                "--block",
+            ],
+        )
+        if groups > 1:
+            notes.append(f"{groups} pipelines fit; this plan runs the first (one Ray cluster)")
+        cpus = sorted(c for cs in head.numa_cpus.values() for c in cs)
+        engines.append(
+            EngineSpec(
+                head.name,
+                0,
+                base_port,
+                [g.index for g in head.gpus],
+                _cpulist(cpus),
+                sorted(head.numa_cpus),
+                list(args),
+                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+            )
+        )
+    else:
+        for h in hosts:
+            for i, (gpus, cpus, nodes) in enumerate(_place(h, lay.tp, rec.engines_per_host)):
+                if len(nodes) > 1:
+                    notes.append(f"{h.name} engine {i} spans NUMA nodes {nodes}")
+                engines.append(
+                    EngineSpec(
+                        h.name,
+                        i,
+                        base_port + i,
+                        gpus,
+                        _cpulist(cpus),
+                        nodes,
+                        list(args),
+                        # nvidia-smi numbers GPUs in PCI order, CUDA by default fastest first: make
+                        # CUDA count like nvidia-smi so the indices name the GPUs we placed.
+                        {
+                            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+                        },
+                    )
+                )
+    if rec.idle_gpus_per_host:
+        notes.append(f"{rec.idle_gpus_per_host} GPU(s) per host idle")
+    notes += [r for r in rec.reasons if r.startswith("only ")]
+    return Tuned(rec, settings, why, engines, ray, notes)

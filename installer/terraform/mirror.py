@@ -1,0 +1,146 @@
+"""Terraform without the internet: its binary and a provider filesystem mirror in the bundle.
+
+Bundle layout (next to wheels/, model/, ... and listed in manifest.json like every file):
+    terraform/bin/terraform
+    terraform/plugins/registry.terraform.io/<namespace>/<type>/<version>/<os>_<arch>/...
+The plugins tree is Terraform's "unpacked" filesystem-mirror layout, so the CLI config we
+write points `provider_installation { filesystem_mirror { path = ... } }` at it and nothing is
+downloaded. The bundle builder calls `add_to_bundle`; `installer up --bundle` calls
+`tools_from_bundle`, which verifies those files against the manifest before running any of them.
+"""
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from installer.bundle.manifest import MANIFEST, Manifest
+from installer.hashing import sha256_file
+from installer.paths import state_dir
+from installer.terraform.cli import Terraform
+from installer.terraform.errors import TerraformError
+
+BUNDLE_DIR = "terraform"
+
+
+@dataclass(frozen=True)
+class TerraformTools:
+    binary: str  # a path, or a name looked up on PATH
+    plugin_mirror: Path | None  # None: providers come from their registries (online)
+
+
+def locate(workdir: Path, env: Mapping[str, str] = os.environ) -> TerraformTools:
+    """Explicit settings first, then the tools this deployment last used, then PATH.
+
+    Remembering the tools lets `installer down` (no --bundle) destroy with the terraform and
+    providers that `installer up --bundle` created the resources with.
+    """
+    mirror = env.get("INSTALLER_TF_PLUGIN_MIRROR")
+    if env.get("INSTALLER_TERRAFORM") or mirror:
+        binary = env.get("INSTALLER_TERRAFORM", "terraform")
+        return TerraformTools(binary, Path(mirror) if mirror else None)
+    remembered = workdir / "tools.json"
+    if remembered.is_file():
+        data = json.loads(remembered.read_text())
+        mirror = data.get("plugin_mirror")
+        return TerraformTools(data["binary"], Path(mirror) if mirror else None)
+    return TerraformTools("terraform", None)
+
+
+def remember(workdir: Path, tools: TerraformTools) -> None:
+    mirror = str(tools.plugin_mirror) if tools.plugin_mirror else None
+    (workdir / "tools.json").write_text(
+        json.dumps({"binary": tools.binary, "plugin_mirror": mirror})
+    )
+
+
+def cli_config(mirror: Path) -> str:
+    """A CLI config that installs every provider from the mirror and never from the network."""
+    return (
+        "# written by installer: providers come only from the bundle's filesystem mirror\n"
+        "disable_checkpoint = true\n"
+        "provider_installation {\n"
+        f"  filesystem_mirror {{\n    path = {json.dumps(str(mirror))}\n  }}\n"
+        "}\n"
+    )
+
+
+def cli_env(workdir: Path, tools: TerraformTools) -> dict[str, str]:
+    """terraform's environment: our CLI config if there is a mirror; no prompts, no phoning home."""
+    env = {"TF_IN_AUTOMATION": "1", "TF_INPUT": "0", "CHECKPOINT_DISABLE": "1"}
+    if tools.plugin_mirror is not None:
+        rc = workdir / "terraformrc"
+        rc.write_text(cli_config(tools.plugin_mirror.resolve()))
+        env["TF_CLI_CONFIG_FILE"] = str(rc)
+    return env
+
+
+def add_to_bundle(
+    root: Path, module: Path, tools: TerraformTools, env: Mapping[str, str]
+) -> dict[str, str]:
+    """Put terraform and the providers `module` needs under root/terraform/; return their versions.
+
+    The providers are installed by a real `terraform init` (from the registry, or from a mirror
+    this machine already has), then copied from .terraform/providers, which already has the
+    mirror's unpacked layout. Offline machines can therefore rebuild a bundle from a bundle.
+    """
+    dest = root / BUNDLE_DIR
+    binary = shutil.which(tools.binary) or tools.binary
+    (dest / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, dest / "bin" / "terraform")
+    with tempfile.TemporaryDirectory(prefix="tf-mirror-") as scratch:
+        work = Path(scratch)
+        shutil.copytree(module, work / "module")
+        run_env = {**env, **cli_env(work, tools)}
+        tf = Terraform(str(dest / "bin" / "terraform"), work / "module", run_env)
+        tf.init()
+        versions = {"terraform": tf.version()}
+        providers = work / "module" / ".terraform" / "providers"
+        shutil.copytree(providers, dest / "plugins", dirs_exist_ok=True, symlinks=False)
+    for version_dir in (dest / "plugins").glob("*/*/*/*"):
+        namespace, kind = version_dir.parts[-3:-1]
+        versions[f"{namespace}/{kind}"] = version_dir.name
+    return versions
+
+
+def tools_from_bundle(bundle: Path) -> TerraformTools | None:
+    """Terraform from a bundle (directory or tar), checked against its manifest; None if absent."""
+    if bundle.is_dir():
+        man = Manifest.from_json((bundle / MANIFEST).read_text())
+        entries = [f for f in man.files if f.path.startswith(BUNDLE_DIR + "/")]
+        if not entries:
+            return None
+        for f in entries:
+            if sha256_file(bundle / f.path) != f.sha256:
+                raise TerraformError(f"bundle file {f.path} does not match its manifest checksum")
+        root: Path | None = bundle / BUNDLE_DIR
+    else:
+        root = _unpack_from_tar(bundle)
+    if root is None:
+        return None
+    return TerraformTools(str(root / "bin" / "terraform"), root / "plugins")
+
+
+def _unpack_from_tar(bundle: Path) -> Path | None:
+    try:
+        with tarfile.open(bundle) as tar:
+            member = tar.extractfile(MANIFEST)
+            if member is None:
+                raise TerraformError(f"{bundle} has no {MANIFEST}")
+            man = Manifest.from_json(member.read().decode())
+            wanted = {f.path: f for f in man.files if f.path.startswith(BUNDLE_DIR + "/")}
+            if not wanted:
+                return None
+            target = state_dir() / "terraform" / "bundles" / man.bundle_id[:12]
+            members = [m for m in tar.getmembers() if m.name in wanted]
+            tar.extractall(target, members=members, filter="data")
+    except (tarfile.TarError, KeyError, OSError) as exc:
+        raise TerraformError(f"cannot read terraform from bundle {bundle}: {exc}") from exc
+    for path, entry in wanted.items():
+        if not (target / path).is_file() or sha256_file(target / path) != entry.sha256:
+            raise TerraformError(f"bundle file {path} does not match its manifest checksum")
+    return target / BUNDLE_DIR

@@ -1,0 +1,1 @@
+../../../../installer/gpu/doctor.py

@@ -1,0 +1,199 @@
+"""The GPU roles run for real (ansible-playbook, connection local) against what a host shows.
+
+This machine has no GPU: that is the lab hosts' case. For GPU hosts a fake `nvidia-smi` on
+PATH prints captured or synthetic output (tests/unit/fixtures/gpu), so the roles' decisions
+(skip, verify and change nothing, refuse an impossible driver/CUDA pair before any change,
+refuse a bundle without GPU packages) run through the real role code. What installing packages
+does is not tested here: that needs a host with a GPU whose driver may be replaced.
+"""
+
+import datetime
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+from installer.ansible import render
+from installer.bundle.manifest import Manifest
+from installer.gpu import matrix
+from installer.inventory import load_inventory
+
+REPO = Path(__file__).parents[2]
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+GPU_ROLES = ["nvidia_driver", "cuda", "nccl", "fabricmanager", "gpu_verify"]
+
+
+def play(
+    tmp: Path,
+    *,
+    device: str,
+    roles: list[str],
+    smi: str | None = None,
+    check: bool = False,
+    **extra: Any,
+) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+    """Run the roles on localhost; return (runner, stats, task results)."""
+    # ansible-runner starts ansible-playbook by name: this interpreter's tools first
+    env_path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    if smi:
+        bin_dir = tmp / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        fake = bin_dir / "nvidia-smi"
+        fake.write_text(
+            f'#!/bin/sh\ncase "$*" in *--query-gpu*) cat {FIXTURES / smi / "query.csv"};;'
+            f" *) cat {FIXTURES / smi / 'q.txt'};; esac\n"
+        )
+        fake.chmod(0o755)
+        env_path = f"{bin_dir}:{env_path}"
+    project = tmp / "project"
+    project.mkdir(exist_ok=True)
+    (project / "play.yml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "GPU roles",
+                    "hosts": "all",
+                    "gather_facts": True,
+                    "gather_subset": ["min"],
+                    "roles": roles,
+                }
+            ]
+        )
+    )
+    results: list[dict[str, Any]] = []
+
+    def handle(event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
+            results.append(
+                {"task": data.get("task"), "event": event["event"], "res": data.get("res", {})}
+            )
+        return True
+
+    r = ansible_runner.run(
+        private_data_dir=str(tmp),
+        project_dir=str(project),
+        playbook="play.yml",
+        inventory="localhost ansible_connection=local",
+        extravars={
+            "engine_device": device,
+            "pli_bundle_dir": str(tmp / "bundle"),
+            "pli_state_dir": str(tmp / "state"),
+            "pli_root": str(tmp / "root"),
+            "ansible_python_interpreter": sys.executable,
+            **extra,
+        },
+        envvars={
+            "ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"),
+            "PATH": env_path,
+            "ANSIBLE_NOCOLOR": "True",
+        },
+        cmdline="--check" if check else None,
+        event_handler=handle,
+        quiet=True,
+        suppress_env_files=True,
+    )
+    return r, r.stats or {}, results
+
+
+def msgs(results: list[dict[str, Any]]) -> str:
+    return "\n".join(str(x["res"].get("msg", "")) for x in results)
+
+
+def test_cpu_deployment_skips_every_gpu_role_and_changes_nothing(tmp_path: Path) -> None:
+    r, stats, results = play(tmp_path, device="cpu", roles=GPU_ROLES)
+    assert r.rc == 0, msgs(results)
+    assert not stats.get("changed") and not stats.get("failures")
+    text = msgs(results)
+    assert "no NVIDIA GPU detected; engine_device is cpu: driver setup skipped" in text
+    for role in ("CUDA toolkit", "NCCL", "fabric manager", "GPU checks"):
+        assert f"engine_device is cpu: {role} skipped" in text
+
+
+def test_gpu_deployment_on_a_host_without_gpu_fails_clearly(tmp_path: Path) -> None:
+    r, stats, results = play(tmp_path, device="gpu", roles=GPU_ROLES)
+    assert r.rc != 0 and not stats.get("changed")
+    assert "no NVIDIA GPU detected on localhost" in msgs(results)
+    assert "set engine.device to cpu" in msgs(results)
+
+
+def test_right_driver_is_verified_and_left_unchanged(tmp_path: Path) -> None:
+    smi = "h200" if (FIXTURES / "h200" / "query.csv").exists() else "synthetic_h200_r580"
+    r, stats, results = play(tmp_path, device="gpu", roles=["nvidia_driver"], smi=smi)
+    assert r.rc == 0, msgs(results)
+    assert not stats.get("changed")
+    assert "580.159.04" in msgs(
+        results
+    ) and "right for CUDA 13.0 (>= 580.65.06); verified, nothing changed" in msgs(results)
+
+
+def test_impossible_driver_cuda_pair_fails_before_any_change(tmp_path: Path) -> None:
+    # a V100 with the default plan (CUDA 13.0, which dropped Volta)
+    r, stats, results = play(
+        tmp_path, device="gpu", roles=["nvidia_driver"], smi="synthetic_v100_r535"
+    )
+    assert r.rc != 0 and not stats.get("changed")
+    text = msgs(results)
+    assert "CUDA 13.0 does not support volta GPUs" in text and "Nothing was changed" in text
+
+
+def test_a_volta_host_verifies_under_a_cuda_12_plan(tmp_path: Path) -> None:
+    plan = matrix.plan_table("12.2", today=datetime.date(2026, 11, 29))
+    r, stats, results = play(
+        tmp_path,
+        device="gpu",
+        roles=["nvidia_driver"],
+        smi="synthetic_v100_r535",
+        nvidia_driver_plan=plan,
+    )
+    assert r.rc == 0, msgs(results)
+    assert not stats.get("changed")
+    assert "right for CUDA 12.2 (>= 535.54.03); verified" in msgs(results)
+
+
+def test_an_old_driver_needs_the_bundles_gpu_repository(tmp_path: Path) -> None:
+    # an A100 on R535 under the CUDA 13.0 plan: R580 must be installed, and this bundle has none
+    r, stats, results = play(
+        tmp_path, device="gpu", roles=["nvidia_driver"], smi="synthetic_a100_r535", check=True
+    )
+    assert r.rc != 0 and not stats.get("changed")
+    text = msgs(results)
+    assert "install branch R580 (open kernel modules) for CUDA 13.0" in text
+    assert "debs/Packages is missing: this bundle has no GPU packages" in text
+
+
+def test_verify_mode_refuses_to_install(tmp_path: Path) -> None:
+    r, _, results = play(
+        tmp_path,
+        device="gpu",
+        roles=["nvidia_driver"],
+        smi="synthetic_a100_r535",
+        nvidia_driver_mode="verify",
+    )
+    assert r.rc != 0
+    assert "driver '535.183.01' does not serve CUDA 13.0 on ampere GPUs" in msgs(results)
+
+
+def test_render_gives_the_gpu_roles_their_variables(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    inv_file = tmp_path / "site.yml"
+    inv_file.write_text(
+        "deployment: demo\n"
+        f"model: {{path: {model}, served_name: tiny}}\n"
+        "hosts: [{name: h1, address: 10.0.0.1}]\n"
+        "engine: {device: gpu}\n"
+    )
+    inv = load_inventory(inv_file)
+    man = Manifest(target={}, components={}, packages=[])
+    extra = list(inspect.signature(render.group_vars).parameters)[2:]  # e.g. the gateway's keys
+    gv = render.group_vars(inv, man, *["[]"] * len(extra))
+    assert gv["engine_device"] == "gpu"
+    assert gv["nvidia_driver_plan"]["cuda_version"] == matrix.DEFAULT_CUDA
+    assert gv["nvidia_driver_plan"]["generations"]["hopper"]["branch"] == 580
+    assert gv["cuda_version"] == gv["nccl_cuda_version"] == matrix.DEFAULT_CUDA
