@@ -75,7 +75,8 @@ def _row(r: dict[str, Any]) -> list[str]:
     gemm = [g["tflops"] for g in checks.get("gemm", {}).get("gpus", [])]
     nccl = checks.get("nccl", {})
     color = {"ok": "green", "warn": "yellow", "fail": "red"}.get(r["status"], "dim")
-    bad = [f"{c['name']}: {c['detail']}" for c in r["checks"] if c["status"] in ("fail", "warn")]
+    shown = ("fail", "warn", "skip") if r["status"] == "skip" else ("fail", "warn")
+    bad = [f"{c['name']}: {c['detail']}" for c in r["checks"] if c["status"] in shown]
     return [
         r["host"],
         f"[{color}]{r['status']}[/]",
