@@ -51,7 +51,7 @@ def latest_summary(state: Path, command: str) -> dict:
 def e2e_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.geteuid() != 0:
         pytest.fail("end-to-end tests need root (network namespaces, systemd-nspawn); run with sudo")
-    state = REPO / ".installer" / "e2e"
+    state = REPO / ".installer" / f"e2e-{LAB_NAME}"
     state.mkdir(parents=True, exist_ok=True)
     os.environ["INSTALLER_STATE_DIR"] = str(state)
     return state
@@ -71,7 +71,8 @@ def lab_hosts(e2e_state: Path):
 @pytest.fixture(scope="session")
 def api_key(e2e_state: Path) -> str:
     """A user's API key, made with the real CLI before the first deploy sends its hash out."""
-    proc = installer("keys", "create", "--name", "e2e-user", "--rpm", "1000")
+    # A name per run: the state folder (and its key store) outlives a run on a developer machine.
+    proc = installer("keys", "create", "--name", f"e2e-{int(time.time())}", "--rpm", "1000")
     assert proc.returncode == 0, proc.stderr
     secret = next(line for line in proc.stdout.splitlines() if line.startswith("sk-pli-"))
     assert secret not in (e2e_state / "keys.json").read_text()  # only its hash is stored

@@ -7,6 +7,7 @@ resumes where it stopped. Runs after the shared first deployment (`deployed`), o
 """
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ from installer.bundle.build import build
 from installer.bundle.manifest import MANIFEST, SIGNATURE, Manifest
 from installer.inventory import load_inventory
 from installer.lab import control_ns
-from tests.e2e.conftest import REPO, installer, latest_summary
+from tests.e2e.conftest import REPO, installer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
@@ -47,6 +48,13 @@ def _host_ssh(lab_hosts, host, command: str, timeout: float = 120) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
     return proc.stdout
+
+
+def _summary(e2e_state: Path, deployment: str) -> dict:
+    """The latest `installer up` run log summary of this lab's deployment (other labs' runs
+    may share the state directory)."""
+    runs = sorted((e2e_state / "runs").glob(f"*-up-{deployment}"), key=lambda p: p.stat().st_mtime)
+    return json.loads((runs[-1] / "summary.json").read_text())
 
 
 def _snapshot(lab_hosts) -> dict[str, str]:
@@ -276,7 +284,7 @@ def test_airgapped_up_resumes_an_interrupted_push_and_serves(
     proc = up_airgapped(lab_hosts, signed_bundle, "--trusted-key", str(signing_key.public_key))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
-    summary = latest_summary(e2e_state, "up")
+    summary = _summary(e2e_state, load_inventory(lab_hosts.inventory_path).deployment)
     assert summary["success"] is True
     assert summary["bundle_id"] == man.bundle_id
     assert f"signed by trusted key {signing_key.key_id}" in summary["bundle_signature"]

@@ -19,6 +19,8 @@ import httpx
 import pytest
 import yaml
 
+from installer import keys as installer_keys
+
 REPO = Path(__file__).resolve().parents[2]
 FAKE_UPSTREAM = REPO / "benchmarks" / "fake_upstream.py"
 
@@ -171,21 +173,18 @@ class Keys:
     the way a deploy does; every change rewrites that file, as a deploy would."""
 
     def __init__(self, root: Path) -> None:
-        from installer import keys
-
-        self._keys = keys
         self.store = root / "keys.json"
         self.hosts_file = root / "keys.hosts.json"
-        keys.write_hosts_file(self.hosts_file, keys.load(self.store))
+        installer_keys.write_hosts_file(self.hosts_file, installer_keys.load(self.store))
 
     def create(self, name: str, **limits: Any) -> str:
-        _, secret = self._keys.create(name, path=self.store, **limits)
-        self._keys.write_hosts_file(self.hosts_file, self._keys.load(self.store))
+        _, secret = installer_keys.create(name, path=self.store, **limits)
+        installer_keys.write_hosts_file(self.hosts_file, installer_keys.load(self.store))
         return secret
 
     def revoke(self, name: str) -> None:
-        self._keys.revoke(name, path=self.store)
-        self._keys.write_hosts_file(self.hosts_file, self._keys.load(self.store))
+        installer_keys.revoke(name, path=self.store)
+        installer_keys.write_hosts_file(self.hosts_file, installer_keys.load(self.store))
 
 
 @pytest.fixture

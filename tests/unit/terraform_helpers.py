@@ -39,4 +39,8 @@ def unquote(name: str) -> str:
 
 
 def variables(provider: str) -> dict[str, dict[str, Any]]:
-    return {unquote(k): v for block in parse_module(provider).get("variable", []) for k, v in block.items()}
+    return {
+        unquote(k): v
+        for block in parse_module(provider).get("variable", [])
+        for k, v in block.items()
+    }

@@ -7,7 +7,6 @@ import pytest
 from installer.gpu import doctor
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
-H200_CAPTURED = (FIXTURES / "h200_query.csv").exists()
 
 
 def test_proc_version_open_and_proprietary() -> None:
@@ -170,10 +169,23 @@ def test_sysfs_scan_finds_gpus_and_nvswitches(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.skipif(not H200_CAPTURED, reason="H200 capture not present")
-def test_captured_h200_query() -> None:
-    (gpu,) = doctor.parse_smi_csv((FIXTURES / "h200_query.csv").read_text(), doctor.SMI_FIELDS)
+def test_captured_h200() -> None:
+    """What nvidia-smi and /proc printed on the project's H200 (tests/gpu/capture_fixtures.sh)."""
+    d = FIXTURES / "h200_r580"
+    (gpu,) = doctor.parse_smi_csv((d / "query.csv").read_text(), doctor.SMI_FIELDS)
     assert gpu["name"] == "NVIDIA H200" and gpu["memory.total"] == 143771
-    assert gpu["compute_cap"] == "9.0" and str(gpu["driver_version"]).startswith("580.")
-    q = doctor.parse_smi_q((FIXTURES / "h200_q.txt").read_text())
-    assert q["cuda_version"] == "13.0"
+    assert gpu["compute_cap"] == "9.0" and gpu["driver_version"] == "580.159.04"
+    assert (gpu["ecc.mode.current"], gpu["persistence_mode"], gpu["mig.mode.current"]) == (
+        "Enabled",
+        "Enabled",
+        "Disabled",
+    )
+    q = doctor.parse_smi_q((d / "q.txt").read_text())
+    assert (q["cuda_version"], q["driver_version"], q["fabric_states"]) == (
+        "13.0",
+        "580.159.04",
+        ["N/A"],
+    )
+    proc = doctor.parse_proc_version((d / "proc_version.txt").read_text())
+    assert proc == {"version": "580.159.04", "kernel_modules": "open"}
+    assert doctor.generation_from_cc(gpu["compute_cap"]) == "hopper"

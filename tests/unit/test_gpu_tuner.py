@@ -110,10 +110,8 @@ def test_mixed_gpus_are_refused() -> None:
 
 
 def test_from_doctor_facts_of_a_real_probe() -> None:
-    """Facts as `doctor facts` prints them, built from the H200 capture when it exists."""
-    query = FIXTURES / "h200_query.csv"
-    if not query.exists():
-        query = FIXTURES / "synthetic_hgx_h100_r570" / "query.csv"
+    """Facts as `doctor facts` builds them, from the H200 capture."""
+    query = FIXTURES / "h200_r580" / "query.csv"
     gpus = doctor.parse_smi_csv(query.read_text(), doctor.SMI_FIELDS)
     for g in gpus:
         g["numa_node"] = 0

@@ -3,6 +3,7 @@
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,28 +11,45 @@ from installer.terraform import mirror
 from installer.terraform.cli import Terraform
 from installer.terraform.errors import TerraformError
 
-EVENTS = [
+EVENTS: list[dict[str, Any]] = [
     {"type": "version", "terraform": "1.11.4"},
-    {"type": "planned_change", "change": {"resource": {"addr": "module.hosts.aws_vpc.this"}, "action": "create"}},
-    {"type": "planned_change", "change": {"resource": {"addr": "module.hosts.aws_instance.this[0]"}, "action": "create"}},
-    {"type": "diagnostic", "diagnostic": {"severity": "warning", "summary": "Deprecated", "detail": "use  x"}},
-    {"type": "change_summary", "changes": {"add": 2, "change": 0, "remove": 0, "operation": "plan"}},
+    {
+        "type": "planned_change",
+        "change": {"resource": {"addr": "module.hosts.aws_vpc.this"}, "action": "create"},
+    },
+    {
+        "type": "planned_change",
+        "change": {"resource": {"addr": "module.hosts.aws_instance.this[0]"}, "action": "create"},
+    },
+    {
+        "type": "diagnostic",
+        "diagnostic": {"severity": "warning", "summary": "Deprecated", "detail": "use  x"},
+    },
+    {
+        "type": "change_summary",
+        "changes": {"add": 2, "change": 0, "remove": 0, "operation": "plan"},
+    },
 ]
-FAILURE = [
-    {"type": "diagnostic", "diagnostic": {
-        "severity": "error", "summary": "Invalid value for variable", "detail": "allowed_cidrs opens SSH",
-        "range": {"filename": "module/variables.tf", "start": {"line": 150}},
-    }},
+FAILURE: list[dict[str, Any]] = [
+    {
+        "type": "diagnostic",
+        "diagnostic": {
+            "severity": "error",
+            "summary": "Invalid value for variable",
+            "detail": "allowed_cidrs opens SSH",
+            "range": {"filename": "module/variables.tf", "start": {"line": 150}},
+        },
+    },
 ]
 
 
-def _fake_terraform(tmp_path: Path, events: list[dict[str, object]], rc: int = 0) -> str:
+def _fake_terraform(tmp_path: Path, events: list[dict[str, Any]], rc: int = 0) -> str:
     """A stand-in binary that prints JSON lines and records its argv."""
     script = tmp_path / "terraform"
     lines = "\n".join(json.dumps(e) for e in events)
-    script.write_text(
-        f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\ncat <<'JSON'\n{lines}\nnot json: a provider's stray print\nJSON\nexit {rc}\n"
-    )
+    stray = "not json: a provider's stray print"
+    body = f"cat <<'JSON'\n{lines}\n{stray}\nJSON\nexit {rc}\n"
+    script.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/argv\n{body}')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(script)
 
@@ -69,11 +87,17 @@ def test_cli_config_points_only_at_the_mirror(tmp_path: Path) -> None:
     text = Path(env["TF_CLI_CONFIG_FILE"]).read_text()
     assert f'path = "{tmp_path / "plugins"}"' in text and "direct" not in text
     assert env["TF_INPUT"] == "0" and env["CHECKPOINT_DISABLE"] == "1"
-    assert "TF_CLI_CONFIG_FILE" not in mirror.cli_env(tmp_path, mirror.TerraformTools("terraform", None))
+    assert "TF_CLI_CONFIG_FILE" not in mirror.cli_env(
+        tmp_path, mirror.TerraformTools("terraform", None)
+    )
 
 
 def test_the_tools_a_deployment_used_are_remembered(tmp_path: Path) -> None:
-    tools = mirror.TerraformTools("/opt/bundle/terraform/bin/terraform", Path("/opt/bundle/terraform/plugins"))
+    tools = mirror.TerraformTools(
+        "/opt/bundle/terraform/bin/terraform", Path("/opt/bundle/terraform/plugins")
+    )
     mirror.remember(tmp_path, tools)
     assert mirror.locate(tmp_path, {}) == tools
-    assert mirror.locate(tmp_path, {"INSTALLER_TF_PLUGIN_MIRROR": "/m"}) == mirror.TerraformTools("terraform", Path("/m"))
+    assert mirror.locate(tmp_path, {"INSTALLER_TF_PLUGIN_MIRROR": "/m"}) == mirror.TerraformTools(
+        "terraform", Path("/m")
+    )

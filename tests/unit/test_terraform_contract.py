@@ -17,15 +17,21 @@ def _outputs(hosts: Any, version: Any = 1) -> dict[str, Any]:
 
 def _host(**over: Any) -> dict[str, Any]:
     base = {
-        "name": "demo-1", "public_address": "54.1.2.3", "private_address": "10.80.1.5",
-        "ssh_user": "ubuntu", "gpu_type": "NVIDIA A10G", "gpu_count": 4,
+        "name": "demo-1",
+        "public_address": "54.1.2.3",
+        "private_address": "10.80.1.5",
+        "ssh_user": "ubuntu",
+        "gpu_type": "NVIDIA A10G",
+        "gpu_count": 4,
     }
     return base | over
 
 
 def test_parse_and_convert_public_and_private() -> None:
     found = contract.parse(_outputs([_host(), _host(name="demo-2", public_address=None)]))
-    assert found[0] == contract.ProvisionedHost("demo-1", "54.1.2.3", "10.80.1.5", "ubuntu", "NVIDIA A10G", 4)
+    assert found[0] == contract.ProvisionedHost(
+        "demo-1", "54.1.2.3", "10.80.1.5", "ubuntu", "NVIDIA A10G", 4
+    )
     hosts = contract.to_inventory_hosts(found, public=True)
     assert [h.address for h in hosts] == ["54.1.2.3", "10.80.1.5"]  # no public address: private
     assert hosts[0].ssh.user == "ubuntu"

@@ -24,7 +24,9 @@ def test_missing_credentials(provider: str, message: str, tmp_path: Path) -> Non
 
 
 def test_half_a_key_pair_is_named() -> None:
-    with pytest.raises(CredentialsError, match="AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not"):
+    with pytest.raises(
+        CredentialsError, match="AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not"
+    ):
         credentials.check("aws", {"AWS_ACCESS_KEY_ID": "x"})
     with pytest.raises(CredentialsError, match="TENCENTCLOUD_SECRET_ID is not"):
         credentials.check("tencentcloud", {"TENCENTCLOUD_SECRET_KEY": "x"})
@@ -48,11 +50,17 @@ def test_jdcloud_names_are_handed_to_the_provider_in_its_own_spelling() -> None:
     assert credentials.check("jdcloud", {"access_key": "ak", "secret_key": "sk"}) == {}
 
 
-def test_provision_stops_before_terraform_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provision_stops_before_terraform_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     inv = cloud_inventory("tencentcloud", tmp_path)
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(credentials.Path, "home", lambda: tmp_path)
-    for name in ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY", "TENCENTCLOUD_SHARED_CREDENTIALS_DIR"):
+    for name in (
+        "TENCENTCLOUD_SECRET_ID",
+        "TENCENTCLOUD_SECRET_KEY",
+        "TENCENTCLOUD_SHARED_CREDENTIALS_DIR",
+    ):
         monkeypatch.delenv(name, raising=False)
 
     def no_terraform(*_a: object, **_k: object) -> None:

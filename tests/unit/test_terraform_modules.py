@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,11 @@ from installer.terraform.tfvars import PROVIDER_SOURCES
 from tests.unit.terraform_helpers import MODULES, REPO, parse_module, unquote, variables
 
 PROVIDERS = ["aws", "tencentcloud", "jdcloud", "baremetal"]
-TERRAFORM = shutil.which("terraform")
+TERRAFORM = shutil.which("terraform") or "terraform"
 AWS_MIRROR = Path("/opt/tf-plugins/registry.terraform.io/hashicorp/aws")
-needs_terraform = pytest.mark.skipif(TERRAFORM is None, reason="terraform is not installed")
+needs_terraform = pytest.mark.skipif(
+    shutil.which("terraform") is None, reason="terraform is not installed"
+)
 
 # Arguments the providers' schemas mark required (or that the resource cannot work without),
 # from tencentcloudstack/tencentcloud (resource_tc_*.go, 1.82) and hashicorp/jdcloud 1.1.0 docs.
@@ -30,8 +33,13 @@ REQUIRED = {
     "tencentcloud_key_pair": {"key_name"},
     # image_id/availability_zone are "AtLeastOneOf" launch_template_id; we use no template.
     "tencentcloud_instance": {
-        "availability_zone", "image_id", "instance_type", "key_ids", "orderly_security_groups",
-        "vpc_id", "subnet_id",
+        "availability_zone",
+        "image_id",
+        "instance_type",
+        "key_ids",
+        "orderly_security_groups",
+        "vpc_id",
+        "subnet_id",
     },
     "jdcloud_vpc": {"vpc_name", "cidr_block"},
     "jdcloud_subnet": {"vpc_id", "subnet_name", "cidr_block"},
@@ -49,13 +57,17 @@ REQUIRED = {
 }
 # Arguments the rules blocks must carry (security_group_rules: JD; ingress/egress: Tencent).
 REQUIRED_NESTED = {
-    ("jdcloud_network_security_group_rules", "security_group_rules"): {"address_prefix", "direction", "protocol"},
+    ("jdcloud_network_security_group_rules", "security_group_rules"): {
+        "address_prefix",
+        "direction",
+        "protocol",
+    },
     ("tencentcloud_security_group_rule_set", "ingress"): {"action"},
     ("tencentcloud_security_group_rule_set", "egress"): {"action"},
 }
 
 
-def _resources(provider: str) -> dict[str, dict[str, object]]:
+def _resources(provider: str) -> dict[str, dict[str, Any]]:
     found = {}
     for block in parse_module(provider).get("resource", []):
         for kind, named in block.items():
@@ -64,10 +76,10 @@ def _resources(provider: str) -> dict[str, dict[str, object]]:
     return found
 
 
-def _nested(body: dict[str, object], name: str) -> list[dict[str, object]]:
+def _nested(body: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """Static blocks and the content of dynamic blocks called `name`."""
-    blocks = [b for b in body.get(name, []) if isinstance(b, dict)]  # type: ignore[union-attr]
-    for dyn in body.get("dynamic", []):  # type: ignore[union-attr]
+    blocks = [b for b in body.get(name, []) if isinstance(b, dict)]
+    for dyn in body.get("dynamic", []):
         for label, spec in dyn.items():
             if unquote(label) == name:
                 blocks.extend(spec.get("content", []))
@@ -78,7 +90,9 @@ def _nested(body: dict[str, object], name: str) -> list[dict[str, object]]:
 def test_every_module_and_example_is_terraform_fmt_clean() -> None:
     proc = subprocess.run(
         [TERRAFORM, "fmt", "-check", "-recursive", "-diff", str(REPO / "terraform")],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -99,7 +113,9 @@ def test_module_layout_and_conventions(provider: str) -> None:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_hosts_output_follows_the_shared_contract(provider: str) -> None:
-    outputs = {unquote(k): v for block in parse_module(provider)["output"] for k, v in block.items()}
+    outputs = {
+        unquote(k): v for block in parse_module(provider)["output"] for k, v in block.items()
+    }
     assert outputs["contract_version"]["value"] == 1
     expression = outputs["hosts"]["value"]
     if match := re.fullmatch(r"\$\{try\(local\.(\w+), \[\]\)\}", expression):
@@ -127,9 +143,11 @@ def test_resources_carry_the_providers_required_arguments(provider: str) -> None
     resources = _resources(provider)
     assert any(k.endswith("_instance") for k in resources)
     for kind, body in resources.items():
-        missing = REQUIRED.get(kind, set()) - set(body) - {
-            unquote(label) for d in body.get("dynamic", []) for label in d  # type: ignore[union-attr]
-        }
+        missing = (
+            REQUIRED.get(kind, set())
+            - set(body)
+            - {unquote(label) for d in body.get("dynamic", []) for label in d}
+        )
         assert not missing, f"{provider}: {kind} lacks required {sorted(missing)}"
     for (kind, block), needed in REQUIRED_NESTED.items():
         if kind in resources:
@@ -152,17 +170,25 @@ def test_security_group_opens_only_ssh_and_gateway_to_allowed_cidrs(provider: st
     assert "var.ssh_port" in text and "var.gateway_port" in text and "var.allowed_cidrs" in text
 
 
-def _validate(module: Path, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _validate(
+    module: Path, tmp_path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     work = tmp_path / module.name
     shutil.copytree(module, work)
     init = subprocess.run(
         [TERRAFORM, f"-chdir={work}", "init", "-backend=false", "-input=false", "-no-color"],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert init.returncode == 0, init.stderr
     return subprocess.run(
         [TERRAFORM, f"-chdir={work}", "validate", "-no-color"],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
 
 
@@ -173,9 +199,13 @@ def test_baremetal_module_validates(tmp_path: Path) -> None:
 
 
 @needs_terraform
-@pytest.mark.skipif(not AWS_MIRROR.is_dir(), reason="no hashicorp/aws filesystem mirror at /opt/tf-plugins")
+@pytest.mark.skipif(
+    not AWS_MIRROR.is_dir(), reason="no hashicorp/aws filesystem mirror at /opt/tf-plugins"
+)
 def test_aws_module_inits_offline_from_the_mirror_and_validates(tmp_path: Path) -> None:
     rc = tmp_path / "terraformrc"
-    rc.write_text('provider_installation {\n  filesystem_mirror {\n    path = "/opt/tf-plugins"\n  }\n}\n')
+    rc.write_text(
+        'provider_installation {\n  filesystem_mirror {\n    path = "/opt/tf-plugins"\n  }\n}\n'
+    )
     proc = _validate(MODULES / "aws", tmp_path, {**os.environ, "TF_CLI_CONFIG_FILE": str(rc)})
     assert proc.returncode == 0, proc.stderr

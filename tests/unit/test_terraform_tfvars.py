@@ -4,15 +4,22 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from installer.inventory import load_inventory
 from installer.terraform import tfvars
-from tests.unit.terraform_helpers import PUBLIC_KEY, cloud_inventory, variables
+from tests.unit.terraform_helpers import PUBLIC_KEY, REPO, cloud_inventory, variables
 
-HOST_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n", "ssh-ed25519 AAAAhost")
+HOST_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n",
+    "ssh-ed25519 AAAAhost",
+)
 
 
 @pytest.mark.parametrize("provider", ["aws", "tencentcloud", "jdcloud"])
-def test_rendered_variables_are_exactly_what_the_module_declares(provider: str, tmp_path: Path) -> None:
+def test_rendered_variables_are_exactly_what_the_module_declares(
+    provider: str, tmp_path: Path
+) -> None:
     inv = cloud_inventory(provider, tmp_path)
     rendered = tfvars.module_vars(inv, HOST_KEY)
     declared = variables(provider)
@@ -65,7 +72,26 @@ def test_workspace_has_no_credentials_and_keeps_the_host_key_sensitive(tmp_path:
 
 def test_aws_endpoint_points_every_call_at_it(tmp_path: Path) -> None:
     inv = cloud_inventory("aws", tmp_path)
-    inv = inv.model_copy(update={"cloud": inv.cloud.model_copy(update={"endpoint": "http://127.0.0.1:5000"})})  # type: ignore[union-attr]
+    assert inv.cloud is not None
+    cloud = inv.cloud.model_copy(update={"endpoint": "http://127.0.0.1:5000"})
+    inv = inv.model_copy(update={"cloud": cloud})
     block = tfvars.provider_block(inv)
     assert block["endpoints"] == {"ec2": "http://127.0.0.1:5000", "sts": "http://127.0.0.1:5000"}
     assert block["skip_credentials_validation"] and block["skip_requesting_account_id"]
+
+
+@pytest.mark.parametrize("name", ["aws", "tencentcloud", "jdcloud", "baremetal"])
+def test_example_inventories_validate_and_render(name: str, tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO / "inventory" / f"{name}.example.yml").read_text())
+    cloud_inventory("aws", tmp_path)  # lays out weights/ and id_ed25519.pub
+    (tmp_path / "id_ed25519").write_text("private\n")
+    data["model"]["path"] = "weights"
+    data["ssh"]["private_key"] = "id_ed25519"
+    if "cloud" in data:
+        data["cloud"]["ssh_public_key"] = "id_ed25519.pub"
+    site = tmp_path / "site.yml"
+    site.write_text(yaml.safe_dump(data))
+    inv = load_inventory(site)
+    assert inv.provider == name
+    if name != "baremetal":
+        assert set(tfvars.module_vars(inv, HOST_KEY)) <= set(variables(name))

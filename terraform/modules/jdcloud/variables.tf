@@ -165,7 +165,7 @@ variable "public_ip" {
 }
 
 variable "gpu" {
-  description = "GPU model and count per instance, for instance types the module's table does not know."
+  description = "GPU model and count per instance, reported in the host contract (this module has no GPU table)."
   type = object({
     type  = string
     count = number
