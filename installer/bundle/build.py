@@ -316,6 +316,7 @@ def _check_tar(
     present: dict[str, FileEntry] = {}
     problems: list[str] = []
     meta: dict[str, bytes] = {}
+    damaged = False  # stop at the first damaged file: the bundle is refused either way
     try:
         with tarfile.open(path, "r:") as tar:
             for member in tar:
@@ -333,6 +334,11 @@ def _check_tar(
                 if name not in expected:
                     problems.append(f"{name}: not listed in the manifest")
                     continue
+                if member.size != expected[name].size:
+                    want = expected[name].size
+                    problems.append(f"{name}: size {member.size}, manifest says {want}")
+                    damaged = True
+                    break
                 target = None
                 if dest is not None:
                     target = dest / name
@@ -340,19 +346,19 @@ def _check_tar(
                 size, digest = _copy_hashing(fh, target)
                 present[name] = FileEntry(name, size, digest)
                 if digest != expected[name].sha256:
-                    # Stop at the first damaged file: the bundle is refused either way.
-                    problems += compare(man, {**{f.path: f for f in man.files}, **present})
+                    problems.append(f"{name}: sha256 mismatch (file changed or corrupted)")
+                    damaged = True
                     break
-                if dest is not None:
+                if target is not None:
                     os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
-            else:
-                problems += compare(man, present)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BundleError(f"{path} is not a readable bundle tar: {exc}") from exc
-    if meta.get(MANIFEST) != manifest_bytes or meta.get(SIGNATURE) != sig:
-        problems.append(f"{MANIFEST}/{SIGNATURE} changed while the bundle was being read")
-    if meta.get(CHECKSUMS) != man.checksums_text().encode():
-        problems.append(f"{CHECKSUMS}: does not match {MANIFEST} (hosts check files against it)")
+    if not damaged:
+        problems += compare(man, present)
+        if meta.get(MANIFEST) != manifest_bytes or meta.get(SIGNATURE) != sig:
+            problems.append(f"{MANIFEST}/{SIGNATURE} changed while the bundle was being read")
+        if meta.get(CHECKSUMS) != man.checksums_text().encode():
+            problems.append(f"{CHECKSUMS}: does not match {MANIFEST} (hosts check against it)")
     if problems:
         raise BundleError(
             f"bundle {path} failed verification ({len(problems)} problem(s)); "

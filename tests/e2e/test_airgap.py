@@ -20,7 +20,7 @@ import pytest
 
 from installer.bundle import sign
 from installer.bundle.build import build
-from installer.bundle.manifest import MANIFEST, SIGNATURE, Manifest
+from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest
 from installer.inventory import load_inventory
 from installer.lab import control_ns
 from tests.e2e.conftest import REPO, installer
@@ -255,8 +255,10 @@ def test_airgapped_up_resumes_an_interrupted_push_and_serves(
 ) -> None:
     first, second = lab_hosts.hosts[0], lab_hosts.hosts[1]
     with tarfile.open(signed_bundle) as tar:
-        man = Manifest.from_json(tar.extractfile(MANIFEST).read().decode())
+        manifest_bytes = tar.extractfile(MANIFEST).read()
         signature = tar.extractfile(SIGNATURE).read()
+        checksums = tar.extractfile(CHECKSUMS).read()
+    man = Manifest.from_json(manifest_bytes.decode())
     # Hosts that never held this bundle, and one that lacks the OS package the engine needs.
     for host in lab_hosts.hosts:
         _host_ssh(lab_hosts, host, f"rm -rf {HOST_BUNDLES}/*")
@@ -275,8 +277,8 @@ def test_airgapped_up_resumes_an_interrupted_push_and_serves(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "interrupted after" in proc.stdout, proc.stdout + proc.stderr
-    held = _host_ssh(lab_hosts, first, f"du -sb {HOST_BUNDLES} | cut -f1; ls {HOST_BUNDLES}/*/")
-    held_bytes = int(held.split()[0])
+    held = _host_ssh(lab_hosts, first, f"find {HOST_BUNDLES} -type f -printf '%s %f\\n'")
+    held_bytes = sum(int(line.split()[0]) for line in held.splitlines())
     assert INTERRUPT_AFTER // 2 < held_bytes < man.total_size, held
     assert MANIFEST not in held.split()  # the manifest travels last: not a complete bundle
 
@@ -292,7 +294,8 @@ def test_airgapped_up_resumes_an_interrupted_push_and_serves(
     pushed = {p["host"]: p for p in summary["push"]}
     # Only what the first host was missing: the rest of the interrupted file and what followed.
     assert pushed[first.name]["resumed_files"] == 1
-    assert pushed[first.name]["sent_bytes"] <= man.total_size - held_bytes + 200_000
+    meta_bytes = len(manifest_bytes) + len(signature) + len(checksums)
+    assert pushed[first.name]["sent_bytes"] == man.total_size - held_bytes + meta_bytes
     assert pushed[second.name]["sent_bytes"] >= man.total_size
     assert "MB/s" in proc.stdout
     changed = {h["name"]: h["changed"] for h in summary["hosts"]}

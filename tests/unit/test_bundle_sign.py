@@ -214,3 +214,20 @@ def test_signature_is_deterministic_and_covers_the_exact_bytes(keys: sign.KeyPai
         sign.check_signature(b"abd", sig, trust, "x")
     with pytest.raises(BundleError, match="unreadable"):
         sign.check_signature(b"abc", b"{not json", trust, "x")
+
+
+def test_a_damaged_tar_header_or_a_truncated_tar_is_refused(signed_tar: Path, env: Path) -> None:
+    # Tar framing carries no content, but damage to it must not let missing files pass.
+    with tarfile.open(signed_tar) as tar:
+        header = tar.getmember("model/config.json").offset
+    data = bytearray(signed_tar.read_bytes())
+    data[header + 3] ^= 0x01  # inside the member's name: the header checksum no longer matches
+    broken = env / "broken.tar"
+    broken.write_bytes(bytes(data))
+    with pytest.raises(BundleError):
+        build.open_bundle(broken, sign.Trust())
+    truncated = env / "truncated.tar"
+    truncated.write_bytes(signed_tar.read_bytes()[: len(data) // 2])
+    with pytest.raises(BundleError):
+        build.open_bundle(truncated, sign.Trust())
+    assert list((env / "cache" / "unpacked").iterdir()) == []
