@@ -524,6 +524,7 @@ def main() -> None:
         "input_words": args.input_words,
         # The machine may be shared: a busy one widens every spread (all paths alike).
         "load_average_at_start": load_at_start,
+        "niceness": os.nice(0),
         "load_average_at_end": os.getloadavg(),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -159,12 +159,14 @@ def up(
     if not check:
         with _timed(log, reporter, "push"):
             pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
-            for p in pushed:
-                reporter.note(f"{p.host}: sent {p.sent_files} file(s), {p.sent_bytes / 1e6:.0f} MB "
-                              f"at {p.rate / 1e6:.0f} MB/s ({p.resumed_files} resumed); "
-                              f"{p.skipped_files} already there ({p.linked_files} linked from "
-                              "an earlier bundle); verified on the host")
-                log.log(f"push {p.host}: {p.__dict__}")
+            for pr in pushed:
+                reporter.note(
+                    f"{pr.host}: sent {pr.sent_files} file(s), {pr.sent_bytes / 1e6:.0f} MB "
+                    f"at {pr.rate / 1e6:.0f} MB/s ({pr.resumed_files} resumed); "
+                    f"{pr.skipped_files} already there ({pr.linked_files} linked from "
+                    "an earlier bundle); verified on the host"
+                )
+                log.log(f"push {pr.host}: {pr.__dict__}")
 
     probe_secret = keys.ensure_probe_key()
     keys_json = keys.render_hosts_file(keys.load())
@@ -203,7 +205,7 @@ def up(
         "changed": result.changed,
         "bundle_id": man.bundle_id,
         "bundle_signature": signature,
-        "push": [p.__dict__ for p in pushed],
+        "push": [pr.__dict__ for pr in pushed],
         "release_id": man.release_id,
         "hosts": [h.__dict__ for h in result.hosts],
     })

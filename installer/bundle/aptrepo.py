@@ -45,9 +45,8 @@ def _ar_members(data: bytes, name: str) -> dict[str, bytes]:
     return members
 
 
-def _control_from_tar(blob: bytes, compression: str) -> str:
-    mode = {"": "r:", ".gz": "r:gz", ".xz": "r:xz"}[compression]
-    with tarfile.open(fileobj=io.BytesIO(blob), mode=mode) as tar:
+def _control_from_tar(blob: bytes) -> str:
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:*") as tar:  # none, gz or xz
         for member in tar.getmembers():
             if member.name in ("./control", "control"):
                 fh = tar.extractfile(member)
@@ -61,7 +60,7 @@ def control_text(deb: Path) -> str:
     members = _ar_members(deb.read_bytes(), deb.name)
     for compression in ("", ".gz", ".xz"):
         if f"control.tar{compression}" in members:
-            return _control_from_tar(members[f"control.tar{compression}"], compression)
+            return _control_from_tar(members[f"control.tar{compression}"])
     if any(m.startswith("control.tar") for m in members):
         # e.g. control.tar.zst: Python's tarfile cannot read zstd before 3.14.
         try:

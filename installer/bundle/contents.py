@@ -38,22 +38,22 @@ def component_of(path: str, man: Manifest) -> Component:
     top, _, rest = path.partition("/")
     if top == "wheels" and rest.endswith(".whl"):
         try:
-            name, version, _build, _tags = parse_wheel_filename(rest)
-            return Component("wheel", str(name), str(version))
+            dist, version, _build, _tags = parse_wheel_filename(rest)
+            return Component("wheel", str(dist), str(version))
         except InvalidWheelFilename:
             return Component("wheel", rest, "")
     if top == "debs" and rest.endswith(".deb"):
-        name, _, tail = rest.removesuffix(".deb").partition("_")
-        return Component("deb", name, tail.rpartition("_")[0].replace("%3a", ":"))
+        package, _, tail = rest.removesuffix(".deb").partition("_")
+        return Component("deb", package, tail.rpartition("_")[0].replace("%3a", ":"))
     if top == "debs":
         return Component("index", "apt repository index", "")
     if top == "model" or path == "model.sha256":
         model = man.components.get("model")
-        name = model.get("name", "model") if isinstance(model, dict) else "model"
-        return Component("model", str(name), "")
+        model_name = model.get("name", "model") if isinstance(model, dict) else "model"
+        return Component("model", str(model_name), "")
     if top == "tools":
-        name = rest.partition("/")[0]
-        return Component("tool", name, str(man.components.get(name, "")))
+        tool = rest.partition("/")[0]
+        return Component("tool", tool, str(man.components.get(tool, "")))
     if top == "playbooks":
         return Component("playbooks", "playbooks", str(man.components.get("playbooks", "")))
     return Component("index", path, "")

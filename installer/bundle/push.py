@@ -19,6 +19,7 @@ Per host, over the system ssh client (fast, and the same host-key checking as ev
 
 import hashlib
 import json
+import os
 import shlex
 import subprocess
 import tarfile
@@ -35,6 +36,7 @@ from installer.ssh import Target
 
 HOST_BUNDLES = "/var/lib/private-llm/bundles"
 _CHUNK = 1 << 20
+_SENDFILE_CHUNK = 4 << 20  # progress is reported per chunk
 
 # (host name, bytes sent so far, bytes to send)
 PushProgress = Callable[[str, int, int], None]
@@ -192,14 +194,54 @@ def _resumable(root: Path, want: _Want, held: _Damaged) -> bool:
     )
 
 
-class _CountingWriter:
-    def __init__(self, raw, on_bytes: Callable[[int], None]) -> None:
-        self._raw, self._on_bytes = raw, on_bytes
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
-    def write(self, data: bytes) -> int:
-        self._raw.write(data)
-        self._on_bytes(len(data))
-        return len(data)
+
+def _send_file(fd: int, path: Path, offset: int, on_bytes: Callable[[int], None]) -> None:
+    """Copy path[offset:] into fd in the kernel (sendfile: page cache to pipe, no Python copy)."""
+    with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        while offset < size:
+            n = os.sendfile(fd, fh.fileno(), offset, min(_SENDFILE_CHUNK, size - offset))
+            if n == 0:
+                raise BundleError(f"{path} shrank while it was being sent")
+            offset += n
+            on_bytes(n)
+
+
+def _stream_tar(fd: int, root: Path, paths: list[str], on_bytes: Callable[[int], None]) -> None:
+    """Write a tar of `paths` to fd: headers from tarfile, contents by sendfile.
+
+    Python's tarfile copies every byte through the interpreter (about 1.3 s per GB here, and
+    8 s per GB with a large stream buffer); this leaves the copying to the kernel.
+    """
+    for rel in paths:
+        st = (root / rel).stat()
+        info = tarfile.TarInfo(rel)
+        info.size, info.mode, info.mtime = st.st_size, st.st_mode & 0o777, int(st.st_mtime)
+        _write_all(fd, info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        _send_file(fd, root / rel, 0, on_bytes)
+        _write_all(fd, bytes(-st.st_size % tarfile.BLOCKSIZE))
+    _write_all(fd, bytes(2 * tarfile.BLOCKSIZE))  # end of archive
+
+
+# AES-GCM runs on the CPU's AES instructions: about twice OpenSSH's default (chacha20) here
+# (1 GB: 2.7 s against 4.4 s). The others follow, so any server still finds a cipher it allows.
+BULK_CIPHERS = (
+    "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
+    "aes128-ctr,aes192-ctr,aes256-ctr"
+)
+
+
+def _bulk_argv(target: Target, command: str) -> list[str]:
+    """The ssh command line for a stream of bundle bytes: the target's, preferring AES-GCM."""
+    argv = target.ssh_argv(command)
+    if argv[0] == "ssh":
+        argv = [argv[0], "-o", f"Ciphers={BULK_CIPHERS}", *argv[1:]]
+    return argv
 
 
 def _finish(proc: subprocess.Popen[bytes], target: Target, what: str) -> None:
@@ -215,14 +257,10 @@ def _send(
 ) -> None:
     """Stream whole files as one tar into dest (tar replaces a file, never writes through it)."""
     cmd = f"tar -xf - -C {shlex.quote(dest)}"
-    proc = subprocess.Popen(target.ssh_argv(cmd), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_bulk_argv(target, cmd), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     try:
-        with tarfile.open(
-            fileobj=_CountingWriter(proc.stdin, on_bytes), mode="w|", bufsize=_CHUNK
-        ) as tar:
-            for rel in paths:
-                tar.add(root / rel, arcname=rel, recursive=False)
+        _stream_tar(proc.stdin.fileno(), root, paths, on_bytes)
         proc.stdin.close()
     except BrokenPipeError:
         pass
@@ -235,14 +273,10 @@ def _append(
     """Send the rest of one file from `offset`, appended to the host's copy of exactly that size."""
     q = shlex.quote(path)
     cmd = f'cd {shlex.quote(dest)} && [ "$(stat -c %s -- {q})" = {offset} ] && cat >> {q}'
-    proc = subprocess.Popen(target.ssh_argv(cmd), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_bulk_argv(target, cmd), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     try:
-        with (root / path).open("rb") as fh:
-            fh.seek(offset)
-            while chunk := fh.read(_CHUNK):
-                proc.stdin.write(chunk)
-                on_bytes(len(chunk))
+        _send_file(proc.stdin.fileno(), root / path, offset, on_bytes)
         proc.stdin.close()
     except BrokenPipeError:
         pass

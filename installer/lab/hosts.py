@@ -10,7 +10,8 @@ from installer.errors import LabError
 from installer.lab import processes
 from installer.lab.sshkeys import ssh
 
-BOOT_TIMEOUT = 60.0
+# A loaded 2-core CI machine booting several hosts at once needs far more than the usual ~10 s.
+BOOT_TIMEOUT = 180.0
 # Generous: a host running vLLM needs a while to stop its engine cleanly.
 POWEROFF_TIMEOUT = 60.0
 TERM_TIMEOUT = 20.0

@@ -175,6 +175,12 @@ def personalise(
     keys = ssh_dir / "authorized_keys"
     keys.write_text(authorized_key.strip() + "\n")
     os.chmod(keys, 0o600)
+    # Records runlevel changes in utmp: nothing in a lab host needs it, and on a loaded machine it
+    # fails its start (seen in CI), leaving systemd "degraded" for no reason that matters here.
+    for unit in ("systemd-update-utmp-runlevel.service",):
+        mask = rootfs / "etc" / "systemd" / "system" / unit
+        mask.unlink(missing_ok=True)
+        mask.symlink_to("/dev/null")
 
 
 def remove_tree(path: Path) -> None:
