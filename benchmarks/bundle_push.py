@@ -11,7 +11,8 @@ hosts that hold nothing:
   - push: installer.bundle.push to the k hosts in parallel, as `installer up` does -- with the
     check before and the sha256 check of every received byte on each host after;
   - scp:  `scp -r` of the bundle directory to each of the k hosts, one after the other (no
-    check at all), with the same ssh options;
+    check at all), with the same ssh options -- once with OpenSSH's default cipher, once with
+    the AES-GCM cipher the push prefers (so the cipher's share of the difference shows);
 and, with the bundle already on the hosts, the no-op push (the check alone) that a converged
 `installer up` pays. Medians (min-max) go to benchmarks/results/bundle_push.json.
 
@@ -51,9 +52,9 @@ def clean(hosts: list[Target]) -> None:
         list(pool.map(lambda t: ssh(t, command), hosts))
 
 
-def scp_sequential(hosts: list[Target], root: Path) -> None:
+def scp_sequential(hosts: list[Target], root: Path, cipher: list[str]) -> None:
     for t in hosts:
-        argv = ["scp", "-q", "-r", *t.ssh_options(), "-P", str(t.port), str(root)]
+        argv = ["scp", "-q", "-r", *cipher, *t.ssh_options(), "-P", str(t.port), str(root)]
         subprocess.run([*argv, f"{t.user}@{t.address}:{SCP_DEST}/"], check=True)
 
 
@@ -90,18 +91,22 @@ def main() -> None:
     results = []
     for k in counts:
         hosts = all_hosts[:k]
-        push_t, scp_t, noop_t = [], [], []
+        push_t, scp_t, scp_gcm_t, noop_t = [], [], [], []
+        names = ["push", "scp", "scp-gcm"]
         for i in range(args.runs):
-            for name in ("push", "scp") if i % 2 == 0 else ("scp", "push"):
+            for name in names[i % 3 :] + names[: i % 3]:
                 clean(hosts)
                 if name == "push":
                     push_t.append(timed(lambda h=hosts: push_parallel(h, root, man)))
                     noop_t.append(timed(lambda h=hosts: push_parallel(h, root, man)))
+                elif name == "scp":
+                    scp_t.append(timed(lambda h=hosts: scp_sequential(h, root, [])))
                 else:
-                    scp_t.append(timed(lambda h=hosts: scp_sequential(h, root)))
+                    gcm = ["-c", "aes128-gcm@openssh.com"]
+                    scp_gcm_t.append(timed(lambda h=hosts, c=gcm: scp_sequential(h, root, c)))
             print(
                 f"{k} host(s), run {i + 1}: push {push_t[-1]:.1f}s, scp {scp_t[-1]:.1f}s, "
-                f"no-op push {noop_t[-1]:.1f}s",
+                f"scp aes-gcm {scp_gcm_t[-1]:.1f}s, no-op push {noop_t[-1]:.1f}s",
                 flush=True,
             )
         row = {
@@ -109,12 +114,13 @@ def main() -> None:
             "bytes_per_host": man.total_size,
             "push_parallel_verified": stats(push_t),
             "scp_sequential_unverified": stats(scp_t),
+            "scp_sequential_unverified_aes128gcm": stats(scp_gcm_t),
             "push_noop_already_there": stats(noop_t),
         }
-        row["speedup_vs_scp"] = round(
-            row["scp_sequential_unverified"]["median_s"]
-            / row["push_parallel_verified"]["median_s"],
-            2,
+        push_median = row["push_parallel_verified"]["median_s"]
+        row["speedup_vs_scp"] = round(row["scp_sequential_unverified"]["median_s"] / push_median, 2)
+        row["speedup_vs_scp_aes128gcm"] = round(
+            row["scp_sequential_unverified_aes128gcm"]["median_s"] / push_median, 2
         )
         row["push_mb_per_s_total"] = round(
             k * man.total_size / row["push_parallel_verified"]["median_s"] / 1e6, 1
@@ -145,8 +151,10 @@ def main() -> None:
     for row in results:
         print(
             f"{row['hosts']} host(s): push {row['push_parallel_verified']['median_s']}s "
-            f"vs scp {row['scp_sequential_unverified']['median_s']}s "
-            f"(x{row['speedup_vs_scp']}); no-op push {row['push_noop_already_there']['median_s']}s"
+            f"vs scp {row['scp_sequential_unverified']['median_s']}s (x{row['speedup_vs_scp']}), "
+            f"scp aes-gcm {row['scp_sequential_unverified_aes128gcm']['median_s']}s "
+            f"(x{row['speedup_vs_scp_aes128gcm']}); "
+            f"no-op push {row['push_noop_already_there']['median_s']}s"
         )
     print(f"wrote {out}")
 
