@@ -11,6 +11,7 @@ import typer
 
 from installer.cli import app
 from installer.cli import deploy as deploy_cli
+from installer.cli.gpu import print_fit_section
 from installer.inventory import load_inventory
 from installer.terraform import contract, provision
 from installer.terraform.cli import ChangeSummary
@@ -43,6 +44,8 @@ def _print_changes(title: str, summary: ChangeSummary) -> None:
 def plan(inventory: InventoryOpt, bundle: BundleOpt = None) -> None:
     """Show what `installer up` would change: cloud resources (Terraform), then hosts (Ansible)."""
     inv = load_inventory(inventory)
+    # Does the model fit the GPUs at all? Cheap, offline, and worth knowing before anything else.
+    print_fit_section(inv)
     if inv.provider != "baremetal":
         ws = provision.prepare(inv, bundle=bundle, note=_note)
         summary, plan_file = provision.plan(ws)
