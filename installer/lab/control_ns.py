@@ -9,6 +9,7 @@ Named from the lab like everything else the lab creates (`pli-<lab>-ctl`, veth `
 so `lab down` and `leftovers()` find it without any state file.
 """
 
+import os
 from dataclasses import dataclass
 
 from installer.errors import LabError
@@ -63,14 +64,25 @@ def create(lab: str) -> ControlNamespace:
     return ns
 
 
-def run_argv(lab: str, argv: list[str]) -> list[str]:
-    """A command line that runs `argv` inside the control namespace, with a private, empty /tmp.
+def control_socket_dir() -> str:
+    # The same directory installer/ansible/runner.py gives Ansible (ANSIBLE_SSH_CONTROL_PATH_DIR).
+    return f"/tmp/pli-cp-{os.getuid()}"
 
-    A private /tmp keeps SSH connection sharing honest: an OpenSSH control socket another
-    process opened from outside the namespace (Ansible keeps them under /tmp) would otherwise
-    carry this process's connections over a route it does not have.
+
+def run_argv(lab: str, argv: list[str]) -> list[str]:
+    """A command line that runs `argv` inside the control namespace, with a private, empty
+    directory for Ansible's SSH control sockets.
+
+    That keeps SSH connection sharing honest: a control socket another process opened from
+    outside the namespace would otherwise carry this process's connections over a route it does
+    not have. Only that directory is hidden, not all of /tmp: the project (and its venv) may
+    itself live under /tmp, as in a CI clone.
     """
-    script = 'mount -t tmpfs -o mode=1777 pli-ctl-tmp /tmp && exec "$@"'
+    control_dir = control_socket_dir()
+    script = (
+        f"mkdir -p {control_dir} && mount -t tmpfs -o mode=0700 pli-ctl-cp {control_dir} "
+        '&& exec "$@"'
+    )
     return [
         "ip",
         "netns",

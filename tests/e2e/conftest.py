@@ -87,3 +87,20 @@ def deployed(lab_hosts, e2e_state: Path, api_key: str) -> Run:
     run = Run(proc, time.monotonic() - start, latest_summary(e2e_state, "up"))
     assert proc.returncode == 0, run.output[-4000:]
     return run
+
+
+# The plain install runs first: its checks (first deploy, idempotent re-run) describe the lab as
+# `installer up` left it, before the air-gap tests install other bundles onto the same hosts.
+_FILE_ORDER = ("test_lab_lifecycle.py", "test_up.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return _FILE_ORDER.index(name) if name in _FILE_ORDER else len(_FILE_ORDER)
+
+    # Reorder the end-to-end tests among themselves only; sorted() is stable within a file.
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if item.path.parent == here]
+    for slot, item in zip(slots, sorted((items[i] for i in slots), key=rank), strict=True):
+        items[slot] = item
