@@ -182,8 +182,12 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         progress("OS packages")
         for deb in debs.download_debs(names):
             _link_or_copy(deb, root / "debs" / deb.name)
-            name, version, _arch = deb.stem.split("_", 2)
-            packages.append({"name": name, "version": version.replace("%3a", ":"), "file": f"debs/{deb.name}"})
+            deb_name, deb_version, _arch = deb.stem.split("_", 2)
+            packages.append({
+                "name": deb_name,
+                "version": deb_version.replace("%3a", ":"),  # the epoch, URL-encoded in file names
+                "file": f"debs/{deb.name}",
+            })
         # A flat apt repository: hosts install from it with apt, which resolves and orders.
         aptrepo.write_index(root / "debs")
 

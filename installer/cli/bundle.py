@@ -257,6 +257,6 @@ def diff_cmd(
         )
     else:
         console.print(
-            f"release {d.old.release_id} -> {d.new.release_id}: hosts get a new release "
-            "(engine environment, weights) and their engines restart"
+            f"release {d.old.release_id} -> {d.new.release_id}: hosts build a new release "
+            "from the bundle and restart its services"
         )

@@ -143,7 +143,10 @@ def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Itera
             f"{src}:{_line_for(('model', 'path'), lines)}: model.path: {model_dir} has no "
             "config.json; point it at a Hugging Face-style weights directory"
         )
-    keys = [(("ssh", "private_key"), inv.ssh.private_key), (("ssh", "known_hosts"), inv.ssh.known_hosts)]
+    keys: list[tuple[Loc, Path | None]] = [
+        (("ssh", "private_key"), inv.ssh.private_key),
+        (("ssh", "known_hosts"), inv.ssh.known_hosts),
+    ]
     keys += [(("hosts", i, "ssh", "private_key"), h.ssh.private_key) for i, h in enumerate(inv.hosts)]
     for loc, path in keys:
         if path is not None and not path.is_file():

@@ -23,6 +23,7 @@ from installer.bundle.build import build
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest
 from installer.inventory import load_inventory
 from installer.lab import control_ns
+from installer.paths import cache_dir
 from tests.e2e.conftest import REPO, installer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
@@ -69,7 +70,7 @@ def _snapshot(lab_hosts) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def airgap_dir(e2e_state: Path) -> Iterator[Path]:
-    # Not under /tmp: the control process gets a private, empty /tmp.
+    # Next to the state: the signed tar, the key pair, the flipped copies (1 GB each, removed after).
     path = e2e_state / "airgap"
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -83,7 +84,9 @@ def signing_key(airgap_dir: Path) -> sign.KeyPair:
 
 
 @pytest.fixture(scope="module")
-def signed_bundle(deployed, lab_hosts, airgap_dir: Path, signing_key: sign.KeyPair) -> Path:
+def signed_bundle(
+    deployed, lab_hosts, airgap_dir: Path, signing_key: sign.KeyPair
+) -> Iterator[Path]:
     """`installer bundle build` on the connected machine (this one, outside the namespace)."""
     out = airgap_dir / "site-bundle.tar"
     proc = installer(
@@ -98,7 +101,11 @@ def signed_bundle(deployed, lab_hosts, airgap_dir: Path, signing_key: sign.KeyPa
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"signed with key {signing_key.key_id}" in proc.stdout
-    return out
+    with tarfile.open(out) as tar:
+        bundle_id = json.loads(tar.extractfile(MANIFEST).read())["bundle_id"]
+    yield out
+    # `up --bundle` unpacked it into the shared cache: 1 GB a run otherwise.
+    shutil.rmtree(cache_dir() / "unpacked" / bundle_id[:24], ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ def test_defaults_match_argument_specs(role: Path) -> None:
     options = spec["argument_specs"]["main"]["options"]
     assert set(defaults) <= set(options), f"undocumented defaults: {set(defaults) - set(options)}"
     for name, opt in options.items():
-        assert "description" in opt and "type" in opt or "type" in opt, f"{role.name}.{name}: no type"
+        assert "type" in opt and "description" in opt, f"{role.name}.{name}: needs a type and a description"
         if name not in defaults:
             assert opt.get("required"), f"{role.name}.{name}: no default and not required"
 
