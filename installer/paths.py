@@ -19,3 +19,9 @@ def state_dir() -> Path:
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(os.environ.get("INSTALLER_CACHE_DIR", Path(base) / "private-llm-installer"))
+
+
+def control_socket_dir() -> str:
+    """Ansible's SSH control sockets: a short path (UNIX socket names are limited to 108 bytes),
+    per user. The air-gap control namespace hides exactly this directory (lab/control_ns.py)."""
+    return f"/tmp/pli-cp-{os.getuid()}"

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from service.accesslog import AccessLog, AccessLogMiddleware
 from service.auth import KeyRing
 from service.config import Settings
+from service.engine_metrics import engine_metrics
 from service.errors import install_error_handlers
 from service.health import HealthChecker, probes
 from service.limits import Admission, AdmissionMiddleware, Limiter, LocalLimiter
@@ -84,6 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api)
     if settings.metrics_port is None:
         app.add_api_route("/metrics", _metrics, include_in_schema=False)
+        app.include_router(engine_metrics)  # Prometheus reaches loopback engines through this
     # Last added is outermost: the access log sees what admission refuses, and admission
     # (in-flight cap, body size) runs before the API routes.
     app.add_middleware(OpenAIRoutes, gateway=gateway)

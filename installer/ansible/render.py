@@ -40,9 +40,9 @@ def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
             entry["ansible_ssh_private_key_file"] = str(t.private_key)
         if man is not None:
             # Per host: each installs the OS packages of its own groups (bundle/os_packages.py).
-            entry["common_packages"] = os_packages.for_host(man.packages, host.groups)
+            entry["common_packages"] = os_packages.for_host(man.packages, inv.host_groups(host))
         hosts[host.name] = entry
-        for group in host.groups:
+        for group in inv.host_groups(host):
             groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
     return {"all": {"hosts": hosts, "children": groups}}
 

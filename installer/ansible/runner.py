@@ -9,7 +9,7 @@ from typing import Any
 
 import ansible_runner
 
-from installer.paths import PLAYBOOKS_DIR
+from installer.paths import PLAYBOOKS_DIR, control_socket_dir
 
 # (host, task name, status) for each finished task on a host; status: ok/changed/failed/skipped/unreachable
 TaskEvent = Callable[[str, str, str], None]
@@ -76,8 +76,10 @@ def run_playbook(
     on_task: TaskEvent = lambda _h, _t, _s: None,
     check: bool = False,
     extra_cmdline: str = "",
+    playbooks_dir: Path = PLAYBOOKS_DIR,
 ) -> PlaybookResult:
-    """Run playbooks/<playbook> against inventory_dir; artifacts (full log, events) go under run_dir."""
+    """Run <playbooks_dir>/<playbook> against inventory_dir; artifacts (full log, events) go under
+    run_dir. playbooks_dir is the repository's, or the copy inside a verified bundle."""
     hosts: dict[str, HostResult] = {}
 
     def handle(event: dict[str, Any]) -> bool:
@@ -107,14 +109,13 @@ def run_playbook(
     run_dir.mkdir(parents=True, exist_ok=True)
     r = ansible_runner.run(
         private_data_dir=str(run_dir),
-        project_dir=str(PLAYBOOKS_DIR),
+        project_dir=str(playbooks_dir),
         playbook=playbook,
         inventory=str(inventory_dir),
         envvars={
-            "ANSIBLE_CONFIG": str(PLAYBOOKS_DIR / "ansible.cfg"),
-            "ANSIBLE_ROLES_PATH": str(PLAYBOOKS_DIR / "roles"),
-            # Control sockets need a short path (108-byte limit on UNIX socket names).
-            "ANSIBLE_SSH_CONTROL_PATH_DIR": f"/tmp/pli-cp-{os.getuid()}",
+            "ANSIBLE_CONFIG": str(playbooks_dir / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(playbooks_dir / "roles"),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": control_socket_dir(),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_FORCE_COLOR": "False",

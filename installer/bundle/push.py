@@ -87,7 +87,7 @@ def _ssh(
 
 def _wanted(root: Path, man: Manifest) -> list[_Want]:
     """Every file the host must hold, meta files (hashed from our verified copies) last."""
-    files = [_Want(f.path, f.size, f.sha256) for f in sorted(man.files, key=lambda f: f.path)]
+    files = [_Want(f.path, f.size, f.sha256) for f in sorted(man.host_files, key=lambda f: f.path)]
     for name in META_FILES:
         path = root / name
         if path.is_file():
@@ -329,7 +329,7 @@ def push_one(
         host=target.name,
         sent_files=len(data_sent),
         sent_bytes=total,
-        skipped_files=len(man.files) - len(data_sent),
+        skipped_files=len(man.host_files) - len(data_sent),
         resumed_files=len(resume),
         linked_files=linked,
         seconds=round(time.monotonic() - start, 3),

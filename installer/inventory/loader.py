@@ -123,6 +123,12 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
     for host in data.get("hosts") or []:
         if isinstance(host, dict):
             fix(host.get("ssh"), "private_key")
+    tls = data.get("tls")
+    fix(tls, "ca")
+    if isinstance(tls, dict) and isinstance(tls.get("certificates"), dict):
+        for given in tls["certificates"].values():
+            fix(given, "cert")
+            fix(given, "key")
 
 
 def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Iterator[str]:
@@ -154,6 +160,10 @@ def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Itera
     if inv.cloud is not None:
         line = _line_for(("cloud", "ssh_public_key"), lines)
         yield from _check_public_key(inv.cloud.ssh_public_key, line, src)
+    from installer.tls import check as tls_check  # it needs the models this module loads
+
+    for loc, problem in tls_check.provided(inv):
+        yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {problem}"
 
 
 def _check_public_key(path: Path, line: int, src: str) -> Iterator[str]:

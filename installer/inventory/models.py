@@ -89,6 +89,74 @@ class Ports(_Strict):
         return self
 
 
+# A Prometheus duration: 30s, 5m, 15d, 1y (what --storage.tsdb.retention.time and `for:` take).
+Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$")]
+
+
+class Monitoring(_Strict):
+    """Prometheus, Alertmanager and the alert thresholds (playbooks/roles/monitoring)."""
+
+    retention: Duration = "15d"
+    scrape_interval: Duration = "15s"
+    # Alert when the engines' TTFT p99 over 5 minutes stays above this many seconds.
+    ttft_p99_target_s: Annotated[float, Field(gt=0, le=600)] = 2.0
+    # Alert when more than this share of requests fail (HTTP 5xx at the gateways).
+    error_rate_max: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    # test: every alert's `for:` is 10s and scrapes are every 5s, so a lab sees alerts fire in
+    # seconds; production: durations that ride out a restart or one slow scrape.
+    alert_profile: Literal["production", "test"] = "production"
+    # Alertmanager sends every alert to this webhook (e.g. a pager bridge); empty: none.
+    webhook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+
+
+class HostCertificate(_Strict):
+    """A certificate the user brings for one host, with its private key (PEM files)."""
+
+    cert: Path
+    key: Path
+
+
+class TLS(_Strict):
+    """HTTPS for the gateways and TLS between gateways and engines on other hosts.
+
+    `issue` (default): the installer keeps a deployment CA on the control machine and issues
+    each host's certificate. `provided`: the user's own CA and per-host certificates; nothing
+    is issued. `off`: plain HTTP, so API keys and prompts cross the network readable by anyone
+    on it; only for a network you trust completely, and only when asked for by name.
+    """
+
+    mode: Literal["issue", "provided", "off"] = "issue"
+    # An extra DNS name in every host's certificate (a load balancer's or DNS round-robin name).
+    service_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")] | None = None
+    cert_days: Annotated[int, Field(ge=2, le=825)] = 365
+    # `installer up` re-issues a certificate that expires within this many days.
+    renew_before_days: Annotated[int, Field(ge=1, le=365)] = 30
+    ca: Path | None = None
+    certificates: dict[str, HostCertificate] = Field(default_factory=dict)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TLS":
+        if self.renew_before_days >= self.cert_days:
+            raise ValueError(
+                f"renew_before_days ({self.renew_before_days}) must be less than cert_days "
+                f"({self.cert_days}), or every run would re-issue"
+            )
+        if self.mode == "provided":
+            if self.ca is None or not self.certificates:
+                raise ValueError(
+                    "mode provided needs `ca` (your CA certificate) and `certificates` "
+                    "(host name: {cert, key}); or use mode issue to let the installer issue them"
+                )
+        elif self.ca is not None or self.certificates:
+            raise ValueError(f"ca and certificates are for mode provided, not mode {self.mode}")
+        return self
+
+
 class Disk(_Strict):
     size_gb: Annotated[int, Field(ge=1, le=65536)]
     type: str | None = None  # the provider's disk type name; None: the module's default
@@ -259,6 +327,8 @@ class Inventory(_Strict):
     model: Model
     engine: Engine = Engine()
     ports: Ports = Ports()
+    tls: TLS = TLS()
+    monitoring: Monitoring = Monitoring()
 
     @field_validator("cloud", mode="before")
     @classmethod
@@ -304,6 +374,12 @@ class Inventory(_Strict):
                 "too_short", "List should have at least 1 item after validation, not 0"
             )
         return value
+
+    def host_groups(self, host: Host) -> list[str]:
+        """A host's Ansible groups; with no host in `monitoring`, the first host is in it too."""
+        if host is self.hosts[0] and not any("monitoring" in h.groups for h in self.hosts):
+            return [*host.groups, "monitoring"]
+        return list(host.groups)
 
     def host_ssh(self, host: Host) -> tuple[str, int, Path | None]:
         """Effective (user, port, private key) for a host: its overrides, else the defaults."""

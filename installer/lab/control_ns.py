@@ -9,12 +9,12 @@ Named from the lab like everything else the lab creates (`pli-<lab>-ctl`, veth `
 so `lab down` and `leftovers()` find it without any state file.
 """
 
-import os
 from dataclasses import dataclass
 
 from installer.errors import LabError
 from installer.lab import network, processes, state
 from installer.lab.naming import parse_subnet, validate_name
+from installer.paths import control_socket_dir
 from installer.procs import run
 
 CONTROL_NS_OFFSET = 2  # .1 is this machine on the bridge, hosts start at .11
@@ -62,11 +62,6 @@ def create(lab: str) -> ControlNamespace:
         remove(lab)
         raise
     return ns
-
-
-def control_socket_dir() -> str:
-    # The same directory installer/ansible/runner.py gives Ansible (ANSIBLE_SSH_CONTROL_PATH_DIR).
-    return f"/tmp/pli-cp-{os.getuid()}"
 
 
 def run_argv(lab: str, argv: list[str]) -> list[str]:

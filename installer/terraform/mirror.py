@@ -17,12 +17,16 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from installer.bundle.manifest import MANIFEST, Manifest
 from installer.hashing import sha256_file
 from installer.paths import state_dir
 from installer.terraform.cli import Terraform
 from installer.terraform.errors import TerraformError
+
+if TYPE_CHECKING:
+    from installer.inventory import Inventory
 
 BUNDLE_DIR = "terraform"
 
@@ -144,3 +148,37 @@ def _unpack_from_tar(bundle: Path) -> Path | None:
         if not (target / path).is_file() or sha256_file(target / path) != entry.sha256:
             raise TerraformError(f"bundle file {path} does not match its manifest checksum")
     return target / BUNDLE_DIR
+
+
+def _tools_for(inv: "Inventory", env: Mapping[str, str]) -> TerraformTools:
+    from installer.terraform.provision import workdir  # provision imports this module
+
+    return locate(workdir(inv), env)
+
+
+def bundle_input(inv: "Inventory", env: Mapping[str, str] = os.environ) -> dict[str, object] | None:
+    """What the bundle's Terraform part depends on (its cache key), None for bare metal."""
+    if inv.provider == "baremetal":
+        return None
+    from installer.terraform.tfvars import MODULES_DIR
+
+    tools = _tools_for(inv, env)
+    binary = Path(shutil.which(tools.binary) or tools.binary)
+    module = MODULES_DIR / inv.provider
+    return {
+        "provider": inv.provider,
+        "module": sorted((p.name, sha256_file(p)) for p in module.glob("*.tf")),
+        "binary": [str(binary), binary.stat().st_size if binary.is_file() else None],
+        "mirror": str(tools.plugin_mirror) if tools.plugin_mirror else None,
+    }
+
+
+def add_for_inventory(
+    root: Path, inv: "Inventory", env: Mapping[str, str] = os.environ
+) -> dict[str, str] | None:
+    """The bundle builder's hook: terraform + the provider mirror for a cloud inventory."""
+    if inv.provider == "baremetal":
+        return None
+    from installer.terraform.tfvars import MODULES_DIR
+
+    return add_to_bundle(root, MODULES_DIR / inv.provider, _tools_for(inv, env), env)

@@ -23,6 +23,7 @@ from installer.bundle.build import build
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest
 from installer.inventory import load_inventory
 from installer.lab import control_ns
+from installer.paths import PLAYBOOKS_DIR as REPO_PLAYBOOKS
 from installer.paths import cache_dir
 from tests.e2e.conftest import REPO, installer
 
@@ -297,6 +298,9 @@ def test_airgapped_up_resumes_an_interrupted_push_and_serves(
     assert summary["success"] is True
     assert summary["bundle_id"] == man.bundle_id
     assert f"signed by trusted key {signing_key.key_id}" in summary["bundle_signature"]
+    # Configured by the bundle's own verified playbooks, not by this checkout's.
+    assert Path(summary["playbooks"]).parts[-1] == "playbooks"
+    assert not Path(summary["playbooks"]).is_relative_to(REPO_PLAYBOOKS), summary["playbooks"]
     assert all(h["state"] == "ready" for h in summary["hosts"]), summary["hosts"]
     pushed = {p["host"]: p for p in summary["push"]}
     # Only what the first host was missing: the rest of the interrupted file and what followed.

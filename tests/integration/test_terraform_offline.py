@@ -91,3 +91,44 @@ def test_baremetal_module_passes_hosts_through_the_contract(tmp_path: Path) -> N
         "192.0.2.10",
         "10.0.0.11",
     ]
+
+
+@pytest.mark.skipif(
+    not (MIRROR / "registry.terraform.io/hashicorp/aws").is_dir(), reason="no aws mirror"
+)
+def test_cloud_bundles_carry_terraform_for_the_control_machine_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle builder's hook: an AWS inventory gets terraform + its providers; hosts never
+    receive them, and they do not change the release the hosts install."""
+    from installer.bundle import push
+    from installer.inventory import load_inventory
+
+    monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("INSTALLER_TF_PLUGIN_MIRROR", str(MIRROR))
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", str(tmp_path / "none.tfrc"))
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheTestOnly0000000000000000000"
+    (tmp_path / "key.pub").write_text(f"ssh-ed25519 {key} t\n")
+    (tmp_path / "site.yml").write_text(
+        "deployment: tfb\nprovider: aws\nmodel: {path: weights, served_name: tiny}\n"
+        "cloud: {region: us-east-1, zone: us-east-1a, instance_type: g5.xlarge, "
+        "image: ami-12c6146b, allowed_cidrs: [203.0.113.0/24], ssh_public_key: key.pub}\n"
+    )
+    inv = load_inventory(tmp_path / "site.yml")
+    assert mirror.bundle_input(inv) is not None
+    assert mirror.bundle_input(inv.model_copy(update={"provider": "baremetal"})) is None
+
+    bundle = tmp_path / "bundle"
+    (bundle / "wheels").mkdir(parents=True)
+    (bundle / "wheels" / "a.whl").write_bytes(b"wheel")
+    before = Manifest(target={}, components={}, packages=[], files=scan(bundle))
+    versions = mirror.add_for_inventory(bundle, inv)
+    assert versions is not None and versions["hashicorp/aws"] == "5.100.0"
+    man = Manifest(target={}, components=versions, packages=[], files=scan(bundle))
+    assert any(f.path == "terraform/bin/terraform" for f in man.files)
+    assert [f.path for f in man.host_files] == ["wheels/a.whl"]
+    assert man.host_size == 5 < man.total_size
+    assert man.release_id == before.release_id  # terraform is not part of what hosts install
+    assert [w.path for w in push._wanted(bundle, man)] == ["wheels/a.whl"]

@@ -1,0 +1,5 @@
+"""TLS for a deployment: its CA, host certificates, renewal, and checks of certificates users bring."""
+
+from installer.tls.store import TLSError, days_to_expiry, host_files, prepare
+
+__all__ = ["TLSError", "days_to_expiry", "host_files", "prepare"]
