@@ -18,6 +18,7 @@ from installer.bundle import build as bundle_build
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle.manifest import Manifest
+from installer.day2 import revisions
 from installer.inventory import Inventory, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.preflight import HostReport, Needs, run_preflight
@@ -92,7 +93,7 @@ def _detail(hr: "HostResult | None", ok: bool) -> str:
 
 
 @contextmanager
-def _timed(log: RunLog, reporter: Reporter, name: str) -> Iterator[None]:
+def timed(log: RunLog, reporter: Reporter, name: str) -> Iterator[None]:
     start = time.monotonic()
     log.log(f"phase {name}: start")
     with reporter.phase(name):
@@ -101,22 +102,39 @@ def _timed(log: RunLog, reporter: Reporter, name: str) -> Iterator[None]:
     log.log(f"phase {name}: done in {log.phases[name]} s")
 
 
-def up(
+@dataclass
+class Prepared:
+    """Everything `installer up` and `installer upgrade` check and copy before changing a host."""
+
+    inv: Inventory
+    manifest: Manifest
+    root: Path
+    built: bool
+    playbooks_dir: Path
+    signature: str
+    log: RunLog
+    pushed: list[bundle_push.PushResult] = field(default_factory=list)
+
+
+def prepare(
     inventory_path: Path,
     reporter: Reporter,
     *,
+    command: str = "up",
     bundle_path: Path | None = None,
     trusted_keys: tuple[Path, ...] = (),
     insecure: bool = False,
     check: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
-) -> UpResult:
+) -> Prepared:
+    """validate -> provision -> bundle -> preflight -> push. Nothing here changes how a host
+    serves: the bundle lands in its own directory next to the running release."""
     inv = load_inventory(inventory_path)
-    log = RunLog("up", inv.deployment)
+    log = RunLog(command, inv.deployment)
     on_runlog(log)
     log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")
 
-    with _timed(log, reporter, "provision"):
+    with timed(log, reporter, "provision"):
         if inv.provider == "baremetal":
             reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
         else:
@@ -126,7 +144,7 @@ def up(
             )
             log.log(f"provisioned {len(inv.hosts)} {inv.provider} host(s)")
 
-    with _timed(log, reporter, "bundle"):
+    with timed(log, reporter, "bundle"):
         signature = "built here"
         playbooks_dir = PLAYBOOKS_DIR
         if bundle_path:
@@ -150,7 +168,7 @@ def up(
             f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
         )
 
-    with _timed(log, reporter, "preflight"):
+    with timed(log, reporter, "preflight"):
         reports: list[HostReport] = run_preflight(inv, needs_for(inv, man))
         for r in reports:
             reporter.note(
@@ -158,12 +176,11 @@ def up(
                 f"{r.facts.get('cpus')} CPUs, {int(r.facts.get('mem_total_kib', 0)) / 1024**2:.1f} GiB"
             )
 
-    result = UpResult(inv, man, built, log.dir)
-    pushed: list[bundle_push.PushResult] = []
+    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log)
     if not check:
-        with _timed(log, reporter, "push"):
-            pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
-            for pr in pushed:
+        with timed(log, reporter, "push"):
+            prepared.pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
+            for pr in prepared.pushed:
                 reporter.note(
                     f"{pr.host}: sent {pr.sent_files} file(s), {pr.sent_bytes / 1e6:.0f} MB "
                     f"at {pr.rate / 1e6:.0f} MB/s ({pr.resumed_files} resumed); "
@@ -171,25 +188,14 @@ def up(
                     "an earlier bundle); verified on the host"
                 )
                 log.log(f"push {pr.host}: {pr.__dict__}")
+    return prepared
 
-    probe_secret = keys.ensure_probe_key()
-    keys_json = keys.render_hosts_file(keys.load())
-    with _timed(log, reporter, "configure"):
-        inv_dir = render.write(inv, man, log.dir, keys_json)
-        pb = run_playbook(
-            "site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check,
-            playbooks_dir=playbooks_dir,
-        )
-    result.playbook = pb
 
-    proofs: dict[str, Proof] = {}
-    if pb.success and not check:
-        with _timed(log, reporter, "prove"):
-            proofs = {p.host: p for p in prove(inv, probe_secret)}
-            for p in proofs.values():
-                reporter.note(f"{p.host}: {'ok' if p.ok else 'FAILED'}: {p.detail}")
-    result.phases = dict(log.phases)
-
+def host_summaries(
+    inv: Inventory, pb: PlaybookResult, proofs: dict[str, Proof], check: bool = False
+) -> list[HostSummary]:
+    """One row per host: the playbook's result and the proof through its gateway."""
+    rows = []
     for host in inv.hosts:
         hr = pb.hosts.get(host.name)
         proof = proofs.get(host.name)
@@ -198,7 +204,7 @@ def up(
             state = "unreachable" if hr and hr.unreachable else "failed"
         else:
             state = "checked" if check else "ready"
-        result.hosts.append(HostSummary(
+        rows.append(HostSummary(
             name=host.name,
             address=host.address,
             state=state,
@@ -207,14 +213,58 @@ def up(
             model=inv.model.served_name,
             detail=proof.detail if proof and (proof.ok or (hr and hr.success)) else _detail(hr, ok),
         ))
+    return rows
+
+
+def up(
+    inventory_path: Path,
+    reporter: Reporter,
+    *,
+    bundle_path: Path | None = None,
+    trusted_keys: tuple[Path, ...] = (),
+    insecure: bool = False,
+    check: bool = False,
+    on_runlog: Callable[[RunLog], None] = lambda _l: None,
+) -> UpResult:
+    p = prepare(
+        inventory_path, reporter, bundle_path=bundle_path, trusted_keys=trusted_keys,
+        insecure=insecure, check=check, on_runlog=on_runlog,
+    )
+    inv, man, log = p.inv, p.manifest, p.log
+    result = UpResult(inv, man, p.built, log.dir)
+    revision = None if check else revisions.next_revision(inv, man, p.root, p.playbooks_dir)
+
+    probe_secret = keys.ensure_probe_key()
+    keys_json = keys.render_hosts_file(keys.load())
+    with timed(log, reporter, "configure"):
+        inv_dir = render.write(
+            inv, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
+        )
+        pb = run_playbook(
+            "site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check,
+            playbooks_dir=p.playbooks_dir,
+        )
+    result.playbook = pb
+
+    proofs: dict[str, Proof] = {}
+    if pb.success and not check:
+        with timed(log, reporter, "prove"):
+            proofs = {pr.host: pr for pr in prove(inv, probe_secret)}
+            for pr in proofs.values():
+                reporter.note(f"{pr.host}: {'ok' if pr.ok else 'FAILED'}: {pr.detail}")
+    result.phases = dict(log.phases)
+    result.hosts = host_summaries(inv, pb, proofs, check)
+    if revision is not None:
+        revisions.record(inv.deployment, revision, {h.name: h.state == "ready" for h in result.hosts}, log)
     log.write_summary({
         "success": pb.success,
         "changed": result.changed,
         "bundle_id": man.bundle_id,
-        "bundle_signature": signature,
-        "push": [pr.__dict__ for pr in pushed],
+        "bundle_signature": p.signature,
+        "push": [pr.__dict__ for pr in p.pushed],
         "release_id": man.release_id,
-        "playbooks": str(playbooks_dir),
+        "revision": revision.number if revision else None,
+        "playbooks": str(p.playbooks_dir),
         "hosts": [h.__dict__ for h in result.hosts],
     })
     return result

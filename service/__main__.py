@@ -3,6 +3,10 @@
 On SIGTERM (or Ctrl-C) the gateway first drains: /readyz turns 503 so load balancers stop
 sending, new API requests get 503, and requests in flight (streams included) run to their end
 or to `drain_timeout_s`. Only then does uvicorn stop. A second signal exits at once.
+
+Under systemd socket activation (service/activation.py) there is a better way: the process
+stops accepting at once, so new connections wait in the socket's queue for the next process
+instead of getting a 503, and the streams in flight finish (up to `drain_timeout_s`).
 """
 
 import gc
@@ -13,6 +17,7 @@ from types import FrameType
 
 import uvicorn
 
+from service.activation import inherited_socket
 from service.app import create_app
 from service.config import ConfigError, load_settings
 from service.state import Gateway
@@ -21,12 +26,18 @@ log = logging.getLogger("service")
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+    def __init__(self, config: uvicorn.Config, gateway: Gateway, activated: bool = False) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self.activated = activated
         self.drain_deadline: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.activated:
+            # uvicorn's own shutdown: stop accepting, close idle connections, let requests in
+            # flight finish within timeout_graceful_shutdown (= drain_timeout_s).
+            super().handle_exit(sig, frame)
+            return
         if self.drain_deadline is not None:  # a second signal: stop now
             super().handle_exit(sig, frame)
             self.force_exit = True
@@ -59,6 +70,7 @@ def main() -> None:
     except (ConfigError, OSError, ValueError) as exc:
         print(f"pli-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
+    sock = inherited_socket()
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -68,15 +80,22 @@ def main() -> None:
         lifespan="on",
         access_log=False,  # ours is the JSON one
         server_header=False,
-        # What is left after the drain gets this long to finish before it is cut.
-        timeout_graceful_shutdown=1,
+        # What is left after the drain gets this long to finish before it is cut; with socket
+        # activation uvicorn's shutdown is the drain.
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) if sock else 1,
         log_config=None,
     )
+    # Our own SSLContext instead of uvicorn's, so that renewed certificates are loaded into the
+    # live context (service/tls.py) and the TLS settings are ours.
+    config.load()
+    config.ssl = app.state.gateway.server_ssl
     # The ~80k objects of the loaded libraries would make every full collection a ~40 ms
     # pause (measured), a p99 spike in the middle of some stream; frozen, they are skipped.
     gc.collect()
     gc.freeze()
-    DrainingServer(config, app.state.gateway).run()
+    DrainingServer(config, app.state.gateway, activated=sock is not None).run(
+        sockets=[sock] if sock else None
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from service.accesslog import AccessLog, AccessLogMiddleware
 from service.auth import KeyRing
 from service.config import Settings
+from service.drain import DrainFile
 from service.engine_metrics import engine_metrics
 from service.errors import install_error_handlers
 from service.health import HealthChecker, probes
@@ -25,6 +26,8 @@ from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
 from service.proxy import Upstream
 from service.routing import Router
 from service.state import Gateway
+from service.tls import client_context, server_context
+from service.tls import watch as watch_certs
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -34,19 +37,27 @@ def create_app(settings: Settings) -> FastAPI:
         settings=settings,
         keys=KeyRing(settings.keys_file),  # a missing or bad file fails start-up, loudly
         # Ready means checked within three intervals: one missed check is not an outage.
-        router=Router(settings.engines, ready_window_s=3 * settings.health_interval_s),
+        router=Router(
+            settings.engines, ready_window_s=3 * settings.health_interval_s,
+            drain=DrainFile(settings.drain_file),
+        ),
         limiter=_limiter(settings, metrics),
         metrics=metrics,
         admission=Admission(limits.max_in_flight),
         started_at=int(time.time()),
     )
+    if settings.tls is not None:  # unreadable or mismatched files fail start-up, loudly
+        gateway.server_ssl = server_context(settings.tls, metrics.cert_expiry)
+        gateway.client_ssl = client_context(settings.tls)
     access_log = AccessLog(settings.access_log)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Engines' uvicorn closes idle connections after 5 s; keeping ours for less avoids
         # sending a request on a connection the engine is closing.
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+        connector = aiohttp.TCPConnector(
+            limit=0, keepalive_timeout=4.0, ssl=gateway.client_ssl or True
+        )
         session = aiohttp.ClientSession(
             connector=connector, skip_auto_headers=("User-Agent",), auto_decompress=False
         )
@@ -59,6 +70,11 @@ def create_app(settings: Settings) -> FastAPI:
             asyncio.create_task(gateway.health.run()),
             asyncio.create_task(gateway.keys.watch()),
         ]
+        if settings.tls is not None:
+            tasks.append(asyncio.create_task(watch_certs(
+                settings.tls, gateway.server_ssl, gateway.client_ssl, metrics.cert_expiry,
+                settings.tls.reload_interval_s,
+            )))
         metrics_server = None
         if settings.metrics_host and settings.metrics_port:
             # A thread of its own: scrapes never wait behind the event loop.

@@ -52,6 +52,15 @@ class LimitsConfig(_Strict):
     )
 
 
+class TLSConfig(_Strict):
+    """PEM files; the installer puts them in /etc/private-llm/tls/."""
+
+    certfile: Path = Field(description="this host's certificate (served, and shown to engines)")
+    keyfile: Path
+    ca_file: Path = Field(description="the deployment CA: https:// engines must chain to it")
+    reload_interval_s: Seconds = Field(default=10.0, description="how often renewed files are looked for")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PLI_GATEWAY_", env_nested_delimiter="__", extra="forbid"
@@ -64,6 +73,8 @@ class Settings(BaseSettings):
     allow_anonymous: bool = Field(default=False, description="serve without API keys (tests, labs)")
     limits: LimitsConfig = LimitsConfig()
     drain_timeout_s: Seconds = 30.0
+    # Engines the operator took out of rotation (service/drain.py); None: never drained.
+    drain_file: Path | None = None
     health_interval_s: Seconds = 5.0
     # /metrics on its own address (e.g. a private one) instead of the public port.
     metrics_host: str | None = None
@@ -73,6 +84,7 @@ class Settings(BaseSettings):
     )
     access_log: Path | None = Field(default=None, description="JSON-lines file; None: stdout")
     log_prompts: bool = Field(default=False, description="debug only: prompts in the access log")
+    tls: TLSConfig | None = Field(default=None, description="None: plain HTTP in and out")
 
     @field_validator("session_header")
     @classmethod
@@ -89,6 +101,8 @@ class Settings(BaseSettings):
             raise ValueError("set either keys_file or allow_anonymous, not both")
         if (self.metrics_host is None) != (self.metrics_port is None):
             raise ValueError("metrics_host and metrics_port go together")
+        if self.tls is None and any(e.url.startswith("https://") for e in self.engines):
+            raise ValueError("https:// engines need the tls section (ca_file to verify them)")
         names = [e.name for e in self.engines]
         if len(set(names)) != len(names):
             raise ValueError(f"engine names must be unique: {names}")

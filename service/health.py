@@ -83,7 +83,13 @@ async def readyz(request: Request) -> JSONResponse:
     engines = {e.name: gw.router.ready(e) for e in gw.router.engines}
     ready = not gw.admission.draining and any(engines.values())
     status = "ready" if ready else ("draining" if gw.admission.draining else "no ready engine")
-    return JSONResponse({"status": status, "engines": engines}, status_code=200 if ready else 503)
+    # Requests each engine has from this gateway now: a rolling upgrade waits for 0 on the
+    # engines it drained before it restarts them.
+    outstanding = {e.name: e.outstanding for e in gw.router.engines}
+    return JSONResponse(
+        {"status": status, "engines": engines, "outstanding": outstanding},
+        status_code=200 if ready else 503,
+    )
 
 
 @probes.get("/startupz", summary="start-up finished: keys loaded, first engine checks done")

@@ -60,6 +60,12 @@ class Metrics:
             ["engine", "model"],
             registry=r,
         )
+        # No gateway prefix: one name for every TLS endpoint of the deployment (alerts use it).
+        self.cert_expiry = Gauge(
+            "pli_tls_cert_expiry_timestamp_seconds",
+            "notAfter of the certificate being served, as a Unix time",
+            registry=r,
+        )
         self.limiter_errors = Counter(
             p + "limiter_errors",
             "rate-limit checks skipped because the shared store failed",

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from service.config import EngineConfig
+from service.drain import DrainFile
 
 
 @dataclass(slots=True, eq=False)
@@ -28,16 +29,24 @@ class Engine:
 
 
 class Router:
-    def __init__(self, engines: list[EngineConfig], ready_window_s: float) -> None:
+    def __init__(
+        self, engines: list[EngineConfig], ready_window_s: float, drain: DrainFile | None = None
+    ) -> None:
         self.engines = [Engine(e.name, e.url, e.model, e.task) for e in engines]
         self.ready_window_s = ready_window_s
+        self.drain = drain or DrainFile(None)
         self.by_model: dict[str, list[Engine]] = {}
         for engine in self.engines:
             self.by_model.setdefault(engine.model, []).append(engine)
         self._turn = itertools.count()
 
     def ready(self, engine: Engine) -> bool:
-        return engine.healthy and time.monotonic() - engine.last_ok < self.ready_window_s
+        """Healthy recently, and not drained by the operator (service/drain.py)."""
+        return (
+            engine.healthy
+            and time.monotonic() - engine.last_ok < self.ready_window_s
+            and engine.name not in self.drain.drained()
+        )
 
     def any_ready(self, model: str | None = None) -> bool:
         engines = self.engines if model is None else self.by_model.get(model, ())

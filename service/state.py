@@ -1,5 +1,6 @@
 """The gateway's shared state, one object per app, reachable as `request.app.state.gateway`."""
 
+import ssl
 from dataclasses import dataclass
 
 from service.auth import KeyRing
@@ -24,3 +25,5 @@ class Gateway:
     started_at: int
     upstream: Upstream = None  # type: ignore[assignment]  # set in the lifespan (needs a loop)
     health: HealthChecker = None  # type: ignore[assignment]
+    server_ssl: ssl.SSLContext | None = None  # what uvicorn serves with (None: plain HTTP)
+    client_ssl: ssl.SSLContext | None = None  # for https:// engines

@@ -9,7 +9,7 @@ from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
-from installer.inventory import Inventory
+from installer.inventory import Host, Inventory
 from installer.ssh import target
 
 # Layout on every host (ARCHITECTURE.md, "Releases on hosts").
@@ -69,23 +69,47 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "engine_extra_args": list(engine.extra_args),
         "gateway_port": inv.ports.gateway,
         # Each gateway routes to the engine on its own host, which stays on loopback.
-        "gateway_engines": [
-            {"name": "local", "url": f"http://127.0.0.1:{inv.ports.engine}", "model": inv.model.served_name}
-        ],
+        "gateway_engines": gateway_engines(inv),
         "gateway_keys_json": keys_json,
         "healthcheck_url": f"http://127.0.0.1:{inv.ports.engine}",
         "healthcheck_model": inv.model.served_name,
         "healthcheck_gateway_url": f"http://127.0.0.1:{inv.ports.gateway}",
+        **_monitoring_vars(inv),
     }
 
 
-def write(inv: Inventory, man: Manifest, dest: Path, keys_json: str) -> Path:
+def gateway_engines(inv: Inventory) -> list[dict[str, str]]:
+    """The engines each gateway routes to (and relays /metrics of, for Prometheus)."""
+    return [{"name": "local", "url": f"http://127.0.0.1:{inv.ports.engine}", "model": inv.model.served_name}]
+
+
+def _monitoring_vars(inv: Inventory) -> dict[str, Any]:
+    mon = inv.monitoring
+    return {
+        "monitoring_prometheus_port": mon.prometheus_port,
+        "monitoring_retention": mon.retention,
+        "monitoring_scrape_interval": mon.scrape_interval,
+        "monitoring_ttft_p99_target_s": mon.ttft_p99_target_s,
+        "monitoring_error_rate_max": mon.error_rate_max,
+        "monitoring_alert_profile": mon.alert_profile,
+        "monitoring_webhook_url": mon.webhook_url or "",
+    }
+
+
+def engine_names(inv: Inventory, host: Host) -> list[str]:
+    """The names every gateway knows this host's engines by (routing, drains, metrics labels)."""
+    return [host.name]
+
+
+def write(
+    inv: Inventory, man: Manifest, dest: Path, keys_json: str, extra_vars: dict[str, Any] | None = None
+) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
     inv_dir = dest / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv, man), sort_keys=False))
     (inv_dir / "group_vars" / "all.yml").write_text(
         "# rendered by installer from the inventory file; edit that file instead\n"
-        + yaml.safe_dump(group_vars(inv, man, keys_json), sort_keys=False)
+        + yaml.safe_dump({**group_vars(inv, man, keys_json), **(extra_vars or {})}, sort_keys=False)
     )
     return inv_dir

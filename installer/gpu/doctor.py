@@ -321,6 +321,58 @@ def facts() -> dict[str, Any]:
     }
 
 
+# Package tests only (tests/e2e/test_gpu_packages.py): lab hosts are containers with no GPU and
+# no kernel module, so the package mechanics (repository, pin, hold, branch upgrade) could not
+# run. These facts say there are GPUs, and take "the running driver" from the installed
+# nvidia-driver-* package, as if its module had loaded. Never set on a real deployment.
+_DRIVER_PACKAGE = re.compile(r"nvidia-driver-(\d+)(-server)?(-open)?$")
+
+
+def installed_driver_package() -> tuple[str, str]:
+    """(package, upstream version) of the installed nvidia-driver-NNN[-server][-open], or ("", "")."""
+    if not shutil.which("dpkg-query"):
+        return "", ""
+    _, out, _ = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n", "nvidia-driver-*"])
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "ii" and _DRIVER_PACKAGE.match(parts[1]):
+            return parts[1], parts[2].split(":")[-1].split("-")[0]
+    return "", ""
+
+
+def assumed_facts(spec: dict[str, Any]) -> dict[str, Any]:
+    """facts() for a host without GPUs, from spec {count, generation, nvswitches, cuda_driver_version}."""
+    f = facts()
+    count, generation = int(spec["count"]), str(spec["generation"])
+    package, version = installed_driver_package()
+    pci = [
+        {"bus_id": f"0000:{i:02x}:00.0", "kind": "gpu", "device_id": "assumed", "generation": generation,
+         "numa_node": 0, "local_cpulist": ""}
+        for i in range(count)
+    ]
+    f.update(
+        assumed=True,
+        gpu_count=count,
+        generation=generation,
+        pci_gpus=pci,
+        nvswitch_count=int(spec.get("nvswitches", 0)),
+        gpus=[
+            {"index": i, "name": f"assumed {generation} GPU (package test)", "driver_version": version,
+             "persistence_mode": "Enabled", "generation": generation, "numa_node": 0, "local_cpulist": ""}
+            for i in range(count)
+        ] if version else [],
+        cuda_driver_version=str(spec.get("cuda_driver_version", "")) if version else "",
+    )
+    f["driver"].update(
+        loaded=bool(version),
+        version=version,
+        kernel_modules="open" if package.endswith("-open") else ("proprietary" if package else ""),
+        module_on_disk=version,
+        package=package,
+    )
+    return f
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -658,7 +710,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(description="NVIDIA GPU facts and checks for this host (JSON).")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("facts", help="GPUs, driver, NUMA, NVSwitch; changes nothing")
+    fa = sub.add_parser("facts", help="GPUs, driver, NUMA, NVSwitch; changes nothing")
+    fa.add_argument(
+        "--assume-gpus",
+        default="",
+        help="package tests only: JSON {count, generation, nvswitches, cuda_driver_version} for a host "
+        "without GPUs; the driver version comes from the installed nvidia-driver-* package",
+    )
     c = sub.add_parser("check", help="facts + nvidia-smi health, Xid errors, GEMM, all-reduce")
     c.add_argument("--no-gemm", action="store_true")
     c.add_argument("--no-nccl", action="store_true")
@@ -674,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--fail-on-warn", action="store_true")
     args = ap.parse_args(argv)
     if args.cmd == "facts":
-        print(json.dumps(facts()))
+        print(json.dumps(assumed_facts(json.loads(args.assume_gpus)) if args.assume_gpus else facts()))
         return 0
     result = check(
         gemm=not args.no_gemm,

@@ -96,6 +96,7 @@ Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$")]
 class Monitoring(_Strict):
     """Prometheus, Alertmanager and the alert thresholds (playbooks/roles/monitoring)."""
 
+    prometheus_port: Port = 9090
     retention: Duration = "15d"
     scrape_interval: Duration = "15s"
     # Alert when the engines' TTFT p99 over 5 minutes stays above this many seconds.

@@ -7,6 +7,7 @@ Prints one JSON line: {"ready_s", "completion_tokens", "latency_ms"}.
 """
 
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -14,6 +15,12 @@ import urllib.error
 import urllib.request
 
 url, model, timeout_s, unit = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+ca_file, client_cert, client_key = (sys.argv[5:8] + ["", "", ""])[:3]
+CONTEXT = None
+if url.startswith("https://"):
+    CONTEXT = ssl.create_default_context(cafile=ca_file or None)
+    if client_cert:
+        CONTEXT.load_cert_chain(client_cert, client_key or None)
 MAX_RESTARTS = 2
 
 
@@ -37,7 +44,7 @@ def give_up(reason: str) -> None:
 def get_json(path: str, body: dict | None = None, timeout: float = 5) -> dict:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    with urllib.request.urlopen(req, timeout=timeout, context=CONTEXT) as resp:
         return json.load(resp)
 
 

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# The H200 tuning experiment: vLLM's defaults against the engine installer/gpu/tuner.py derives,
+# both behind our gateway, on the seeds' workload (1024 in / 512 out), alternating in one lease.
+#
+# usage (repo root on the GPU machine, after stage 1 below):
+#   setsid nohup bash benchmarks/h200/experiment.sh > /root/experiment.log 2>&1 < /dev/null &
+#   bash benchmarks/h200/collect.sh 560        # each later call: wait, then tar results to $OUT
+# dry run (here, no GPU): DRY_RUN=1 bash benchmarks/h200/experiment.sh  (prints every command)
+#
+# Stage 1, one device call per chunk (../shared/tools/h200-vllm/README.md: fetch_wheels.sh puts
+# the wheels in .gpuw/c1..c3 and vLLM in .gpuw/v00..v05; each call carries one or two of them):
+#   mkdir -p /root/stash && cp -a .gpuw/cN/. /root/stash/
+# and in the first call also start the random-weight DeepSeek-V2-Lite-shaped checkpoint
+# (gen_model.py of that recipe, copied to .gpuw/tool/):
+#   cp .gpuw/tool/gen_model.py /root/ && setsid nohup bash -c 'python3 /root/gen_model.py
+#     /root/dsv2 27 > $BASE/gen.log 2>&1 && touch $BASE/dsv2.done' < /dev/null > /dev/null 2>&1 &
+#
+# What it runs (results under $RES, one folder per engine run):
+#   setup    install vLLM 0.26 (pip --target /root/site), give the tokenizer word ids
+#            (word_vocab.py), start the gateway (python -m service, API key, 127.0.0.1:8080)
+#   moe      tune_moe.py: Triton fused-MoE tiles for this GPU, run while the first engine
+#            starts (both mostly CPU-bound then); its JSON is what the tuner ships
+#   D1       vLLM defaults (the recipe's hand-run command: only --max-model-len 4096), cold
+#   T1       the tuner's engine (tuned_args.py: flags + env), first start
+#   M1       T1 + --attention-backend FLASHMLA (the other Hopper MLA decode kernel)
+#   D2, T2   the same two again (warm restarts: compile caches filled by D1/T1); T2's
+#            restart-to-ready is the cold-start figure
+#   Q1       T1 + --quantization fp8 (online fp8 weights), for the record only
+#   D3, T3   a third pair while the lease lasts (collect.sh's caller stops by giving back)
+# Benchmarks per run: `vllm bench serve` and `installer bench` through the gateway at
+# concurrency 64 (256 requests), and in D1/T1/T2 also vllm bench at 8 through the gateway and
+# at 64 straight to the engine (what the gateway costs).
+# The engines run as plain processes (no systemd there) with the engine role's cache layout:
+# HOME, XDG_CACHE_HOME, VLLM_CACHE_ROOT and the compile caches under one persistent dir.
+set -u
+cd "$(dirname "$0")/../.."
+REPO=$(pwd)
+DRY=${DRY_RUN:-0}
+BASE=/root; [ "$DRY" = 1 ] && BASE=/tmp/h200dry   # a dry run keeps everything under /tmp
+S=$BASE/stash SITE=$BASE/site MODEL=$BASE/dsv2 RES=$BASE/res CACHE=$BASE/pcache GWD=$BASE/gw
+GW=http://127.0.0.1:8080 ENG=http://127.0.0.1:8000 NAME=dsv2lite
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=$SITE:$REPO VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
+mkdir -p "$RES"
+T_START=$(date +%s)
+log() { echo "$(date -u +%H:%M:%S) +$(( $(date +%s) - T_START ))s $*" | tee -a "$RES/progress.log"; }
+run() { if [ "$DRY" = 1 ]; then echo "DRY: $*"; else "$@"; fi; }
+
+# The engine role's environment (playbooks/roles/engine/templates/engine.env.j2), CACHE standing
+# for pli_cache_dir, so the restart figure is the one hosts get.
+engine_env() {
+  echo HOME=$CACHE XDG_CACHE_HOME=$CACHE VLLM_CACHE_ROOT=$CACHE/vllm TRITON_CACHE_DIR=$CACHE/triton \
+    TORCHINDUCTOR_CACHE_DIR=$CACHE/inductor FLASHINFER_WORKSPACE_BASE=$CACHE CUDA_CACHE_PATH=$CACHE/nv \
+    CUDA_CACHE_MAXSIZE=4294967296 TORCH_EXTENSIONS_DIR=$CACHE/torch_extensions VLLM_HOST_IP=127.0.0.1 \
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+}
+
+setup() {
+  if [ ! -d $SITE/vllm ]; then
+    log "installing vLLM"
+    ( cd $S && W=vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl && cat vllm.part.* > "$W" \
+      && echo "$(cat vllm.sha256)  $W" | sha256sum -c ) || { log "FATAL: vLLM wheel parts"; return 1; }
+    run python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $S/*.whl 2>&1 \
+      | grep -v WARNING | tail -2
+  fi
+  python3 -c "import vllm.entrypoints.openai.api_server, vllm.benchmarks.serve, service.app, installer.bench, typer" \
+    || { log "FATAL: imports"; return 1; }
+  for i in $(seq 1 120); do [ -f $BASE/dsv2.done ] && break; sleep 2; done
+  [ -f $BASE/dsv2.done ] || { log "FATAL: model not written"; tail -5 $BASE/gen.log; return 1; }
+  python3 benchmarks/h200/word_vocab.py $MODEL
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$RES/gpu.csv"
+  python3 -c "import vllm, torch, triton; print('vllm', vllm.__version__, 'torch', torch.__version__, 'triton', triton.__version__)" > "$RES/versions.txt"
+}
+
+start_gateway() {
+  mkdir -p $GWD && chmod 700 $GWD
+  # a fresh key each run, kept in a 0600 file; the gateway gets only its hash
+  python3 - <<'EOF'
+import json, os, secrets
+from service.keyfile import hash_secret
+key = "sk-h200-" + secrets.token_urlsafe(24)
+for path, text in (("$GWD/key", key), ("$GWD/keys.json", json.dumps(
+        {"version": 1, "keys": [{"name": "bench", "sha256": hash_secret(key)}]}))):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, text.encode()); os.close(fd)
+EOF
+  cat > $GWD/gateway.yml <<EOF
+host: 127.0.0.1
+port: 8080
+keys_file: $GWD/keys.json
+engines:
+  - {name: e0, url: "$ENG", model: $NAME}
+limits: {max_in_flight: 512, upstream_timeout_s: 600}
+access_log: $GWD/access.log
+EOF
+  PLI_GATEWAY_CONFIG=$GWD/gateway.yml setsid nohup python3 -m service > "$RES/gateway.log" 2>&1 < /dev/null &
+  echo $! > $GWD/pid
+  for i in $(seq 1 30); do curl -sf $GW/livez > /dev/null && { log "gateway up"; return 0; }; sleep 1; done
+  log "FATAL: gateway did not start"; return 1
+}
+
+# start_engine RUN_NAME "ENV=.. ..." FLAGS...: start vLLM, wait until ready, write ready_s
+start_engine() {
+  local name=$1 extra_env=$2; shift 2
+  mkdir -p "$RES/$name"
+  echo "$extra_env $*" > "$RES/$name/command.txt"
+  log "$name: starting: $extra_env $*"
+  local t0=$(date +%s.%N)
+  if [ "$DRY" = 1 ]; then echo "DRY: engine $name"; echo 0 > "$RES/$name/ready_s"; return 0; fi
+  # shellcheck disable=SC2046
+  env $(engine_env) $extra_env setsid nohup python3 -m vllm.entrypoints.openai.api_server --model $MODEL \
+    --served-model-name $NAME --port 8000 --host 127.0.0.1 "$@" > "$RES/$name/engine.log" 2>&1 < /dev/null &
+  ENGINE_PID=$!
+  for i in $(seq 1 1200); do
+    sleep 0.5
+    curl -sf $ENG/health > /dev/null && break
+    kill -0 $ENGINE_PID 2>/dev/null || { log "$name: engine died"; grep -iE "error|exception" "$RES/$name/engine.log" | tail -5 | tee -a "$RES/progress.log"; return 1; }
+  done
+  local ready; ready=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+  echo "$ready" > "$RES/$name/ready_s"
+  log "$name: ready after ${ready}s"
+  # through the gateway: wait for its health check to see the engine, then one short request
+  for i in $(seq 1 60); do
+    curl -sf -o /dev/null -H "Authorization: Bearer $(cat $GWD/key)" -H 'Content-Type: application/json' \
+      -d "{\"model\":\"$NAME\",\"prompt\":\"t5 t6\",\"max_tokens\":4}" $GW/v1/completions && break
+    sleep 0.5
+  done
+  python3 -c "import time; print(round(time.time() - $t0, 1))" > "$RES/$name/gateway_ready_s"
+  log "$name: serving through the gateway after $(cat "$RES/$name/gateway_ready_s")s"
+}
+
+stop_engine() {
+  [ -n "${ENGINE_PID:-}" ] || return 0
+  kill -TERM -- -"$ENGINE_PID" 2>/dev/null
+  for i in $(seq 1 60); do kill -0 "$ENGINE_PID" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL -- -"$ENGINE_PID" 2>/dev/null
+  # the GPU's memory is free once no compute process holds it
+  for i in $(seq 1 60); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ] && break; sleep 0.5; done
+  ENGINE_PID=
+}
+
+# vbench RUN LABEL URL CONCURRENCY: vllm bench serve, random 1024/512, 4 x concurrency prompts
+vbench() {
+  local name=$1 label=$2 url=$3 c=$4
+  log "$name: vllm bench $label"
+  OPENAI_API_KEY=$(cat $GWD/key) run timeout 300 python3 -m vllm.entrypoints.cli.main bench serve --backend vllm \
+    --base-url "$url" --model $NAME --tokenizer $MODEL --dataset-name random --random-input-len 1024 \
+    --random-output-len 512 --num-prompts $((c * 4)) --max-concurrency "$c" --ignore-eos --seed 0 \
+    --save-result --result-dir "$RES/$name" --result-filename "$label.json" > "$RES/$name/$label.txt" 2>&1
+  grep -E "Output token throughput|P99 TTFT|Median TTFT" "$RES/$name/$label.txt" | tr -s ' ' | tee -a "$RES/progress.log"
+}
+
+# ibench RUN LABEL CONCURRENCY: installer bench through the gateway (chat, 1024 words / 512)
+ibench() {
+  local name=$1 label=$2 c=$3
+  log "$name: installer bench $label"
+  OPENAI_API_KEY=$(cat $GWD/key) run timeout 300 python3 benchmarks/h200/installer_bench.py bench --base-url $GW \
+    --model $NAME --input-len 1024 --output-len 512 -n $((c * 4)) -c "$c" --json "$RES/$name/$label.json" \
+    > "$RES/$name/$label.txt" 2>&1
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(' out tok/s %.0f TTFT p50 %.0f p99 %.0f ms, failed %d' % (r['output_tokens_per_s'], r['ttft_ms']['p50'], r['ttft_ms']['p99'], r['failed']))" \
+    "$RES/$name/$label.json" 2>&1 | tee -a "$RES/progress.log"
+}
+
+full_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; vbench "$1" gw_c8 $GW 8; vbench "$1" direct_c64 $ENG 64; }
+pair_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; }
+
+# engine ARGS of the default run: the recipe's hand-run command
+DEFAULT_ARGS=(--max-model-len 4096)
+
+tuned() {  # the tuner's flags and env for this host, with the MoE config dir mapped here
+  python3 benchmarks/h200/tuned_args.py > "$RES/tuned.json" || return 1
+  mapfile -t TUNED_ARGS < <(python3 -c "import json; [print(a) for a in json.load(open('$RES/tuned.json'))['args']]")
+  TUNED_ENV=$(python3 -c "
+import json; env = json.load(open('$RES/tuned.json'))['env']
+if 'VLLM_TUNED_CONFIG_FOLDER' in env: env['VLLM_TUNED_CONFIG_FOLDER'] = '$REPO/installer/gpu/moe_configs'
+print(' '.join(f'{k}={v}' for k, v in env.items()))")
+  log "tuned: env $TUNED_ENV flags ${TUNED_ARGS[*]}"
+}
+
+main() {
+  setup || exit 1
+  start_gateway || exit 1
+  # MoE tiles, while D1 starts cold
+  log "moe: tuning"
+  ( run timeout 420 python3 benchmarks/h200/tune_moe.py "$RES/moe" > "$RES/moe.log" 2>&1; echo "rc=$?" >> "$RES/moe.log" ) &
+  local moe_pid=$!
+  start_engine D1 "" "${DEFAULT_ARGS[@]}" || exit 1
+  wait $moe_pid
+  tail -20 "$RES/moe.log" >> "$RES/progress.log"
+  mkdir -p installer/gpu/moe_configs
+  if [ -f "$RES/moe/E=64,N=1408,device_name=NVIDIA_H200.json" ]; then
+    cp "$RES/moe/E=64,N=1408,device_name=NVIDIA_H200.json" installer/gpu/moe_configs/
+  else
+    log "moe: tuning failed; the tuned engine runs without a MoE config file"
+  fi
+  full_bench D1; stop_engine
+  tuned || exit 1
+  start_engine T1 "$TUNED_ENV" "${TUNED_ARGS[@]}" && full_bench T1; stop_engine
+  start_engine M1 "$TUNED_ENV" "${TUNED_ARGS[@]}" --attention-backend FLASHMLA && pair_bench M1; stop_engine
+  start_engine D2 "" "${DEFAULT_ARGS[@]}" && pair_bench D2; stop_engine
+  start_engine T2 "$TUNED_ENV" "${TUNED_ARGS[@]}" && full_bench T2; stop_engine
+  start_engine Q1 "$TUNED_ENV" "${TUNED_ARGS[@]}" --quantization fp8 && pair_bench Q1; stop_engine
+  start_engine D3 "" "${DEFAULT_ARGS[@]}" && pair_bench D3; stop_engine
+  start_engine T3 "$TUNED_ENV" "${TUNED_ARGS[@]}" && pair_bench T3; stop_engine
+  log "DONE"
+  touch "$RES/DONE"
+}
+
+main

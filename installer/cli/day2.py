@@ -1,0 +1,89 @@
+"""`installer upgrade`, `installer rollback`, `installer releases`."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from installer.cli import app
+from installer.cli.deploy import InventoryOpt
+from installer.day2 import records, revisions
+from installer.day2.rolling import summary_rows
+from installer.day2.upgrade import DayTwoResult, rollback, upgrade
+from installer.errors import AnsibleError
+from installer.inventory import load_inventory
+from installer.ui import RichReporter, console, table
+
+BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Hosts upgraded at a time.")]
+DrainOpt = Annotated[
+    float, typer.Option("--drain-timeout", help="Seconds to wait for a host's requests to finish.")
+]
+_COLUMNS = ["host", "from", "to", "action", "drain s", "took s", "detail"]
+
+
+def _report(title: str, result: DayTwoResult) -> None:
+    console.print(table(title, _COLUMNS, summary_rows(result.roll)))
+    console.print(f"run log: {result.run_dir}")
+    if not result.roll.success:
+        failed = [f"{s.name}: {s.action}: {s.detail}" for s in result.roll.steps if s.detail]
+        raise AnsibleError(
+            f"stopped at {result.roll.stopped_at}: its gate failed; it was rolled back and later "
+            "hosts were not touched" if result.roll.stopped_at else "the rollout did not complete",
+            failed,
+        )
+    console.print(f"[green]done:[/] every serving host runs revision {result.roll.target.number}")
+
+
+@app.command("upgrade")
+def upgrade_cmd(
+    inventory: InventoryOpt,
+    bundle: Annotated[Path | None, typer.Option(help="The new bundle (default: build from the checkout).")] = None,
+    trusted_key: Annotated[list[Path] | None, typer.Option("--trusted-key", show_default=False)] = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Accept an unsigned --bundle. Unsafe.")] = False,
+    batch: BatchOpt = 1,
+    drain_timeout: DrainOpt = 120,
+) -> None:
+    """Roll every host to the inventory's (and bundle's) new revision, one batch at a time, behind
+    health gates; a failed gate rolls that batch back and stops."""
+    inv = load_inventory(inventory)
+    result = upgrade(
+        inventory, RichReporter([h.name for h in inv.hosts]), bundle_path=bundle,
+        trusted_keys=tuple(trusted_key or ()), insecure=insecure, batch_size=batch,
+        drain_timeout_s=drain_timeout,
+    )
+    _report(f"upgrade of {inv.deployment} to revision {result.roll.target.number}", result)
+
+
+@app.command("rollback")
+def rollback_cmd(
+    inventory: InventoryOpt,
+    to: Annotated[int | None, typer.Option("--to", help="Revision number (default: the previous one).")] = None,
+    batch: BatchOpt = 1,
+    drain_timeout: DrainOpt = 120,
+) -> None:
+    """Return every host to the previous revision (or --to N), with the same gates as upgrade."""
+    inv = load_inventory(inventory)
+    result = rollback(
+        inventory, RichReporter([h.name for h in inv.hosts]), to=to, batch_size=batch,
+        drain_timeout_s=drain_timeout,
+    )
+    _report(f"rollback of {inv.deployment} to revision {result.roll.target.number}", result)
+
+
+@app.command("releases")
+def releases_cmd(inventory: InventoryOpt) -> None:
+    """The deployment's revisions, and what each host runs (its own record against ours)."""
+    inv = load_inventory(inventory)
+    hosts = revisions.host_revisions(inv.deployment)
+    rows = [
+        [str(r.number), r.created, r.release_id, r.bundle_id[:12], r.config_digest,
+         ", ".join(sorted(h for h, n in hosts.items() if n == r.number)) or "-"]
+        for r in revisions.revisions(inv.deployment)
+    ]
+    columns = ["rev", "created", "release", "bundle", "config", "hosts"]
+    console.print(table(f"revisions of {inv.deployment}", columns, rows))
+    host_rows = [
+        [rec.host, str(rec.recorded or "-"), str(rec.on_host or "-"), rec.release_id or "-", rec.drift]
+        for rec in records.read(inv)
+    ]
+    console.print(table("hosts", ["host", "recorded", "on host", "release", "drift"], host_rows))

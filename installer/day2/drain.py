@@ -1,0 +1,108 @@
+"""Taking a host's engines out of every gateway's rotation, and putting them back.
+
+The installer writes the drain file (service/drain.py) on every serving host over SSH, then
+polls each gateway's /readyz until none has a request outstanding on a drained engine: only
+then is it safe to restart those engines without failing a request.
+"""
+
+import json
+import shlex
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from installer.ansible import render
+from installer.errors import InstallerError
+from installer.inventory import Host, Inventory
+from installer.ssh import target
+
+DRAIN_FILE = "/etc/private-llm/drain.json"
+POLL_S = 0.5
+
+
+class DrainError(InstallerError):
+    """A host's engines could not be taken out of rotation (or put back)."""
+
+
+def serving(inv: Inventory) -> list[Host]:
+    return [h for h in inv.hosts if "serving" in h.groups]
+
+
+def names_of(inv: Inventory, hosts: list[Host]) -> list[str]:
+    return sorted({n for h in hosts for n in render.engine_names(inv, h)})
+
+
+def set_drained(inv: Inventory, names: list[str]) -> None:
+    """Write the drain file on every serving host (in parallel, atomically: temp file + rename)."""
+    content = json.dumps({"engines": sorted(names)}) + "\n"
+    command = (
+        f"umask 022 && printf %s {shlex.quote(content)} > {DRAIN_FILE}.tmp "
+        f"&& mv -f {DRAIN_FILE}.tmp {DRAIN_FILE}"
+    )
+
+    def one(host: Host) -> str | None:
+        proc = subprocess.run(
+            target(inv, host).ssh_argv(command), capture_output=True, text=True, timeout=60, check=False
+        )
+        return None if proc.returncode == 0 else f"{host.name}: {proc.stderr.strip() or proc.returncode}"
+
+    hosts = serving(inv)
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
+        failures = [f for f in pool.map(one, hosts) if f]
+    if failures:
+        raise DrainError(
+            "could not write the drain file on every gateway host",
+            [*failures, "a gateway that cannot be told would keep sending requests to a restarting engine"],
+        )
+
+
+def _context(inv: Inventory) -> ssl.SSLContext | None:
+    from installer import prove  # TLS settings live with the client code that proves a gateway
+
+    ca = prove.ca_file(inv)
+    return ssl.create_default_context(cafile=str(ca)) if ca else None
+
+
+def _readyz(inv: Inventory, host: Host, ctx: ssl.SSLContext | None) -> dict[str, Any]:
+    from installer import prove
+
+    url = f"{prove.gateway_base(inv, host.address)}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+            return dict(json.load(resp))
+    except urllib.error.HTTPError as exc:  # 503 still carries the JSON body
+        return dict(json.load(exc))
+
+
+def wait_idle(inv: Inventory, names: list[str], timeout_s: float) -> float:
+    """Wait until no gateway routes to `names` and none has a request outstanding on them.
+
+    Returns the seconds waited. A gateway that cannot be asked counts as busy: the caller
+    must not restart an engine that a gateway may still be streaming from.
+    """
+    ctx = _context(inv)
+    start = time.monotonic()
+    time.sleep(1.2)  # gateways re-read the drain file at most once a second
+    pending: list[str] = []
+    while True:
+        pending = []
+        for host in serving(inv):
+            try:
+                status = _readyz(inv, host, ctx)
+            except (OSError, ValueError) as exc:
+                pending.append(f"{host.name}: gateway not answering ({exc})")
+                continue
+            for name in names:
+                if status.get("engines", {}).get(name):
+                    pending.append(f"{host.name}: still routes to {name}")
+                elif status.get("outstanding", {}).get(name, 0):
+                    pending.append(f"{host.name}: {status['outstanding'][name]} request(s) on {name}")
+        if not pending:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise DrainError(f"engines {', '.join(names)} did not drain in {timeout_s:.0f} s", pending)
+        time.sleep(POLL_S)

@@ -1,0 +1,199 @@
+"""Revisions: what was installed, from which bundle and inventory, and which host runs which.
+
+A revision is one (bundle, inventory) pair that `installer up`/`upgrade` applied. A new bundle
+or any inventory change (a vLLM setting, a gateway limit, a host added) is a new revision; the
+same pair again is the same revision, so re-running `installer up` does not grow the history.
+
+Control machine: `.installer/state.json` (every revision of every deployment, which revision
+each host runs, every run) and a snapshot per revision under `.installer/revisions/` -- the
+validated inventory (paths resolved), the bundle manifest and the playbooks -- which is all a
+rollback needs besides the bundle, still held on the hosts. Hosts: `release.json` (written by
+the `release` role) says what each host runs; `installer status` compares the two.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from installer.bundle.manifest import Manifest
+from installer.errors import InstallerError
+from installer.inventory import Host, Inventory
+from installer.paths import state_dir
+
+if TYPE_CHECKING:
+    from installer.runlog import RunLog
+
+HOST_RELEASE_FILE = "/var/lib/private-llm/release.json"
+
+
+class StateError(InstallerError):
+    """The control machine's record of revisions is missing what a command needs."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    deployment: str
+    number: int
+    bundle_id: str
+    release_id: str
+    config_digest: str
+    created: str
+    bundle_root: str  # where this machine held the bundle (the hosts hold their own copy)
+
+    @property
+    def snapshot(self) -> Path:
+        return state_dir() / "revisions" / self.deployment / str(self.number)
+
+    def inventory(self) -> Inventory:
+        data = json.loads((self.snapshot / "inventory.json").read_text())
+        if data.get("provider", "baremetal") == "baremetal":
+            return Inventory.model_validate(data)
+        # Cloud hosts came from Terraform (the model refuses them in a user's file).
+        hosts = [Host.model_validate(h) for h in data.pop("hosts")]
+        return Inventory.model_validate(data).model_copy(update={"hosts": hosts})
+
+    def manifest(self) -> Manifest:
+        return Manifest.from_json((self.snapshot / "manifest.json").read_text())
+
+    @property
+    def playbooks_dir(self) -> Path:
+        return self.snapshot / "playbooks"
+
+    def host_vars(self) -> dict[str, Any]:
+        """What the `release` role writes into each host's release.json."""
+        return {
+            "release_revision": self.number,
+            "release_config": self.config_digest,
+            "release_bundle_id": self.bundle_id,
+        }
+
+
+def config_digest(inv: Inventory) -> str:
+    return hashlib.sha256(inv.model_dump_json().encode()).hexdigest()[:12]
+
+
+def _state_path() -> Path:
+    return state_dir() / "state.json"
+
+
+@contextmanager
+def _locked() -> Iterator[dict[str, Any]]:
+    """Read-modify-write of state.json under a lock; written atomically (never half a file)."""
+    path = _state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text()) if path.is_file() else {"deployments": {}}
+        yield data
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+
+def load() -> dict[str, Any]:
+    path = _state_path()
+    return json.loads(path.read_text()) if path.is_file() else {"deployments": {}}
+
+
+def _deployment(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return data["deployments"].setdefault(name, {"revisions": [], "hosts": {}, "runs": []})
+
+
+def revisions(deployment: str) -> list[Revision]:
+    dep = load()["deployments"].get(deployment, {})
+    return [Revision(**r) for r in dep.get("revisions", [])]
+
+
+def host_revisions(deployment: str) -> dict[str, int]:
+    """Which revision each host last passed its health gate with."""
+    return dict(load()["deployments"].get(deployment, {}).get("hosts", {}))
+
+
+def previous_revision(deployment: str) -> int | None:
+    """The revision the hosts ran before their current one (what `rollback` returns to)."""
+    dep = load()["deployments"].get(deployment, {})
+    before = {dep.get("previous", {}).get(h) for h in dep.get("hosts", {})}
+    before.discard(None)
+    return max(before) if len(before) == 1 else None
+
+
+def get(deployment: str, number: int) -> Revision:
+    for rev in revisions(deployment):
+        if rev.number == number:
+            if not (rev.snapshot / "inventory.json").is_file():
+                raise StateError(f"revision {number} of {deployment} has no snapshot in {rev.snapshot}")
+            return rev
+    known = ", ".join(str(r.number) for r in revisions(deployment)) or "none"
+    raise StateError(
+        f"deployment {deployment} has no revision {number} (known: {known})",
+        ["`installer releases -i INVENTORY` lists them"],
+    )
+
+
+def next_revision(inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path) -> Revision:
+    """The revision for this (bundle, inventory): the existing one, or a new one with a snapshot."""
+    digest = config_digest(inv)
+    with _locked() as data:
+        dep = _deployment(data, inv.deployment)
+        for entry in dep["revisions"]:
+            if entry["bundle_id"] == man.bundle_id and entry["config_digest"] == digest:
+                rev = Revision(**entry)
+                if (rev.snapshot / "inventory.json").is_file():
+                    return rev
+        number = max((r["number"] for r in dep["revisions"]), default=0) + 1
+        rev = Revision(
+            deployment=inv.deployment, number=number, bundle_id=man.bundle_id,
+            release_id=man.release_id, config_digest=digest,
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), bundle_root=str(root),
+        )
+        _write_snapshot(rev, inv, man, playbooks_dir)
+        dep["revisions"] = [r for r in dep["revisions"] if r["number"] != number] + [asdict(rev)]
+        return rev
+
+
+def _write_snapshot(rev: Revision, inv: Inventory, man: Manifest, playbooks_dir: Path) -> None:
+    snap = rev.snapshot
+    tmp = snap.with_name(snap.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "inventory.json").write_text(inv.model_dump_json(indent=1))
+    (tmp / "manifest.json").write_text(man.to_json())
+    shutil.copytree(playbooks_dir, tmp / "playbooks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(snap, ignore_errors=True)
+    tmp.rename(snap)
+
+
+def record(
+    deployment: str, rev: Revision, hosts_ok: dict[str, bool], log: "RunLog", command: str = ""
+) -> None:
+    """After a run: hosts that passed their gates now run `rev`; the run is listed."""
+    with _locked() as data:
+        dep = _deployment(data, deployment)
+        for host, ok in hosts_ok.items():
+            if ok:
+                before = dep["hosts"].get(host)
+                if before is not None and before != rev.number:
+                    dep.setdefault("previous", {})[host] = before
+                dep["hosts"][host] = rev.number
+        dep["runs"].append({
+            "command": command or log.command, "revision": rev.number, "run_dir": str(log.dir),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "hosts": hosts_ok,
+        })
+        dep["runs"] = dep["runs"][-200:]  # a long-lived deployment keeps a bounded history
+
+
+def forget_hosts(deployment: str, names: list[str]) -> None:
+    """Hosts pruned from the deployment no longer run anything."""
+    with _locked() as data:
+        dep = _deployment(data, deployment)
+        for name in names:
+            dep["hosts"].pop(name, None)

@@ -1,0 +1,184 @@
+"""Rolling a deployment to a revision: host by host, behind health gates, rolled back on failure.
+
+For each batch of serving hosts:
+  1. drain: every gateway stops routing to the batch's engines; wait until none is in use;
+  2. configure: site.yml with the target revision's inventory and playbooks, limited to the
+     batch (its release directory, `current`, configuration, restarts; the gateway restarts
+     through its systemd socket, so clients are queued, never refused);
+  3. gate: the play's own health check (the engine answers a real completion on the host,
+     the gateway is ready) and then a real completion through the host's gateway from here;
+  4. re-admit: the batch's engines go back into every gateway's rotation.
+A failed gate rolls that batch back to the revision each host ran before, re-admits it, and
+stops: later batches are never touched. A run killed at any point is safe to repeat: every
+step is idempotent, and a host counts as upgraded only once its gate passed.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from installer import keys
+from installer.ansible import render
+from installer.ansible.runner import PlaybookResult, run_playbook
+from installer.day2 import drain, revisions
+from installer.day2.revisions import Revision
+from installer.inventory import Host, Inventory
+from installer.prove import Proof, prove_host
+from installer.runlog import RunLog
+
+Note = Callable[[str], None]
+TaskEvent = Callable[[str, str, str], None]
+
+
+@dataclass
+class HostStep:
+    name: str
+    before: int | None
+    after: int | None
+    action: str  # upgraded | unchanged | rolled back | not touched | failed
+    seconds: float = 0.0
+    drain_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class RollResult:
+    target: Revision
+    steps: list[HostStep] = field(default_factory=list)
+    stopped_at: str | None = None  # the host whose gate failed
+
+    @property
+    def success(self) -> bool:
+        return self.stopped_at is None and all(s.action in ("upgraded", "unchanged") for s in self.steps)
+
+
+def batches(hosts: list[Host], size: int) -> list[list[Host]]:
+    return [hosts[i : i + size] for i in range(0, len(hosts), size)]
+
+
+def _configure(
+    rev: Revision, hosts: list[Host], log: RunLog, label: str, on_task: TaskEvent
+) -> PlaybookResult:
+    inv, man = rev.inventory(), rev.manifest()
+    keys_json = keys.render_hosts_file(keys.load())  # the keys of today, whatever the revision
+    run_dir = log.dir / label
+    inv_dir = render.write(inv, man, run_dir, keys_json, extra_vars=rev.host_vars())
+    return run_playbook(
+        "site.yml", inv_dir, run_dir / "ansible", on_task=on_task,
+        playbooks_dir=rev.playbooks_dir, extra_cmdline="--limit " + ",".join(h.name for h in hosts),
+    )
+
+
+def _gate(rev: Revision, pb: PlaybookResult, hosts: list[Host], secret: str) -> dict[str, str]:
+    """Problems per failed host; empty when every host of the batch serves."""
+    from installer import prove
+
+    inv = rev.inventory()
+    ca = prove.ca_file(inv)
+    problems: dict[str, str] = {}
+    for host in hosts:
+        hr = pb.hosts.get(host.name)
+        if hr is None or not hr.success:
+            problems[host.name] = hr.error if hr else "not in the play"
+            continue
+        proof: Proof = prove_host(
+            prove.gateway_base(inv, host.address), host.name, inv.model.served_name, secret, ca_file=ca
+        )
+        if not proof.ok:
+            problems[host.name] = proof.detail
+    return problems
+
+
+def roll(
+    target: Revision,
+    log: RunLog,
+    *,
+    batch_size: int = 1,
+    drain_timeout_s: float = 120,
+    note: Note = lambda _m: None,
+    on_task: TaskEvent = lambda _h, _t, _s: None,
+) -> RollResult:
+    inv: Inventory = target.inventory()
+    secret = keys.ensure_probe_key()
+    current = revisions.host_revisions(inv.deployment)
+    result = RollResult(target)
+    hosts = drain.serving(inv)
+    # Whatever a killed run left drained is re-admitted only when its host passes a gate below.
+    for n, batch in enumerate(batches(hosts, batch_size), 1):
+        names = [h.name for h in batch]
+        if all(current.get(h.name) == target.number for h in batch):
+            result.steps += [HostStep(h.name, target.number, target.number, "unchanged") for h in batch]
+            continue
+        start = time.monotonic()
+        note(f"batch {n}: {', '.join(names)}: draining")
+        drained = drain.names_of(inv, batch)
+        drain.set_drained(inv, drained)
+        waited = drain.wait_idle(inv, drained, drain_timeout_s)
+        note(f"batch {n}: drained in {waited:.1f} s; configuring revision {target.number}")
+        pb = _configure(target, batch, log, f"batch-{n}", on_task)
+        problems = _gate(target, pb, batch, secret)
+        if not problems:
+            drain.set_drained(inv, [])
+            revisions.record(inv.deployment, target, dict.fromkeys(names, True), log)
+            took = time.monotonic() - start
+            result.steps += [
+                HostStep(h.name, current.get(h.name), target.number, "upgraded", took, waited) for h in batch
+            ]
+            note(f"batch {n}: gate passed, back in rotation ({took:.0f} s)")
+            continue
+        note(f"batch {n}: gate FAILED: " + "; ".join(f"{h}: {p}" for h, p in problems.items()))
+        result.stopped_at = next(iter(problems))
+        result.steps += _roll_back(batch, current, log, n, secret, note, on_task, problems, waited, start)
+        drain.set_drained(inv, [])
+        done = {s.name for s in result.steps}
+        result.steps += [
+            HostStep(h.name, current.get(h.name), current.get(h.name), "not touched")
+            for h in hosts if h.name not in done
+        ]
+        break
+    return result
+
+
+def _roll_back(
+    batch: list[Host],
+    current: dict[str, int],
+    log: RunLog,
+    n: int,
+    secret: str,
+    note: Note,
+    on_task: TaskEvent,
+    problems: dict[str, str],
+    waited: float,
+    start: float,
+) -> list[HostStep]:
+    """Each host of a failed batch back to the revision it ran before (grouped by revision)."""
+    steps: list[HostStep] = []
+    by_rev: dict[int, list[Host]] = {}
+    for host in batch:
+        if host.name in current:
+            by_rev.setdefault(current[host.name], []).append(host)
+        else:  # never ran a recorded revision: nothing to return to
+            steps.append(HostStep(host.name, None, None, "failed", 0, waited, problems.get(host.name, "")))
+    for number, hosts in by_rev.items():
+        previous = revisions.get(log.deployment, number)
+        note(f"batch {n}: rolling {', '.join(h.name for h in hosts)} back to revision {number}")
+        pb = _configure(previous, hosts, log, f"batch-{n}-rollback", on_task)
+        back = _gate(previous, pb, hosts, secret)
+        for h in hosts:
+            action = "rolled back" if h.name not in back else "failed"
+            detail = problems.get(h.name, "gate failed on another host of the batch")
+            if h.name in back:
+                detail += f"; rollback failed too: {back[h.name]}"
+            steps.append(HostStep(h.name, number, number if action == "rolled back" else None, action,
+                                  time.monotonic() - start, waited, detail))
+    return steps
+
+
+def summary_rows(result: RollResult) -> list[list[str]]:
+    def rev(n: int | None) -> str:
+        return "-" if n is None else str(n)
+
+    return [
+        [s.name, rev(s.before), rev(s.after), s.action, f"{s.drain_s:.1f}", f"{s.seconds:.0f}", s.detail[:90]]
+        for s in result.steps
+    ]

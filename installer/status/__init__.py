@@ -1,0 +1,27 @@
+"""`installer status`: one row per host and engine, with columns filled by collectors.
+
+A collector (model.Collector) declares the columns it fills and fills them for every row; the
+built-in ones read the inventory and the last deploy (model, release), each gateway's /readyz
+(ready) and Prometheus (traffic, latency, KV cache, GPU memory). Other modules add columns by
+appending a collector to COLLECTORS (or passing their own list to `collect`).
+"""
+
+from installer.status.deployment import DeploymentCollector
+from installer.status.live import ReadinessCollector
+from installer.status.model import Collector, Column, Context, Row, StatusReport, collect
+from installer.status.prometheus import PrometheusCollector
+
+COLLECTORS: list[Collector] = [DeploymentCollector(), ReadinessCollector(), PrometheusCollector()]
+
+__all__ = [
+    "COLLECTORS",
+    "Collector",
+    "Column",
+    "Context",
+    "DeploymentCollector",
+    "PrometheusCollector",
+    "ReadinessCollector",
+    "Row",
+    "StatusReport",
+    "collect",
+]

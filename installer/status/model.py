@@ -1,0 +1,87 @@
+"""The status table's shape: rows per (host, engine), columns declared by collectors."""
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from installer.inventory import Host, Inventory
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # the JSON key
+    header: str  # the table header
+    # Turns the value into table text; None always shows as "-".
+    fmt: Callable[[Any], str] = str
+
+
+@dataclass
+class Row:
+    host: str
+    address: str
+    engine: str
+    values: dict[str, Any] = field(default_factory=dict)
+    # Why a collector could not fill its columns for this row (shown under the table).
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What collectors may read. prometheus_url is None when no monitoring host is known."""
+
+    inventory: Inventory
+    prometheus_url: str | None
+    timeout_s: float = 5.0
+
+
+class Collector(Protocol):
+    columns: Sequence[Column]
+
+    def collect(self, ctx: Context, rows: list[Row]) -> None:
+        """Fill this collector's columns in every row; record what failed in row.problems."""
+
+
+@dataclass
+class StatusReport:
+    deployment: str
+    prometheus_url: str | None
+    columns: list[Column]
+    rows: list[Row]
+    taken_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "prometheus": self.prometheus_url,
+            "taken_at": self.taken_at,
+            "rows": [
+                {"host": r.host, "address": r.address, "engine": r.engine,
+                 **{c.key: r.values.get(c.key) for c in self.columns}, "problems": r.problems}
+                for r in self.rows
+            ],
+        }
+
+    def table_rows(self) -> list[list[str]]:
+        out = []
+        for r in self.rows:
+            cells = [r.host, r.engine]
+            for c in self.columns:
+                value = r.values.get(c.key)
+                cells.append("-" if value is None else c.fmt(value))
+            out.append(cells)
+        return out
+
+
+def serving_hosts(inv: Inventory) -> list[Host]:
+    return [h for h in inv.hosts if "serving" in inv.host_groups(h)]
+
+
+def collect(
+    ctx: Context, collectors: Sequence[Collector], engines: Sequence[str]
+) -> StatusReport:
+    rows = [Row(h.name, h.address, engine) for h in serving_hosts(ctx.inventory) for engine in engines]
+    for collector in collectors:
+        collector.collect(ctx, rows)
+    columns = [c for collector in collectors for c in collector.columns]
+    return StatusReport(ctx.inventory.deployment, ctx.prometheus_url, columns, rows, time.time())

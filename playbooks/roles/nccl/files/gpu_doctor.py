@@ -1,1 +1,0 @@
-../../../../installer/gpu/doctor.py

@@ -1,0 +1,266 @@
+"""The gateway over real TLS on loopback: certificates from the installer's own CA, the official
+openai client, engines reached over mutual TLS, a renewal under streaming load."""
+
+import datetime as dt
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from cryptography import x509
+
+from installer.prove import prove_host
+from installer.tls import ca
+from tests.integration.conftest import REPO, free_port, stop
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+LOCAL = (["localhost"], ["127.0.0.1"])
+
+
+class PKI:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.authority = ca.create_ca("it")
+        self.ca_file = root / "ca.pem"
+        self.ca_file.write_bytes(self.authority.cert_pem)
+
+    def issue(self, name: str, names: tuple[list[str], list[str]] = LOCAL, days: int = 30,
+              now: dt.datetime | None = None) -> tuple[Path, Path]:
+        issued = ca.issue_server(self.authority, name, names[0], names[1], days, now=now)
+        cert, key = self.root / f"{name}.pem", self.root / f"{name}.key"
+        self.write(cert, issued.cert_pem)
+        self.write(key, issued.key_pem)
+        return cert, key
+
+    @staticmethod
+    def write(path: Path, data: bytes) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # as Ansible's copy does: never a half-written file
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> PKI:
+    return PKI(tmp_path)
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], verify: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, verify=verify, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(url)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        stop(proc, signal.SIGKILL)
+
+
+@pytest.fixture
+def tls_upstream(pki: PKI, procs: list[subprocess.Popen[bytes]], tmp_path: Path) -> Callable[..., str]:
+    """The fake engine behind TLS that requires a client certificate from the deployment CA,
+    as the engines are run (vLLM --ssl-ca-certs --ssl-cert-reqs 2)."""
+
+    def start(chunks: int = 16, delay_ms: float = 0) -> str:
+        cert, key = pki.issue("engine")
+        port = free_port()
+        code = (
+            "import ssl, argparse, sys; from aiohttp import web; sys.path.insert(0, 'benchmarks');"
+            "import fake_upstream as f;"
+            "ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=sys.argv[3]);"
+            "ctx.verify_mode = ssl.CERT_REQUIRED; ctx.load_cert_chain(sys.argv[1], sys.argv[2]);"
+            "opts = argparse.Namespace(model=['tiny'], chunks=int(sys.argv[5]), delay_ms=float(sys.argv[6]), status=0);"
+            "web.run_app(f.make_app(opts), host='127.0.0.1', port=int(sys.argv[4]), ssl_context=ctx,"
+            " print=None, access_log=None)"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(cert), str(key), str(pki.ca_file), str(port), str(chunks), str(delay_ms)],
+            cwd=REPO,
+        )
+        procs.append(proc)
+        url = f"https://localhost:{port}"
+        probe = ssl.create_default_context(cafile=pki.ca_file)
+        probe.load_cert_chain(*pki.issue("probe-client"))
+        _wait(url + "/health", proc, probe)
+        return url
+
+    return start
+
+
+@pytest.fixture
+def tls_gateway(pki: PKI, procs: list[subprocess.Popen[bytes]], tmp_path: Path, start_upstream: Any,
+                keys: Any) -> Callable[..., dict[str, Any]]:
+    def start(engines: list[dict[str, str]] | None = None, cert_name: str = "gateway",
+              names: tuple[list[str], list[str]] = LOCAL, now: dt.datetime | None = None,
+              days: int = 30) -> dict[str, Any]:
+        cert, key = pki.issue(cert_name, names, days=days, now=now)
+        if engines is None:
+            engines = [{"name": "local", "url": start_upstream().url, "model": "tiny"}]
+        port = free_port()
+        secret = keys.create(f"k{port}")
+        config = {
+            "port": port,
+            "keys_file": str(keys.hosts_file),
+            "health_interval_s": 0.5,
+            "access_log": str(tmp_path / f"access-{port}.jsonl"),
+            "engines": engines,
+            "tls": {"certfile": str(cert), "keyfile": str(key), "ca_file": str(pki.ca_file),
+                    "reload_interval_s": 0.2},
+        }
+        path = tmp_path / f"gateway-{port}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        out = (tmp_path / f"gateway-{port}.out").open("wb")
+        proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PLI_GATEWAY_CONFIG": str(path)})
+        procs.append(proc)
+        wait_ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+        wait_ctx.check_hostname = False
+        wait_ctx.verify_mode = ssl.CERT_NONE  # an expired certificate must still let us wait
+        _wait(f"https://127.0.0.1:{port}/readyz", proc, wait_ctx)
+        return {"port": port, "url": f"https://localhost:{port}", "secret": secret, "cert": cert, "key": key,
+                "output": tmp_path / f"gateway-{port}.out"}
+
+    return start
+
+
+def _client(gw: dict[str, Any], verify: Any) -> openai.OpenAI:
+    if isinstance(verify, str):  # a CA bundle, the way the README shows it
+        verify = ssl.create_default_context(cafile=verify)
+    return openai.OpenAI(base_url=gw["url"] + "/v1", api_key=gw["secret"], max_retries=0,
+                         http_client=httpx.Client(verify=verify))
+
+
+def _chat(client: openai.OpenAI) -> str:
+    answer = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=3)
+    return answer.choices[0].message.content or ""
+
+
+def test_openai_client_with_the_ca_bundle_and_without(pki: PKI, tls_gateway: Any) -> None:
+    gw = tls_gateway()
+    assert _chat(_client(gw, str(pki.ca_file))) == " tok0 tok1 tok2"
+    # The system trust store does not know the deployment CA: the client refuses the gateway.
+    with pytest.raises(openai.APIConnectionError) as err:
+        _chat(_client(gw, True))
+    assert "CERTIFICATE_VERIFY_FAILED" in repr(err.value.__cause__)
+
+
+def test_tls_versions_ciphers_and_the_expiry_gauge(pki: PKI, tls_gateway: Any) -> None:
+    gw = tls_gateway()
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    with socket.create_connection(("127.0.0.1", gw["port"])) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+        assert tls.version() == "TLSv1.3"  # preferred when the client has it
+    ctx12 = ssl.create_default_context(cafile=str(pki.ca_file))
+    ctx12.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", gw["port"])) as raw, \
+            ctx12.wrap_socket(raw, server_hostname="localhost") as tls:
+        assert tls.version() == "TLSv1.2"
+        name, _, bits = tls.cipher()
+        assert name.startswith("ECDHE-") and ("GCM" in name or "CHACHA20" in name) and bits >= 128
+    weak = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    weak.check_hostname, weak.verify_mode = False, ssl.CERT_NONE
+    weak.set_ciphers("AES128-SHA:@SECLEVEL=0")  # no forward secrecy, CBC: refused
+    weak.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", gw["port"])) as raw, pytest.raises(ssl.SSLError):
+        weak.wrap_socket(raw, server_hostname="localhost")
+    metrics = httpx.get(gw["url"] + "/metrics", verify=ssl.create_default_context(cafile=pki.ca_file)).text
+    expected = x509.load_pem_x509_certificate(gw["cert"].read_bytes()).not_valid_after_utc.timestamp()
+    line = next(x for x in metrics.splitlines() if x.startswith("pli_tls_cert_expiry_timestamp_seconds "))
+    assert float(line.split()[1]) == expected
+
+
+def test_plain_http_to_the_https_port_gets_no_answer(tls_gateway: Any) -> None:
+    gw = tls_gateway()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{gw['port']}/readyz", timeout=3)
+
+
+def test_expired_and_wrong_host_certificates_give_clear_errors(pki: PKI, tls_gateway: Any, tmp_path: Path) -> None:
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(days=40)
+    expired = tls_gateway(cert_name="expired", now=past, days=30)
+    proof = prove_host(f"https://localhost:{expired['port']}", "h1", "tiny", expired["secret"], ca_file=pki.ca_file)
+    assert not proof.ok
+    assert "certificate of" in proof.detail and "has expired" in proof.detail and "installer up" in proof.detail, proof.detail
+
+    other = tls_gateway(cert_name="other", names=(["gpu-9.example"], ["10.9.9.9"]))
+    proof = prove_host(f"https://127.0.0.1:{other['port']}", "h1", "tiny", other["secret"], ca_file=pki.ca_file)
+    assert not proof.ok
+    assert "does not match" in proof.detail and "127.0.0.1" in proof.detail, proof.detail
+
+    good = tls_gateway()
+    proof = prove_host(good["url"], "h1", "tiny", good["secret"], ca_file=pki.ca_file)
+    assert proof.ok, proof.detail
+
+
+def test_engines_over_mutual_tls(pki: PKI, tls_gateway: Any, tls_upstream: Any) -> None:
+    engine = tls_upstream()
+    # Without a client certificate from the deployment CA the engine refuses the handshake.
+    with pytest.raises(httpx.TransportError):
+        httpx.get(engine + "/v1/models", verify=ssl.create_default_context(cafile=pki.ca_file), timeout=3)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(engine.replace("https://", "http://") + "/v1/models", timeout=3)
+    gw = tls_gateway(engines=[{"name": "remote", "url": engine, "model": "tiny"}])
+    assert _chat(_client(gw, str(pki.ca_file))) == " tok0 tok1 tok2"
+
+
+def test_renewal_under_streaming_load_drops_nothing(pki: PKI, tls_gateway: Any, tls_upstream: Any) -> None:
+    engine = tls_upstream(chunks=40, delay_ms=50)  # each stream lasts about 2 s
+    gw = tls_gateway(engines=[{"name": "remote", "url": engine, "model": "tiny"}])
+    serial_before = x509.load_pem_x509_certificate(gw["cert"].read_bytes()).serial_number
+    results: list[str] = []
+    errors: list[BaseException] = []
+    stop_at = time.monotonic() + 6
+
+    def load() -> None:
+        while time.monotonic() < stop_at:
+            client = _client(gw, str(pki.ca_file))  # a new connection, so new handshakes keep coming
+            try:
+                stream = client.chat.completions.create(
+                    model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=40, stream=True)
+                results.append("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+            except BaseException as exc:
+                errors.append(exc)
+            client.close()
+
+    threads = [threading.Thread(target=load) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    # What `installer up` does on renewal: new files in place, no restart.
+    issued = ca.issue_server(pki.authority, "gateway", *LOCAL, 60)
+    pki.write(gw["key"], issued.key_pem)
+    pki.write(gw["cert"], issued.cert_pem)
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) >= 12 and all(r.count("tok") == 40 for r in results)
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    with socket.create_connection(("127.0.0.1", gw["port"])) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+        served = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+    assert served.serial_number != serial_before
+    assert served.serial_number == x509.load_pem_x509_certificate(issued.cert_pem).serial_number
+    assert "reloaded TLS certificate" in gw["output"].read_text()
