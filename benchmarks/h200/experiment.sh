@@ -13,7 +13,7 @@
 # and in the first call also start the random-weight DeepSeek-V2-Lite-shaped checkpoint
 # (gen_model.py of that recipe, copied to .gpuw/tool/):
 #   cp .gpuw/tool/gen_model.py /root/ && setsid nohup bash -c 'python3 /root/gen_model.py
-#     /root/dsv2 27 > $BASE/gen.log 2>&1 && touch $BASE/dsv2.done' < /dev/null > /dev/null 2>&1 &
+#     /root/dsv2 27 > /root/gen.log 2>&1 && touch /root/dsv2.done' < /dev/null > /dev/null 2>&1 &
 #
 # What it runs (results under $RES, one folder per engine run):
 #   setup    install vLLM 0.26 (pip --target /root/site), give the tokenizer word ids
@@ -22,13 +22,13 @@
 #            starts (both mostly CPU-bound then); its JSON is what the tuner ships
 #   D1       vLLM defaults (the recipe's hand-run command: only --max-model-len 4096), cold
 #   T1       the tuner's engine (tuned_args.py: flags + env), first start
-#   M1       T1 + --attention-backend FLASHMLA (the other Hopper MLA decode kernel)
 #   D2, T2   the same two again (warm restarts: compile caches filled by D1/T1); T2's
 #            restart-to-ready is the cold-start figure
+#   M1       T1 + --attention-backend FLASHMLA (the other Hopper MLA decode kernel)
 #   Q1       T1 + --quantization fp8 (online fp8 weights), for the record only
 #   D3, T3   a third pair while the lease lasts (collect.sh's caller stops by giving back)
 # Benchmarks per run: `vllm bench serve` and `installer bench` through the gateway at
-# concurrency 64 (256 requests), and in D1/T1/T2 also vllm bench at 8 through the gateway and
+# concurrency 64 (256 requests), and in D1/T1 also vllm bench at 8 through the gateway and
 # at 64 straight to the engine (what the gateway costs).
 # The engines run as plain processes (no systemd there) with the engine role's cache layout:
 # HOME, XDG_CACHE_HOME, VLLM_CACHE_ROOT and the compile caches under one persistent dir.
@@ -38,7 +38,8 @@ REPO=$(pwd)
 DRY=${DRY_RUN:-0}
 BASE=/root; [ "$DRY" = 1 ] && BASE=/tmp/h200dry   # a dry run keeps everything under /tmp
 S=$BASE/stash SITE=$BASE/site MODEL=$BASE/dsv2 RES=$BASE/res CACHE=$BASE/pcache GWD=$BASE/gw
-GW=http://127.0.0.1:8080 ENG=http://127.0.0.1:8000 NAME=dsv2lite
+GW_PORT=${GW_PORT:-8080} ENG_PORT=${ENG_PORT:-8000}   # a dry run on a shared machine picks others
+GW=http://127.0.0.1:$GW_PORT ENG=http://127.0.0.1:$ENG_PORT NAME=dsv2lite
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=$SITE:$REPO VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
 mkdir -p "$RES"
@@ -56,18 +57,27 @@ engine_env() {
 }
 
 setup() {
-  if [ ! -d $SITE/vllm ]; then
+  if [ "$DRY" = 1 ]; then  # no vLLM here: a tiny WordLevel tokenizer stands in for the model's
+    mkdir -p $MODEL && python3 -c "
+from tokenizers import Tokenizer, models, pre_tokenizers
+t = Tokenizer(models.WordLevel(vocab={f't{i}': i for i in range(1000)}, unk_token='t0'))
+t.pre_tokenizer = pre_tokenizers.WhitespaceSplit(); t.save('$MODEL/tokenizer.json')"
+    touch $BASE/dsv2.done
+  elif [ ! -d $SITE/vllm ]; then
     log "installing vLLM"
     ( cd $S && W=vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl && cat vllm.part.* > "$W" \
       && echo "$(cat vllm.sha256)  $W" | sha256sum -c ) || { log "FATAL: vLLM wheel parts"; return 1; }
-    run python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $S/*.whl 2>&1 \
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $S/*.whl 2>&1 \
       | grep -v WARNING | tail -2
+    log "installed"
   fi
-  python3 -c "import vllm.entrypoints.openai.api_server, vllm.benchmarks.serve, service.app, installer.bench, typer" \
-    || { log "FATAL: imports"; return 1; }
+  local mods="service.app, installer.bench, installer.gpu.tuner, typer"
+  [ "$DRY" = 1 ] || mods="vllm.entrypoints.openai.api_server, vllm.benchmarks.serve, $mods"
+  python3 -c "import $mods" || { log "FATAL: imports"; return 1; }
   for i in $(seq 1 120); do [ -f $BASE/dsv2.done ] && break; sleep 2; done
   [ -f $BASE/dsv2.done ] || { log "FATAL: model not written"; tail -5 $BASE/gen.log; return 1; }
-  python3 benchmarks/h200/word_vocab.py $MODEL
+  python3 benchmarks/h200/word_vocab.py $MODEL | tee -a "$RES/progress.log"
+  [ "$DRY" = 1 ] && return 0
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$RES/gpu.csv"
   python3 -c "import vllm, torch, triton; print('vllm', vllm.__version__, 'torch', torch.__version__, 'triton', triton.__version__)" > "$RES/versions.txt"
 }
@@ -86,7 +96,7 @@ for path, text in (("$GWD/key", key), ("$GWD/keys.json", json.dumps(
 EOF
   cat > $GWD/gateway.yml <<EOF
 host: 127.0.0.1
-port: 8080
+port: $GW_PORT
 keys_file: $GWD/keys.json
 engines:
   - {name: e0, url: "$ENG", model: $NAME}
@@ -95,6 +105,7 @@ access_log: $GWD/access.log
 EOF
   PLI_GATEWAY_CONFIG=$GWD/gateway.yml setsid nohup python3 -m service > "$RES/gateway.log" 2>&1 < /dev/null &
   echo $! > $GWD/pid
+  export OPENAI_API_KEY; OPENAI_API_KEY=$(cat $GWD/key)   # read by both benchmark tools
   for i in $(seq 1 30); do curl -sf $GW/livez > /dev/null && { log "gateway up"; return 0; }; sleep 1; done
   log "FATAL: gateway did not start"; return 1
 }
@@ -106,10 +117,15 @@ start_engine() {
   echo "$extra_env $*" > "$RES/$name/command.txt"
   log "$name: starting: $extra_env $*"
   local t0=$(date +%s.%N)
-  if [ "$DRY" = 1 ]; then echo "DRY: engine $name"; echo 0 > "$RES/$name/ready_s"; return 0; fi
+  if [ "$DRY" = 1 ]; then  # the fake OpenAI upstream stands in for vLLM
+    echo "DRY: env $(engine_env) $extra_env python3 -m vllm.entrypoints.openai.api_server $*"
+    setsid nohup python3 benchmarks/fake_upstream.py --port $ENG_PORT --model $NAME --chunks 64 \
+      > "$RES/$name/engine.log" 2>&1 < /dev/null &
+  else
   # shellcheck disable=SC2046
   env $(engine_env) $extra_env setsid nohup python3 -m vllm.entrypoints.openai.api_server --model $MODEL \
-    --served-model-name $NAME --port 8000 --host 127.0.0.1 "$@" > "$RES/$name/engine.log" 2>&1 < /dev/null &
+    --served-model-name $NAME --port $ENG_PORT --host 127.0.0.1 "$@" > "$RES/$name/engine.log" 2>&1 < /dev/null &
+  fi
   ENGINE_PID=$!
   for i in $(seq 1 1200); do
     sleep 0.5
@@ -121,7 +137,7 @@ start_engine() {
   log "$name: ready after ${ready}s"
   # through the gateway: wait for its health check to see the engine, then one short request
   for i in $(seq 1 60); do
-    curl -sf -o /dev/null -H "Authorization: Bearer $(cat $GWD/key)" -H 'Content-Type: application/json' \
+    curl -sf -o /dev/null -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Content-Type: application/json' \
       -d "{\"model\":\"$NAME\",\"prompt\":\"t5 t6\",\"max_tokens\":4}" $GW/v1/completions && break
     sleep 0.5
   done
@@ -135,6 +151,7 @@ stop_engine() {
   for i in $(seq 1 60); do kill -0 "$ENGINE_PID" 2>/dev/null || break; sleep 0.5; done
   kill -KILL -- -"$ENGINE_PID" 2>/dev/null
   # the GPU's memory is free once no compute process holds it
+  [ "$DRY" = 1 ] && { ENGINE_PID=; return 0; }
   for i in $(seq 1 60); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ] && break; sleep 0.5; done
   ENGINE_PID=
 }
@@ -143,7 +160,7 @@ stop_engine() {
 vbench() {
   local name=$1 label=$2 url=$3 c=$4
   log "$name: vllm bench $label"
-  OPENAI_API_KEY=$(cat $GWD/key) run timeout 300 python3 -m vllm.entrypoints.cli.main bench serve --backend vllm \
+  run timeout 300 python3 -m vllm.entrypoints.cli.main bench serve --backend vllm \
     --base-url "$url" --model $NAME --tokenizer $MODEL --dataset-name random --random-input-len 1024 \
     --random-output-len 512 --num-prompts $((c * 4)) --max-concurrency "$c" --ignore-eos --seed 0 \
     --save-result --result-dir "$RES/$name" --result-filename "$label.json" > "$RES/$name/$label.txt" 2>&1
@@ -154,7 +171,7 @@ vbench() {
 ibench() {
   local name=$1 label=$2 c=$3
   log "$name: installer bench $label"
-  OPENAI_API_KEY=$(cat $GWD/key) run timeout 300 python3 benchmarks/h200/installer_bench.py bench --base-url $GW \
+  run timeout 300 python3 benchmarks/h200/installer_bench.py bench --base-url $GW \
     --model $NAME --input-len 1024 --output-len 512 -n $((c * 4)) -c "$c" --json "$RES/$name/$label.json" \
     > "$RES/$name/$label.txt" 2>&1
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(' out tok/s %.0f TTFT p50 %.0f p99 %.0f ms, failed %d' % (r['output_tokens_per_s'], r['ttft_ms']['p50'], r['ttft_ms']['p99'], r['failed']))" \
@@ -168,7 +185,8 @@ pair_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; }
 DEFAULT_ARGS=(--max-model-len 4096)
 
 tuned() {  # the tuner's flags and env for this host, with the MoE config dir mapped here
-  python3 benchmarks/h200/tuned_args.py > "$RES/tuned.json" || return 1
+  local assume=""; [ "$DRY" = 1 ] && assume="--assume h200"
+  python3 benchmarks/h200/tuned_args.py $assume > "$RES/tuned.json" || return 1
   mapfile -t TUNED_ARGS < <(python3 -c "import json; [print(a) for a in json.load(open('$RES/tuned.json'))['args']]")
   TUNED_ENV=$(python3 -c "
 import json; env = json.load(open('$RES/tuned.json'))['env']
@@ -196,14 +214,15 @@ main() {
   full_bench D1; stop_engine
   tuned || exit 1
   start_engine T1 "$TUNED_ENV" "${TUNED_ARGS[@]}" && full_bench T1; stop_engine
-  start_engine M1 "$TUNED_ENV" "${TUNED_ARGS[@]}" --attention-backend FLASHMLA && pair_bench M1; stop_engine
   start_engine D2 "" "${DEFAULT_ARGS[@]}" && pair_bench D2; stop_engine
-  start_engine T2 "$TUNED_ENV" "${TUNED_ARGS[@]}" && full_bench T2; stop_engine
+  start_engine T2 "$TUNED_ENV" "${TUNED_ARGS[@]}" && pair_bench T2; stop_engine
+  start_engine M1 "$TUNED_ENV" "${TUNED_ARGS[@]}" --attention-backend FLASHMLA && pair_bench M1; stop_engine
   start_engine Q1 "$TUNED_ENV" "${TUNED_ARGS[@]}" --quantization fp8 && pair_bench Q1; stop_engine
   start_engine D3 "" "${DEFAULT_ARGS[@]}" && pair_bench D3; stop_engine
   start_engine T3 "$TUNED_ENV" "${TUNED_ARGS[@]}" && pair_bench T3; stop_engine
   log "DONE"
   touch "$RES/DONE"
+  [ "$DRY" = 1 ] && kill -TERM -- -"$(cat $GWD/pid)"
 }
 
 main

@@ -11,6 +11,7 @@ from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Host, Inventory
 from installer.ssh import target
+from installer.tls import store as tls_store
 
 # Layout on every host (ARCHITECTURE.md, "Releases on hosts").
 HOST_LAYOUT = {
@@ -19,6 +20,7 @@ HOST_LAYOUT = {
     "pli_config_dir": "/etc/private-llm",
     "pli_state_dir": "/var/lib/private-llm",
     "pli_cache_dir": "/var/cache/private-llm",
+    "pli_tls_dir": "/etc/private-llm/tls",
 }
 
 
@@ -41,6 +43,7 @@ def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
         if man is not None:
             # Per host: each installs the OS packages of its own groups (bundle/os_packages.py).
             entry["common_packages"] = os_packages.for_host(man.packages, inv.host_groups(host))
+        entry.update(_network_host_vars(inv, host))
         hosts[host.name] = entry
         for group in inv.host_groups(host):
             groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
@@ -71,16 +74,78 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         # Each gateway routes to the engine on its own host, which stays on loopback.
         "gateway_engines": gateway_engines(inv),
         "gateway_keys_json": keys_json,
-        "healthcheck_url": f"http://127.0.0.1:{inv.ports.engine}",
+        "gateway_max_in_flight": inv.gateway.max_in_flight,
+        "gateway_max_body_bytes": inv.gateway.max_body_bytes,
+        "gateway_upstream_timeout_s": inv.gateway.upstream_timeout_s,
+        "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
         "healthcheck_model": inv.model.served_name,
-        "healthcheck_gateway_url": f"http://127.0.0.1:{inv.ports.gateway}",
+        **_tls_vars(inv),
         **_monitoring_vars(inv),
     }
 
 
+def serving_hosts(inv: Inventory) -> list[Host]:
+    return [h for h in inv.hosts if "serving" in inv.host_groups(h)]
+
+
+def cross_host(inv: Inventory) -> bool:
+    """Several serving hosts: every gateway routes over every engine, so engines listen on
+    their host's address (with TLS unless tls.mode is off) instead of loopback."""
+    return len(serving_hosts(inv)) > 1
+
+
+def _url(scheme: str, address: str, port: int) -> str:
+    return f"{scheme}://[{address}]:{port}" if ":" in address else f"{scheme}://{address}:{port}"
+
+
+def engine_url(inv: Inventory, host: Host) -> str:
+    """A host's engine as gateways (and the host's own checks) reach it."""
+    if not cross_host(inv):
+        return _url("http", "127.0.0.1", inv.ports.engine)
+    return _url("http" if inv.tls.mode == "off" else "https", host.address, inv.ports.engine)
+
+
 def gateway_engines(inv: Inventory) -> list[dict[str, str]]:
-    """The engines each gateway routes to (and relays /metrics of, for Prometheus)."""
-    return [{"name": "local", "url": f"http://127.0.0.1:{inv.ports.engine}", "model": inv.model.served_name}]
+    """The engines each gateway routes to (and relays /metrics of, for Prometheus): all of the
+    deployment's, least outstanding first (service/routing.py)."""
+    return [
+        {"name": name, "url": engine_url(inv, host), "model": inv.model.served_name}
+        for host in serving_hosts(inv)
+        for name in engine_names(inv, host)
+    ]
+
+
+def _tls_vars(inv: Inventory) -> dict[str, Any]:
+    on = inv.tls.mode != "off"
+    tls_dir = HOST_LAYOUT["pli_tls_dir"]
+    engine_tls = on and cross_host(inv)
+    return {
+        "pli_tls_enabled": on,
+        "pli_gateway_scheme": "https" if on else "http",
+        "healthcheck_ca_file": f"{tls_dir}/ca.pem" if on else "",
+        # Engines on the network accept only clients with a deployment certificate.
+        "healthcheck_client_cert": f"{tls_dir}/server.pem" if engine_tls else "",
+        "healthcheck_client_key": f"{tls_dir}/server.key" if engine_tls else "",
+    }
+
+
+def _network_host_vars(inv: Inventory, host: Host) -> dict[str, Any]:
+    """Per host: where its engine listens, the URLs its checks use, and (paths on this
+    machine, never contents) the certificate files the tls role sends it."""
+    on = inv.tls.mode != "off"
+    found: dict[str, Any] = {
+        "engine_bind_address": host.address if cross_host(inv) else "127.0.0.1",
+        "engine_tls": on and cross_host(inv),
+        "healthcheck_url": engine_url(inv, host),
+        # With TLS the gateway is checked by its certificate's address, as clients reach it.
+        "healthcheck_gateway_url": _url(
+            "https" if on else "http", host.address if on else "127.0.0.1", inv.ports.gateway
+        ),
+    }
+    if on:
+        files = tls_store.host_files(inv, host.name)
+        found |= {"tls_ca_src": str(files.ca), "tls_cert_src": str(files.cert), "tls_key_src": str(files.key)}
+    return found
 
 
 def _monitoring_vars(inv: Inventory) -> dict[str, Any]:

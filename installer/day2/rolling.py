@@ -136,6 +136,9 @@ def roll(
             for h in hosts if h.name not in done
         ]
         break
+    else:
+        # A run killed between a gate and its re-admission left engines drained: none now.
+        drain.set_drained(inv, [])
     return result
 
 

