@@ -11,18 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from installer import keys
+from installer import keys, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle.manifest import Manifest
-from installer.day2 import revisions
+from installer.day2 import revisions, uninstall
+from installer.errors import AnsibleError
 from installer.inventory import Inventory, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.preflight import HostReport, Needs, run_preflight
-from installer.prove import Proof, prove
+from installer.prove import Proof, gateway_base, prove
 from installer.runlog import RunLog
 from installer.ssh import targets
 from installer.terraform import provision
@@ -209,7 +210,7 @@ def host_summaries(
             address=host.address,
             state=state,
             changed=hr.changed if hr else 0,
-            endpoint=proof.endpoint if proof else f"http://{host.address}:{inv.ports.gateway}/v1",
+            endpoint=proof.endpoint if proof else f"{gateway_base(inv, host.address)}/v1",
             model=inv.model.served_name,
             detail=proof.detail if proof and (proof.ok or (hr and hr.success)) else _detail(hr, ok),
         ))
@@ -224,6 +225,7 @@ def up(
     trusted_keys: tuple[Path, ...] = (),
     insecure: bool = False,
     check: bool = False,
+    prune: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> UpResult:
     p = prepare(
@@ -233,9 +235,26 @@ def up(
     inv, man, log = p.inv, p.manifest, p.log
     result = UpResult(inv, man, p.built, log.dir)
     revision = None if check else revisions.next_revision(inv, man, p.root, p.playbooks_dir)
+    if prune and not check:
+        with timed(log, reporter, "prune"):
+            pruned = uninstall.prune(inv, log.dir / "prune", reporter.note, reporter.task)
+            if pruned is not None and not pruned.success:
+                raise AnsibleError(
+                    "could not remove private-llm from every pruned host; see the run log",
+                    [f"{h}: {r.error}" for h, r in pruned.hosts.items() if not r.success],
+                )
+    else:
+        for host in uninstall.departed(inv):
+            reporter.note(
+                f"[yellow]{host.name} ({host.address}) is no longer in the inventory but still runs "
+                "this deployment[/]; `installer up --prune` drains and removes it"
+            )
 
     probe_secret = keys.ensure_probe_key()
     keys_json = keys.render_hosts_file(keys.load())
+    for line in tls.report(inv, tls.prepare(inv)):  # issue or renew before the hosts get them
+        reporter.note(line)
+        log.log(line)
     with timed(log, reporter, "configure"):
         inv_dir = render.write(
             inv, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None

@@ -75,6 +75,11 @@ def create_app(settings: Settings) -> FastAPI:
                 settings.tls, gateway.server_ssl, gateway.client_ssl, metrics.cert_expiry,
                 settings.tls.reload_interval_s,
             )))
+        # uvicorn accepts connections only after this start-up: waiting for the first round of
+        # engine checks means a restarted gateway never answers "no healthy engine" to the
+        # connections that queued on its (systemd-held) socket while it started.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gateway.health.started.wait(), timeout=15)
         metrics_server = None
         if settings.metrics_host and settings.metrics_port:
             # A thread of its own: scrapes never wait behind the event loop.
@@ -120,7 +125,7 @@ def _limiter(settings: Settings, metrics: Metrics) -> Limiter:
         return LocalLimiter()
     from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
 
-    return RedisLimiter(settings.limits.redis_url, metrics)
+    return RedisLimiter(settings.limits.redis_url, metrics, settings.tls)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

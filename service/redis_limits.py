@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from service.auth import ApiKey
+from service.config import TLSConfig
 from service.metrics import Metrics
 
 log = logging.getLogger("service.redis_limits")
@@ -48,8 +49,15 @@ class RedisLimiter:
     admitted (limits protect fairness, not access: authentication stays local), counted in
     `pli_gateway_limiter_errors_total` and logged at most every 10 s."""
 
-    def __init__(self, url: str, metrics: Metrics) -> None:
-        self._redis = aioredis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    def __init__(self, url: str, metrics: Metrics, tls: TLSConfig | None = None) -> None:
+        # rediss://: verified against the deployment CA, showing this host's certificate
+        # (the Redis of a deployment requires one, like the engines).
+        ssl_args = (
+            {"ssl_ca_certs": str(tls.ca_file), "ssl_certfile": str(tls.certfile), "ssl_keyfile": str(tls.keyfile)}
+            if tls is not None and url.startswith("rediss://")
+            else {}
+        )
+        self._redis = aioredis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5, **ssl_args)
         self._script = self._redis.register_script(_BUCKET_LUA)
         self._metrics = metrics
         self._last_warning = 0.0

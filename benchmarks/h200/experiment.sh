@@ -28,8 +28,8 @@
 #   Q1       T1 + --quantization fp8 (online fp8 weights), for the record only
 #   D3, T3   a third pair while the lease lasts (collect.sh's caller stops by giving back)
 # Benchmarks per run: `vllm bench serve` and `installer bench` through the gateway at
-# concurrency 64 (256 requests), and in D1/T1 also vllm bench at 8 through the gateway and
-# at 64 straight to the engine (what the gateway costs).
+# concurrency 64 (256 requests), and in D1/T1 also vllm bench at 8 through the gateway, in D1
+# also at 64 straight to the engine (what the gateway costs).
 # The engines run as plain processes (no systemd there) with the engine role's cache layout:
 # HOME, XDG_CACHE_HOME, VLLM_CACHE_ROOT and the compile caches under one persistent dir.
 set -u
@@ -85,11 +85,11 @@ t.pre_tokenizer = pre_tokenizers.WhitespaceSplit(); t.save('$MODEL/tokenizer.jso
 start_gateway() {
   mkdir -p $GWD && chmod 700 $GWD
   # a fresh key each run, kept in a 0600 file; the gateway gets only its hash
-  python3 - <<'EOF'
-import json, os, secrets
+  python3 - "$GWD" <<'EOF'
+import json, os, secrets, sys
 from service.keyfile import hash_secret
-key = "sk-h200-" + secrets.token_urlsafe(24)
-for path, text in (("$GWD/key", key), ("$GWD/keys.json", json.dumps(
+key, d = "sk-h200-" + secrets.token_urlsafe(24), sys.argv[1]
+for path, text in ((f"{d}/key", key), (f"{d}/keys.json", json.dumps(
         {"version": 1, "keys": [{"name": "bench", "sha256": hash_secret(key)}]}))):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.write(fd, text.encode()); os.close(fd)
@@ -171,14 +171,14 @@ vbench() {
 ibench() {
   local name=$1 label=$2 c=$3
   log "$name: installer bench $label"
-  run timeout 300 python3 benchmarks/h200/installer_bench.py bench --base-url $GW \
+  timeout 300 python3 benchmarks/h200/installer_bench.py bench --base-url $GW \
     --model $NAME --input-len 1024 --output-len 512 -n $((c * 4)) -c "$c" --json "$RES/$name/$label.json" \
     > "$RES/$name/$label.txt" 2>&1
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(' out tok/s %.0f TTFT p50 %.0f p99 %.0f ms, failed %d' % (r['output_tokens_per_s'], r['ttft_ms']['p50'], r['ttft_ms']['p99'], r['failed']))" \
     "$RES/$name/$label.json" 2>&1 | tee -a "$RES/progress.log"
 }
 
-full_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; vbench "$1" gw_c8 $GW 8; vbench "$1" direct_c64 $ENG 64; }
+full_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; vbench "$1" gw_c8 $GW 8; }
 pair_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; }
 
 # engine ARGS of the default run: the recipe's hand-run command
@@ -200,7 +200,7 @@ main() {
   start_gateway || exit 1
   # MoE tiles, while D1 starts cold
   log "moe: tuning"
-  ( run timeout 420 python3 benchmarks/h200/tune_moe.py "$RES/moe" > "$RES/moe.log" 2>&1; echo "rc=$?" >> "$RES/moe.log" ) &
+  ( run timeout 480 python3 benchmarks/h200/tune_moe.py "$RES/moe" --hold-until "$RES/D1/ready_s" > "$RES/moe.log" 2>&1; echo "rc=$?" >> "$RES/moe.log" ) &
   local moe_pid=$!
   start_engine D1 "" "${DEFAULT_ARGS[@]}" || exit 1
   wait $moe_pid
@@ -211,7 +211,7 @@ main() {
   else
     log "moe: tuning failed; the tuned engine runs without a MoE config file"
   fi
-  full_bench D1; stop_engine
+  full_bench D1; vbench D1 direct_c64 $ENG 64; stop_engine
   tuned || exit 1
   start_engine T1 "$TUNED_ENV" "${TUNED_ARGS[@]}" && full_bench T1; stop_engine
   start_engine D2 "" "${DEFAULT_ARGS[@]}" && pair_bench D2; stop_engine

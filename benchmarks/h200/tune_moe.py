@@ -1,6 +1,6 @@
 """Pick vLLM's Triton fused-MoE tile configs for DeepSeek-V2-Lite's experts on this GPU.
 
-usage: python3 benchmarks/h200/tune_moe.py OUT_DIR [--workers 6] [--dry-run]
+usage: python3 benchmarks/h200/tune_moe.py OUT_DIR [--workers 3] [--hold-until FILE] [--dry-run]
 
 vLLM 0.26 ships tuned configs for E=64 experts of N=1408 only for the B200; on an H200 it
 logs "Using default MoE config. Performance might be sub-optimal!" and runs the generic
@@ -96,7 +96,7 @@ def _compile(cands: list[dict[str, int]]) -> list[int]:
             for m in BATCHES:
                 run(m, cfg)
             torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001  (Triton's OutOfResources and kin)
+        except Exception as exc:  # Triton's OutOfResources and kin
             print(f"config {cfg} failed: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
             bad.append(i)
     return bad
@@ -126,8 +126,10 @@ def time_us(torch, fn, reps: int = 5, calls: int = 8) -> float:  # type: ignore[
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
-    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--dry-run", action="store_true", help="list the candidates and stop")
+    ap.add_argument("--hold-until", help="keep the GPU memory held until this file exists")
+    ap.add_argument("--hold-max-s", type=float, default=400)
     a = ap.parse_args()
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,37 +141,57 @@ def main() -> None:
         return
     t0 = time.time()
     slices = [list(range(i, len(cands), a.workers)) for i in range(a.workers)]
-    with mp.get_context("spawn").Pool(a.workers) as pool:
-        bad = sorted(i for part in pool.map(_compile_slice, [(cands, s) for s in slices]) for i in part)
+    # The pool lives until the end: its workers' GPU memory must not be freed while an engine
+    # beside us profiles its memory (vLLM stops when free memory grows under its profile).
+    pool = mp.get_context("spawn").Pool(a.workers)
+    bad = sorted(i for part in pool.map(_compile_slice, [(cands, s) for s in slices]) for i in part)
     compile_s = time.time() - t0
     good = [c for i, c in enumerate(cands) if i not in bad]
     print(f"compiled in {compile_s:.0f}s; {len(bad)} configs failed")
     torch, run, default = _setup()
-    report: dict[str, object] = {"shape": {"E": E, "N": N, "K": K, "topk": TOPK, "dtype": "bf16"},
-                                 "device": torch.cuda.get_device_name(), "candidates": len(cands),
-                                 "failed": len(bad), "compile_s": round(compile_s, 1), "batches": {}}
+    report: dict[str, object] = {
+        "shape": {"E": E, "N": N, "K": K, "topk": TOPK, "dtype": "bf16"},
+        "device": torch.cuda.get_device_name(),
+        "candidates": len(cands),
+        "failed": len(bad),
+        "compile_s": round(compile_s, 1),
+        "batches": {},
+    }
     best_cfgs: dict[str, dict[str, int]] = {}
     for m in BATCHES:
         t_default = time_us(torch, lambda m=m: run(m, None))
         timed = []
-        for cfg in good + [default(m)]:
+        for cfg in [*good, default(m)]:
             try:
                 timed.append((time_us(torch, lambda m=m, cfg=cfg: run(m, cfg)), cfg))
-            except Exception:  # noqa: BLE001,S112  (a config that only fails at this size)
+            except Exception:  # a config that only fails at this size
                 continue
         timed.sort(key=lambda t: t[0])
         best_us, best = timed[0]
         best_cfgs[str(m)] = best
         report["batches"][str(m)] = {  # type: ignore[index]
-            "default_us": round(t_default, 1), "best_us": round(best_us, 1),
-            "speedup": round(t_default / best_us, 3), "best": best, "default": default(m),
-            "top3": [[round(t, 1), c] for t, c in timed[:3]]}
-        print(f"M={m:5d}: default {t_default:8.1f} us, best {best_us:8.1f} us "
-              f"({t_default / best_us:.2f}x) {best}", flush=True)
+            "default_us": round(t_default, 1),
+            "best_us": round(best_us, 1),
+            "speedup": round(t_default / best_us, 3),
+            "best": best,
+            "default": default(m),
+            "top3": [[round(t, 1), c] for t, c in timed[:3]],
+        }
+        print(
+            f"M={m:5d}: default {t_default:8.1f} us, best {best_us:8.1f} us ({t_default / best_us:.2f}x) {best}",
+            flush=True,
+        )
     (out / OUT_NAME).write_text(json.dumps(best_cfgs, indent=1))
     report["total_s"] = round(time.time() - t0, 1)
     (out / "moe_tuning.json").write_text(json.dumps(report, indent=1))
-    print(f"wrote {out / OUT_NAME} in {time.time() - t0:.0f}s")
+    print(f"wrote {out / OUT_NAME} in {time.time() - t0:.0f}s", flush=True)
+    if a.hold_until:
+        for _ in range(int(a.hold_max_s)):
+            if Path(a.hold_until).exists():
+                break
+            time.sleep(1)
+    pool.close()
+    pool.join()
 
 
 if __name__ == "__main__":

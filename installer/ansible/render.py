@@ -5,6 +5,7 @@ from typing import Any
 
 import yaml
 
+from installer import redis_auth
 from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
@@ -42,7 +43,7 @@ def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
             entry["ansible_ssh_private_key_file"] = str(t.private_key)
         if man is not None:
             # Per host: each installs the OS packages of its own groups (bundle/os_packages.py).
-            entry["common_packages"] = os_packages.for_host(man.packages, inv.host_groups(host))
+            entry["common_packages"] = os_packages.for_host(man.packages, _package_groups(inv, host))
         entry.update(_network_host_vars(inv, host))
         hosts[host.name] = entry
         for group in inv.host_groups(host):
@@ -80,6 +81,7 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
         "healthcheck_model": inv.model.served_name,
         **_tls_vars(inv),
+        **_redis_vars(inv),
         **_monitoring_vars(inv),
     }
 
@@ -113,6 +115,39 @@ def gateway_engines(inv: Inventory) -> list[dict[str, str]]:
         for host in serving_hosts(inv)
         for name in engine_names(inv, host)
     ]
+
+
+def redis_host(inv: Inventory) -> Host | None:
+    """The host that keeps the per-key limits every gateway shares: the first serving host,
+    when there are several gateways to share them."""
+    return serving_hosts(inv)[0] if cross_host(inv) else None
+
+
+def _package_groups(inv: Inventory, host: Host) -> list[str]:
+    groups = inv.host_groups(host)
+    return [*groups, "redis"] if host is redis_host(inv) else groups
+
+
+def _redis_vars(inv: Inventory) -> dict[str, Any]:
+    host = redis_host(inv)
+    if host is None:
+        return {"redis_host": "", "gateway_redis_url": ""}
+    on = inv.tls.mode != "off"
+    address = f"[{host.address}]" if ":" in host.address else host.address
+    password_file = redis_auth.ensure_password(inv.deployment)
+    return {
+        "redis_host": host.name,
+        "redis_bind_address": host.address,
+        "redis_port": inv.ports.redis,
+        "redis_tls": on,
+        "redis_password_file": str(password_file),
+        # A template, evaluated by Ansible in no_log tasks only: the password is never written
+        # into this run directory. rediss:// takes the gateway's own certificate and CA.
+        "gateway_redis_url": (
+            f"{'rediss' if on else 'redis'}://:{{{{ lookup('ansible.builtin.file', redis_password_file) }}}}"
+            f"@{address}:{inv.ports.redis}/0"
+        ),
+    }
 
 
 def _tls_vars(inv: Inventory) -> dict[str, Any]:
@@ -158,6 +193,8 @@ def _monitoring_vars(inv: Inventory) -> dict[str, Any]:
         "monitoring_error_rate_max": mon.error_rate_max,
         "monitoring_alert_profile": mon.alert_profile,
         "monitoring_webhook_url": mon.webhook_url or "",
+        # Prometheus fetches each engine's metrics from the gateway on the engine's own host.
+        "monitoring_engines": {h.name: engine_names(inv, h) for h in serving_hosts(inv)},
     }
 
 

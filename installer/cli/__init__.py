@@ -23,7 +23,7 @@ err_console = Console(stderr=True, soft_wrap=True)  # an error line must stay gr
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from installer.cli import bench, bundle, day2, deploy, gpu, keys, lab, status, terraform  # noqa: F401
+    from installer.cli import bench, bundle, day2, deploy, gpu, keys, lab, status, terraform, tls  # noqa: F401
 
 
 def main() -> None:

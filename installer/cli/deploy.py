@@ -52,6 +52,10 @@ def up(
     check: Annotated[
         bool, typer.Option("--check", help="Show what would change on the hosts; change nothing.")
     ] = False,
+    prune: Annotated[
+        bool,
+        typer.Option("--prune", help="Drain and remove private-llm from hosts no longer in the inventory."),
+    ] = False,
 ) -> None:
     """Validate, bundle, preflight, push and configure: bring every host to a serving state."""
     inv = load_inventory(inventory)
@@ -62,7 +66,7 @@ def up(
             "is unsigned or signed by an unknown key; its origin is not verified[/]"
         )
     result = deploy.up(
-        inventory, reporter, bundle_path=bundle, check=check,
+        inventory, reporter, bundle_path=bundle, check=check, prune=prune,
         trusted_keys=tuple(trusted_key or ()), insecure=insecure,
     )
     rows = [

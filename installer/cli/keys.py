@@ -1,6 +1,7 @@
 """`installer keys create|list|revoke`: API keys for the gateways."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,6 +12,22 @@ from installer.ui import console, table
 
 keys_app = typer.Typer(help="Create, list and revoke the gateways' API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+
+InventoryOpt = Annotated[
+    Path | None,
+    typer.Option("--inventory", "-i", help="Send the updated key hashes to this deployment's gateways now."),
+]
+
+
+def _send(inventory: Path | None, done: str) -> None:
+    if inventory is None:
+        console.print(f"[dim]{done}; run the deploy again (or pass --inventory) to update the gateways.[/]")
+        return
+    from installer.inventory import load_inventory
+    from installer.keys_push import push
+
+    hosts = push(load_inventory(inventory))
+    console.print(f"{done}; the gateways of {', '.join(hosts)} have it now.")
 
 
 @keys_app.command("create")
@@ -29,6 +46,7 @@ def create_cmd(
         str | None,
         typer.Option(help="YYYY-MM-DD (stops at 00:00 UTC that day) or an ISO date-time."),
     ] = None,
+    inventory: InventoryOpt = None,
 ) -> None:
     """Create a key and print its secret, once: it is stored only as a hash."""
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
@@ -42,7 +60,7 @@ def create_cmd(
     console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
     # Plain print, no markup or wrapping, so it can be copied or piped exactly.
     print(secret)
-    console.print("[dim]Run the deploy again to send the new key's hash to the gateways.[/]")
+    _send(inventory, f"key {record.name} created")
 
 
 @keys_app.command("list")
@@ -72,9 +90,10 @@ def list_cmd() -> None:
 
 
 @keys_app.command("revoke")
-def revoke_cmd(name: Annotated[str, typer.Argument(help="Name of the key to revoke.")]) -> None:
+def revoke_cmd(
+    name: Annotated[str, typer.Argument(help="Name of the key to revoke.")], inventory: InventoryOpt = None
+) -> None:
     """Revoke a key: the gateways refuse it once they have the updated hash file."""
     keys.revoke(name)
-    console.print(
-        f"[green]revoked[/] key [bold]{name}[/]. Run the deploy again to update the gateways."
-    )
+    console.print(f"[green]revoked[/] key [bold]{name}[/].")
+    _send(inventory, f"key {name} revoked")

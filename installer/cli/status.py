@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.text import Text
 
 from installer import status as st
-from installer.ansible.render import gateway_engines
+from installer.ansible.render import engine_names
 from installer.cli import app
 from installer.inventory import Inventory, load_inventory
 from installer.ui import console, table
@@ -29,7 +29,7 @@ def prometheus_url(inv: Inventory) -> str | None:
 
 def _report(inv: Inventory, prometheus: str | None, timeout_s: float) -> st.StatusReport:
     ctx = st.Context(inv, prometheus, timeout_s)
-    return st.collect(ctx, st.COLLECTORS, [e["name"] for e in gateway_engines(inv)])
+    return st.collect(ctx, st.COLLECTORS, lambda host: engine_names(inv, host))
 
 
 def _render(report: st.StatusReport) -> Group:
@@ -47,7 +47,7 @@ def status_cmd(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file of the deployment.")],
     prometheus: Annotated[
         str | None,
-        typer.Option(help="Prometheus base URL; default: the first monitoring host's, port monitoring.prometheus_port."),
+        typer.Option(help="Prometheus base URL; default: the first monitoring host's (monitoring.prometheus_port)."),
     ] = None,
     watch: Annotated[
         float | None, typer.Option(help="Refresh every this many seconds until Ctrl-C.", min=1)

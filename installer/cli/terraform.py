@@ -12,10 +12,12 @@ import typer
 from installer.cli import app
 from installer.cli import deploy as deploy_cli
 from installer.cli.gpu import print_fit_section
-from installer.inventory import load_inventory
+from installer.day2 import revisions, uninstall
+from installer.errors import AnsibleError
+from installer.inventory import Inventory, load_inventory
+from installer.runlog import RunLog
 from installer.terraform import contract, provision
 from installer.terraform.cli import ChangeSummary
-from installer.terraform.errors import TerraformError
 from installer.ui import console, table
 
 InventoryOpt = deploy_cli.InventoryOpt
@@ -70,13 +72,12 @@ def down(
     inventory: InventoryOpt,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Destroy without asking.")] = False,
 ) -> None:
-    """Destroy the deployment's cloud resources (instances, disks, network) after a confirmation."""
+    """Uninstall: bare-metal hosts get private-llm removed (services, files, user; GPU drivers
+    stay); cloud resources are destroyed. Asks first unless --yes."""
     inv = load_inventory(inventory)
     if inv.provider == "baremetal":
-        raise TerraformError(
-            "provider baremetal has no cloud resources to destroy",
-            ["`installer down` removes what Terraform created for a cloud provider"],
-        )
+        remove_from_hosts(inv, yes)
+        return
     ws = provision.prepare(inv, note=_note)
     summary, plan_file = provision.plan(ws, destroy=True)
     if not summary.remove:
@@ -91,3 +92,26 @@ def down(
         raise typer.Exit(1)
     done = provision.apply(ws, plan_file, _note)
     console.print(f"[green]destroyed:[/] {done.remove} resource(s) of deployment {inv.deployment}")
+
+
+def remove_from_hosts(inv: Inventory, yes: bool) -> None:
+    names = ", ".join(h.name for h in inv.hosts)
+    question = f"Remove private-llm (services, files, user) from {len(inv.hosts)} host(s): {names}?"
+    if not yes and not typer.confirm(question, default=False):
+        console.print("[yellow]kept:[/] nothing was removed")
+        raise typer.Exit(1)
+    log = RunLog("down", inv.deployment)
+    pb = uninstall.uninstall(inv, list(inv.hosts), log.dir)
+    rows = []
+    for h in inv.hosts:
+        hr = pb.hosts.get(h.name)
+        state = "removed" if hr and hr.success else "FAILED"
+        rows.append([h.name, h.address, state, str(hr.changed) if hr else "-", hr.error[:80] if hr else "unreachable"])
+    columns = ["host", "address", "state", "changed", "detail"]
+    console.print(table(f"down — deployment {inv.deployment}", columns, rows))
+    removed = [h.name for h in inv.hosts if pb.hosts.get(h.name) and pb.hosts[h.name].success]
+    revisions.forget_hosts(inv.deployment, removed)
+    log.write_summary({"success": pb.success, "removed": removed})
+    if not pb.success:
+        raise AnsibleError("private-llm could not be removed from every host; see the run log", [str(log.dir)])
+    console.print(f"[green]removed:[/] private-llm from {len(removed)} host(s)")

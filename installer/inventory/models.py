@@ -91,11 +91,15 @@ class Gateway(_Strict):
 class Ports(_Strict):
     engine: Port = 8000
     gateway: Port = 8080
+    # Redis for the per-key limits all gateways share (deployments of several serving hosts).
+    redis: Port = 6379
 
     @model_validator(mode="after")
     def _distinct(self) -> "Ports":
         if self.engine == self.gateway:
             raise ValueError(f"engine and gateway must use different ports (both are {self.engine})")
+        if self.redis in (self.engine, self.gateway):
+            raise ValueError(f"redis port {self.redis} is also the engine or gateway port; pick another")
         return self
 
 

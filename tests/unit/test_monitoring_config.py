@@ -43,8 +43,11 @@ def test_scrape_config_covers_every_host_and_passes_promtool(tmp_path: Path) -> 
     assert [t for t, _ in targets["gateway"]] == ["10.0.0.11:8080", "10.0.0.12:8080", "[fd00::6]:8080"]
     # Engines only through their gateway: the engine port is never a target.
     assert all(":8000" not in t for ts in targets.values() for t, _ in ts)
-    assert [(t, labels["__metrics_path__"], labels["pli_engine"]) for t, labels in targets["vllm"]][:1] == [
-        ("10.0.0.11:8080", "/metrics/engines/local", "local")
+    # Each engine once, through the gateway on its own host.
+    assert [(t, labels["__metrics_path__"], labels["pli_engine"]) for t, labels in targets["vllm"]] == [
+        ("10.0.0.11:8080", "/metrics/engines/gpu1", "gpu1"),
+        ("10.0.0.12:8080", "/metrics/engines/gpu2", "gpu2"),
+        ("[fd00::6]:8080", "/metrics/engines/gpu6", "gpu6"),
     ]
     # node_exporter on the serving hosts and on the monitoring-only host too.
     assert [labels["host"] for _, labels in targets["node"]] == ["gpu1", "gpu2", "gpu6", "mon"]

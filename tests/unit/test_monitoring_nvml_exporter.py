@@ -15,10 +15,10 @@ class FakeNVML:
     class NVMLError(Exception):
         pass
 
-    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
+    class NVMLError_NotSupported(NVMLError):  # pynvml's names
         pass
 
-    class NVMLError_Timeout(NVMLError):  # noqa: N801
+    class NVMLError_Timeout(NVMLError):
         pass
 
     NVML_TEMPERATURE_GPU = 0
@@ -51,8 +51,14 @@ class FakeNVML:
     def nvmlDeviceGetName(self, h: int) -> str:
         return "NVIDIA H200"
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
-        return SimpleNamespace(used=(h + 1) * 2**30, total=143771 * 2**20)
+    nvmlMemory_v2 = 0x2000028
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> SimpleNamespace:
+        # v1 counts the driver's reserved memory as used; v2 reports it apart.
+        reserved = 615 * 2**20
+        if version == self.nvmlMemory_v2:
+            return SimpleNamespace(used=(h + 1) * 2**30, total=143771 * 2**20, reserved=reserved)
+        return SimpleNamespace(used=(h + 1) * 2**30 + reserved, total=143771 * 2**20)
 
     def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         return SimpleNamespace(gpu=87, memory=40)
@@ -101,13 +107,15 @@ def test_metrics_per_gpu_in_base_units() -> None:
     assert got[("pli_gpu_nvml_up", ())] == 1
     assert got[("pli_gpu_memory_used_bytes", g0)] == 2**30
     assert got[("pli_gpu_memory_total_bytes", g0)] == 143771 * 2**20
+    assert got[("pli_gpu_memory_reserved_bytes", g0)] == 615 * 2**20
     assert got[("pli_gpu_utilization_ratio", g0)] == 0.87
     assert got[("pli_gpu_temperature_celsius", (("gpu", "1"), ("uuid", "GPU-0001")))] == 42
     assert got[("pli_gpu_power_watts", g0)] == 123.456
     assert got[("pli_gpu_power_limit_watts", g0)] == 700
     assert got[("pli_gpu_clock_hz", (("clock", "memory"), *g0))] == 3201e6
     assert got[("pli_gpu_ecc_errors_total", (("gpu", "0"), ("type", "corrected"), ("uuid", "GPU-0000")))] == 3
-    assert got[("pli_gpu_info", (("driver", "580.159.04"), ("gpu", "0"), ("name", "NVIDIA H200"), ("uuid", "GPU-0000")))] == 1
+    info = (("driver", "580.159.04"), ("gpu", "0"), ("name", "NVIDIA H200"), ("uuid", "GPU-0000"))
+    assert got[("pli_gpu_info", info)] == 1
     # GPU 1 does not support a power reading: no sample, rather than a misleading 0.
     assert ("pli_gpu_power_watts", (("gpu", "1"), ("uuid", "GPU-0001"))) not in got
 

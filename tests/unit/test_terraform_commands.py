@@ -96,7 +96,11 @@ def test_plan_on_baremetal_is_ansible_check_mode(stubbed: dict[str, Any], tmp_pa
     assert stubbed["checked"] == {"inventory": site, "bundle": None, "check": True}
 
 
-def test_down_on_baremetal_is_refused(tmp_path: Path, stubbed: dict[str, Any]) -> None:
+def test_down_on_baremetal_asks_before_removing_and_never_runs_terraform(
+    tmp_path: Path, stubbed: dict[str, Any]
+) -> None:
     site = _baremetal(tmp_path)
-    result = runner.invoke(app, ["down", "-i", str(site), "--yes"])
-    assert result.exit_code != 0 and not stubbed["applied"]
+    result = runner.invoke(app, ["down", "-i", str(site)], input="n\n")
+    assert result.exit_code == 1 and not stubbed["applied"]
+    assert "Remove private-llm (services, files, user) from 1 host(s)" in result.output
+    assert "kept: nothing was removed" in result.output

@@ -1,0 +1,59 @@
+"""Removing private-llm from hosts: `installer down` on bare metal, `installer up --prune` for
+hosts that left the inventory. Cloud hosts are destroyed with Terraform instead."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from installer.ansible import render
+from installer.ansible.runner import PlaybookResult, run_playbook
+from installer.day2 import drain, revisions
+from installer.inventory import Host, Inventory
+
+TaskEvent = Callable[[str, str, str], None]
+
+
+def uninstall(
+    inv: Inventory, hosts: list[Host], run_dir: Path, on_task: TaskEvent = lambda _h, _t, _s: None
+) -> PlaybookResult:
+    sub = inv.model_copy(update={"hosts": hosts})
+    inv_dir = run_dir / "inventory"
+    (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(render.hosts_yaml(sub), sort_keys=False))
+    (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(dict(render.HOST_LAYOUT)))
+    return run_playbook("uninstall.yml", inv_dir, run_dir / "ansible", on_task=on_task)
+
+
+def departed(inv: Inventory) -> list[Host]:
+    """Hosts that ran a revision of this deployment and are no longer in its inventory, as the
+    inventory of their last revision described them (how to reach them)."""
+    current = {h.name for h in inv.hosts}
+    gone = {n: rev for n, rev in revisions.host_revisions(inv.deployment).items() if n not in current}
+    found: list[Host] = []
+    for name, number in sorted(gone.items()):
+        try:
+            old = revisions.get(inv.deployment, number).inventory()
+        except revisions.StateError:
+            continue
+        found += [h for h in old.hosts if h.name == name]
+    return found
+
+
+def prune(
+    inv: Inventory, run_dir: Path, note: Callable[[str], None], on_task: TaskEvent
+) -> PlaybookResult | None:
+    """Take departed hosts out of every gateway, then remove private-llm from them."""
+    gone = departed(inv)
+    if not gone:
+        note("nothing to prune: every recorded host is in the inventory")
+        return None
+    names = [h.name for h in gone]
+    note(f"pruning {', '.join(names)}: draining, then removing private-llm")
+    # The remaining gateways still list the departed engines until they are reconfigured.
+    drain.set_drained(inv, drain.names_of(inv, gone))
+    drain.wait_idle(inv, drain.names_of(inv, gone), timeout_s=inv.gateway.drain_timeout_s + 30)
+    old = inv.model_copy(update={"hosts": [*inv.hosts, *gone]})
+    pb = uninstall(old, gone, run_dir, on_task)
+    revisions.forget_hosts(inv.deployment, [n for n in names if pb.hosts.get(n) and pb.hosts[n].success])
+    return pb

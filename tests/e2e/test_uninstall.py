@@ -1,0 +1,56 @@
+"""The end of a deployment's life, run last on the shared lab: `installer up --prune` drains and
+removes a host that left the inventory while the other keeps serving; `installer down` removes
+private-llm from the rest. Nothing of ours is left on the hosts."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from installer import prove
+from installer.inventory import load_inventory
+from tests.e2e.conftest import Run, installer
+
+pytestmark = pytest.mark.e2e
+
+OURS = (
+    "ls -d /opt/private-llm /etc/private-llm /var/lib/private-llm /etc/systemd/system/private-llm-* "
+    "2>/dev/null; id private-llm 2>/dev/null; true"
+)
+
+
+def _ssh(lab_hosts, host, command: str) -> str:
+    argv = [
+        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
+        f"root@{host.address}", command,
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
+    return proc.stdout
+
+
+def test_prune_then_down_leave_nothing_behind(deployed: Run, lab_hosts, e2e_state: Path, api_key: str) -> None:
+    keep, leave = lab_hosts.hosts[0], lab_hosts.hosts[1]
+    data = yaml.safe_load(Path(lab_hosts.inventory_path).read_text())
+    data["hosts"] = [h for h in data["hosts"] if h["name"] == keep.name]
+    one = e2e_state / "one-host.yml"
+    one.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    proc = installer("up", "--inventory", str(one), "--prune")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert f"pruning {leave.name}" in proc.stdout
+    assert _ssh(lab_hosts, leave, OURS).strip() == ""  # the departed host is clean
+    assert leave.name not in _ssh(lab_hosts, keep, "cat /etc/private-llm/gateway.yml")
+    inv = load_inventory(one)
+    proof = prove.prove(inv, api_key)
+    assert [p.ok for p in proof] == [True], proof
+
+    answer_no = installer("down", "--inventory", str(one))  # no terminal: the question is answered no
+    assert answer_no.returncode == 1 and _ssh(lab_hosts, keep, OURS).strip() != ""
+    proc = installer("down", "--inventory", str(one), "--yes")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "removed" in proc.stdout
+    assert _ssh(lab_hosts, keep, OURS).strip() == ""
+    assert _ssh(lab_hosts, keep, "ss -Htln 'sport = :8080' | wc -l").strip() == "0"
