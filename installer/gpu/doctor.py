@@ -332,7 +332,8 @@ def installed_driver_package() -> tuple[str, str]:
     """(package, upstream version) of the installed nvidia-driver-NNN[-server][-open], or ("", "")."""
     if not shutil.which("dpkg-query"):
         return "", ""
-    _, out, _ = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n", "nvidia-driver-*"])
+    rc, out, err = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n", "nvidia-driver-*"])
+    print("DEBUG", rc, repr(out), repr(err), file=sys.stderr)
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == "ii" and _DRIVER_PACKAGE.match(parts[1]):

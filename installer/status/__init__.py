@@ -10,8 +10,11 @@ from installer.status.deployment import DeploymentCollector
 from installer.status.live import ReadinessCollector
 from installer.status.model import Collector, Column, Context, Row, StatusReport, collect
 from installer.status.prometheus import PrometheusCollector
+from installer.status.release import ReleaseCollector
 
-COLLECTORS: list[Collector] = [DeploymentCollector(), ReadinessCollector(), PrometheusCollector()]
+COLLECTORS: list[Collector] = [
+    DeploymentCollector(), ReleaseCollector(), ReadinessCollector(), PrometheusCollector()
+]
 
 __all__ = [
     "COLLECTORS",
