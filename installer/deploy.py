@@ -20,6 +20,7 @@ from installer.bundle import sign as bundle_sign
 from installer.bundle.manifest import Manifest
 from installer.day2 import revisions, uninstall
 from installer.errors import AnsibleError
+from installer.gpu import doctor as gpu_doctor
 from installer.inventory import Inventory, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.preflight import HostReport, Needs, run_preflight
@@ -49,6 +50,8 @@ class HostSummary:
     endpoint: str
     model: str
     detail: str = ""
+    gpu: str = ""  # gpu_verify's checks in one line (installer/gpu/doctor.py summary_line); "" on CPU hosts
+    gpu_checks: dict = field(default_factory=dict)  # its whole result, for summary.json
 
 
 @dataclass
@@ -213,6 +216,8 @@ def host_summaries(
             endpoint=proof.endpoint if proof else f"{gateway_base(inv, host.address)}/v1",
             model=inv.model.served_name,
             detail=proof.detail if proof and (proof.ok or (hr and hr.success)) else _detail(hr, ok),
+            gpu=gpu_doctor.summary_line(hr.facts.get("gpu_verify")) if hr else "",
+            gpu_checks=hr.facts.get("gpu_verify", {}) if hr else {},
         ))
     return rows
 

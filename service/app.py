@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -83,8 +84,15 @@ def create_app(settings: Settings) -> FastAPI:
         metrics_server = None
         if settings.metrics_host and settings.metrics_port:
             # A thread of its own: scrapes never wait behind the event loop.
+            # Over TLS like the API port when the gateway has a certificate (loaded once here:
+            # a renewal reaches this port at the next restart; the API port reloads live).
+            tls_args: dict[str, Any] = (
+                {"certfile": str(settings.tls.certfile), "keyfile": str(settings.tls.keyfile),
+                 "tls_min_version": ssl.TLSVersion.TLSv1_2}
+                if settings.tls is not None else {}
+            )
             metrics_server, _ = start_http_server(
-                settings.metrics_port, settings.metrics_host, registry=metrics.registry
+                settings.metrics_port, settings.metrics_host, registry=metrics.registry, **tls_args
             )
         try:
             yield

@@ -5,7 +5,7 @@ from typing import Any
 
 import yaml
 
-from installer import redis_auth
+from installer import engines, redis_auth
 from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
@@ -45,6 +45,7 @@ def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
             # Per host: each installs the OS packages of its own groups (bundle/os_packages.py).
             entry["common_packages"] = os_packages.for_host(man.packages, _package_groups(inv, host))
         entry.update(_network_host_vars(inv, host))
+        entry.update(_engine_host_vars(inv, host))
         hosts[host.name] = entry
         for group in inv.host_groups(host):
             groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
@@ -62,7 +63,8 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "model_served_name": inv.model.served_name,
         "engine_device": engine.device,
         # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
-        **gpu_matrix.group_vars(),
+        **gpu_matrix.group_vars(inv.gpu.cuda, pin=inv.gpu.driver_branch),
+        "nvidia_driver_allow_reboot": inv.gpu.reboot == "allow",
         "engine_served_model_name": inv.model.served_name,
         "engine_port": inv.ports.engine,
         "engine_max_model_len": engine.max_model_len,
@@ -161,6 +163,18 @@ def _tls_vars(inv: Inventory) -> dict[str, Any]:
         # Engines on the network accept only clients with a deployment certificate.
         "healthcheck_client_cert": f"{tls_dir}/server.pem" if engine_tls else "",
         "healthcheck_client_key": f"{tls_dir}/server.key" if engine_tls else "",
+    }
+
+
+def _engine_host_vars(inv: Inventory, host: Host) -> dict[str, Any]:
+    """Per GPU host whose GPUs the inventory describes: its tuned engines and Ray service
+    (installer/engines.py). Nothing otherwise: the engine role runs its one engine as always."""
+    if engines.tuned(inv) is None:
+        return {}
+    ray = engines.ray_node(inv, host)
+    return {
+        "engine_instances": [e.as_vars() for e in engines.engine_instances(inv, host)],
+        "engine_ray": ray.as_vars() if ray else {},
     }
 
 

@@ -97,6 +97,8 @@ def run_playbook(
                 hr.error = f"{task}: {_failure_text(res)}"
             if task == "Report the completion" and isinstance(res.get("msg"), dict):
                 hr.facts["healthcheck"] = res["msg"]
+            if task == "Report the GPU checks" and isinstance(res.get("msg"), dict):  # role gpu_verify
+                hr.facts["gpu_verify"] = res["msg"].get("result") or {}
             on_task(host, task, status)
         return True  # keep the event in the artifacts
 

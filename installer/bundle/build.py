@@ -28,7 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
 from installer import __version__
-from installer.bundle import aptrepo, debs, os_packages, sign, wheels
+from installer.bundle import aptrepo, debs, gpu_packages, os_packages, sign, wheels
 from installer.bundle.manifest import (
     CHECKSUMS,
     MANIFEST,
@@ -129,6 +129,7 @@ def bundle_inputs(inv: Inventory) -> dict[str, object]:
         "engine": wheels.engine_requirements(inv.engine.device),
         "uv": wheels.UV_REQUIREMENT,
         "debs": os_packages.wanted(inv),
+        "gpu_debs": gpu_packages.bundle_input(inv),
         "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
         "playbooks": _playbooks_fingerprint(),
         "terraform": tf_mirror.bundle_input(inv),
@@ -203,6 +204,7 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
             })
         # A flat apt repository: hosts install from it with apt, which resolves and orders.
         aptrepo.write_index(root / "debs")
+    packages += gpu_packages.add_to_bundle(inv, root / "debs")  # gpu.packages_dir (NVIDIA's .debs)
 
     progress("playbooks")
     for src in _playbook_files():

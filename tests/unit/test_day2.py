@@ -110,3 +110,67 @@ def _open(fd: int) -> bool:
         return True
     except OSError:
         return False
+
+
+class _FakeHosts:
+    """Stands in for SSH and Ansible around rolling.roll: records the order of operations."""
+
+    def __init__(self, failing: set[str]) -> None:
+        self.failing = failing
+        self.events: list[str] = []
+
+    def set_drained(self, _inv: object, names: list[str]) -> None:
+        self.events.append(f"drain {','.join(names) or '-'}")
+
+    def wait_idle(self, _inv: object, names: list[str], _timeout: float) -> float:
+        self.events.append(f"idle {','.join(names)}")
+        return 0.1
+
+    def configure(self, rev: revisions.Revision, hosts: list, _log: object, _label: str, _t: object) -> object:
+        names = [h.name for h in hosts]
+        self.events.append(f"configure rev{rev.number} {','.join(names)}")
+        return (rev.number, names)
+
+    def gate(self, rev: revisions.Revision, pb: tuple[int, list[str]], hosts: list, _secret: str) -> dict[str, str]:
+        number, names = pb
+        return {n: "engine did not start" for n in names if n in self.failing and number == 3}
+
+
+def _roll_setup(state: Path, monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> tuple[_FakeHosts, RunLog]:
+    fake = _FakeHosts(failing)
+    monkeypatch.setattr(rolling.drain, "set_drained", fake.set_drained)
+    monkeypatch.setattr(rolling.drain, "wait_idle", fake.wait_idle)
+    monkeypatch.setattr(rolling, "_configure", fake.configure)
+    monkeypatch.setattr(rolling, "_gate", fake.gate)
+    monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
+    inv = load_inventory(_inventory(state, 8))
+    log = RunLog("upgrade", "demo")
+    for n, content in ((1, "a"), (2, "b"), (3, "c")):
+        rev = revisions.next_revision(inv, _manifest(content), state, state / "playbooks")
+        assert rev.number == n
+    revisions.record("demo", revisions.get("demo", 2), {"a": True, "b": True}, log)
+    return fake, log
+
+
+def test_roll_drains_configures_gates_and_readmits_host_by_host(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, log = _roll_setup(state, monkeypatch, failing=set())
+    result = rolling.roll(revisions.get("demo", 3), log)
+    assert result.success and [s.action for s in result.steps] == ["upgraded", "upgraded"]
+    assert fake.events == [
+        "drain a", "idle a", "configure rev3 a", "drain -",
+        "drain b", "idle b", "configure rev3 b", "drain -",
+        "drain -",
+    ]
+    assert revisions.host_revisions("demo") == {"a": 3, "b": 3}
+    fake.events.clear()  # a second run finds every host at the target
+    again = rolling.roll(revisions.get("demo", 3), log)
+    assert [s.action for s in again.steps] == ["unchanged", "unchanged"] and fake.events == ["drain -"]
+
+
+def test_a_failed_gate_rolls_the_host_back_and_stops(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, log = _roll_setup(state, monkeypatch, failing={"a"})
+    result = rolling.roll(revisions.get("demo", 3), log)
+    assert not result.success and result.stopped_at == "a"
+    assert [(s.name, s.action, s.after) for s in result.steps] == [("a", "rolled back", 2), ("b", "not touched", 2)]
+    assert fake.events == ["drain a", "idle a", "configure rev3 a", "configure rev2 a", "drain -"]
+    assert revisions.host_revisions("demo") == {"a": 2, "b": 2}  # nobody recorded at 3

@@ -1,0 +1,140 @@
+"""Engines per host from the tuner (installer/engines.py), rendered into the engine role's
+variables and through the role's real preflight and templates (ansible-playbook, connection
+local, files written under a temp dir): several engines per GPU host with CUDA_VISIBLE_DEVICES
+and CPUAffinity, Ray units for a model larger than a host, and the CPU case unchanged."""
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+from installer import engines
+from installer.ansible import render
+from installer.gpu import planner
+from installer.inventory.models import Inventory
+
+REPO = Path(__file__).parents[2]
+
+
+def inventory(tmp: Path, preset: str = "", hosts: int = 1, **gpu: Any) -> Inventory:
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps(planner.PRESETS[preset] if preset else {}))
+    return Inventory.model_validate({
+        "deployment": "demo",
+        "model": {"path": str(model), "served_name": "m"},
+        "hosts": [{"name": f"h{i}", "address": f"10.0.0.{i + 1}"} for i in range(hosts)],
+        "engine": {"device": "gpu" if gpu else "cpu", "max_model_len": 8192},
+        **({"gpu": gpu} if gpu else {}),
+    })
+
+
+def test_cpu_and_undescribed_gpu_hosts_run_the_one_engine_of_old(tmp_path: Path) -> None:
+    for inv in (inventory(tmp_path), inventory(tmp_path, cuda="13.0")):
+        assert engines.engine_instances(inv, inv.hosts[0]) == [
+            engines.EngineInstance("engine", "private-llm-engine", 8000)
+        ]
+        assert engines.ray_node(inv, inv.hosts[0]) is None
+        host = render.hosts_yaml(inv)["all"]["hosts"]["h0"]
+        assert "engine_instances" not in host and "engine_ray" not in host
+
+
+def test_a_small_model_on_eight_gpus_runs_eight_pinned_engines(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8, numa_nodes=2)
+    found = engines.engine_instances(inv, inv.hosts[0])
+    assert [(e.unit, e.port, e.devices) for e in found] == [
+        ("private-llm-engine", 8000, "0"), *((f"private-llm-engine-{i}", 8000 + i, str(i)) for i in range(1, 8))
+    ]
+    # 2 NUMA nodes of 64 CPUs (HostHardware.of_type: 16 per GPU); 4 engines share each node
+    assert [e.cpus for e in found[:5]] == ["0-15", "16-31", "32-47", "48-63", "64-79"]
+    assert found[0].args[:2] == ["--tensor-parallel-size", "1"]
+    assert found[0].env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    host = render.hosts_yaml(inv)["all"]["hosts"]["h0"]
+    assert len(host["engine_instances"]) == 8 and host["engine_ray"] == {}
+
+
+def test_a_model_larger_than_a_host_gets_a_ray_head_and_worker(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "deepseek-v3", hosts=2, type="h100", count=8)
+    head, worker = inv.hosts
+    (engine,) = engines.engine_instances(inv, head)
+    assert "--pipeline-parallel-size" in engine.args and engine.devices == ""
+    assert engine.env["RAY_ADDRESS"] == f"10.0.0.1:{engines.RAY_PORT}"
+    assert engines.engine_instances(inv, worker) == [] or engines.ray_node(inv, worker)
+    h, w = engines.ray_node(inv, head), engines.ray_node(inv, worker)
+    assert h and h.role == "head" and f"--port={engines.RAY_PORT}" in h.argv and h.node_ip == "10.0.0.1"
+    assert w and w.role == "worker" and f"--address=10.0.0.1:{engines.RAY_PORT}" in w.argv
+
+
+def _render_role(tmp: Path, host_vars: dict[str, Any], device: str) -> dict[str, str]:
+    """The engine role's preflight and unit/env templates, run by Ansible; {file name: text}."""
+    out = tmp / "out"
+    out.mkdir()
+    project = tmp / "project"
+    project.mkdir()
+    role = REPO / "playbooks" / "roles" / "engine"
+    tasks: list[dict[str, Any]] = [
+        {"name": "Engine preflight", "ansible.builtin.include_role": {
+            "name": "engine", "tasks_from": "preflight", "public": True}},
+        {"name": "Units", "ansible.builtin.template": {
+            "src": str(role / "templates" / "engine.service.j2"), "dest": f"{out}/{{{{ _engine_instance.unit }}}}"},
+         "loop": "{{ _engine_instances }}", "loop_control": {"loop_var": "_engine_instance"}},
+        {"name": "Env", "ansible.builtin.template": {
+            "src": str(role / "templates" / "engine.env.j2"), "dest": f"{out}/engine.env"}},
+        {"name": "Ray", "ansible.builtin.template": {
+            "src": str(role / "templates" / "ray.service.j2"), "dest": f"{out}/ray"},
+         "when": "engine_ray | length > 0"},
+    ]
+    (project / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
+    layout = {**render.HOST_LAYOUT, "pli_bundle_dir": "/b", "pli_release_id": "r-1",
+              "engine_served_model_name": "m", "engine_device": device}
+    r = ansible_runner.run(
+        private_data_dir=str(tmp), project_dir=str(project), playbook="play.yml",
+        inventory="localhost ansible_connection=local",
+        extravars={**layout, **host_vars, "ansible_python_interpreter": sys.executable},
+        envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "True",
+                 # ansible-runner starts ansible-playbook by name: this interpreter's first
+                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+        quiet=True, suppress_env_files=True,
+    )
+    assert r.rc == 0, r.stdout.read()[-3000:]
+    return {p.name: p.read_text() for p in out.iterdir()}
+
+
+def test_cpu_unit_is_rendered_as_before(tmp_path: Path) -> None:
+    files = _render_role(tmp_path, {}, "cpu")
+    assert set(files) == {"private-llm-engine", "engine.env"}
+    unit = files["private-llm-engine"]
+    assert (
+        "ExecStart=/opt/private-llm/current/venv/bin/python -m vllm.entrypoints.openai.api_server "
+        "--model /var/lib/private-llm/models/m --served-model-name m --host 127.0.0.1 --port 8000 "
+        "--max-model-len 4096 --max-num-seqs 64 --enforce-eager\n"
+    ) in unit
+    assert "CPUAffinity" not in unit and "Environment=" not in unit
+    assert "VLLM_HOST_IP=127.0.0.1\n" in files["engine.env"]
+
+
+def test_tuned_units_carry_devices_affinity_and_the_tuners_flags(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8, numa_nodes=2)
+    files = _render_role(tmp_path, render.hosts_yaml(inv)["all"]["hosts"]["h0"], "gpu")
+    assert {f"private-llm-engine-{i}" for i in range(1, 8)} | {"private-llm-engine"} <= set(files)
+    unit = files["private-llm-engine-3"]
+    assert "Environment=CUDA_VISIBLE_DEVICES=3\n" in unit and "CPUAffinity=48-63\n" in unit
+    assert "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in unit
+    exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert "--port 8003 --tensor-parallel-size 1 --gpu-memory-utilization 0.94" in exec_line
+    assert exec_line.count("--max-model-len") == 1  # the tuner's sizing replaces the inventory's
+
+
+def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "deepseek-v3", hosts=2, type="h100", count=8)
+    files = _render_role(tmp_path, render.hosts_yaml(inv)["all"]["hosts"]["h0"], "gpu")
+    assert f"bin/ray start --head --node-ip-address=10.0.0.1 --port={engines.RAY_PORT}" in files["ray"]
+    assert "VLLM_HOST_IP=10.0.0.1\n" in files["engine.env"]
+    assert f"Environment=RAY_ADDRESS=10.0.0.1:{engines.RAY_PORT}" in files["private-llm-engine"]
+    worker = _render_role(tmp_path / "w", render.hosts_yaml(inv)["all"]["hosts"]["h1"], "gpu")
+    assert "private-llm-engine" not in worker  # a Ray worker runs no engine of its own
+    assert "--address=10.0.0.1:" in worker["ray"]
