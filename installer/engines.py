@@ -70,10 +70,22 @@ def _tune(inv: Inventory) -> tuner.Tuned | None:
         tuner.HostHardware.of_type(h.name, gpu, g.count, numa_nodes=g.numa_nodes)
         for h in inv.hosts if "serving" in h.groups
     ]
-    return tuner.tune(
+    t = tuner.tune(
         planner.load_config(inv.model.path), hosts,
         max_model_len=inv.engine.max_model_len, base_port=inv.ports.engine,
     )
+    # Engines take consecutive ports from ports.engine: none may be another service's.
+    taken = {inv.ports.gateway: "ports.gateway", inv.ports.redis: "ports.redis",
+             inv.monitoring.prometheus_port: "monitoring.prometheus_port", RAY_PORT: "Ray"}
+    clash = sorted({(e.port, taken[e.port]) for e in t.engines if e.port in taken})
+    if clash:
+        port, what = clash[0]
+        raise tuner.TuneError(
+            f"{len([e for e in t.engines if e.host == t.engines[0].host])} engines per host take ports "
+            f"{inv.ports.engine}-{max(e.port for e in t.engines)}, which includes {what} {port}",
+            ["move ports.engine (or that port) so the ranges do not overlap"],
+        )
+    return t
 
 
 def tuned(inv: Inventory) -> tuner.Tuned | None:

@@ -10,6 +10,9 @@
 # Stage 1, one device call per chunk (../shared/tools/h200-vllm/README.md: fetch_wheels.sh puts
 # the wheels in .gpuw/c1..c3 and vLLM in .gpuw/v00..v05; each call carries one or two of them):
 #   mkdir -p /root/stash && cp -a .gpuw/cN/. /root/stash/
+# plus the cryptography wheel (the gateway's service/tls.py imports it; the GPU image lacks it):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
+#     -d .whl cryptography==50.0.2   here, then   cp .whl/cryptography-*.whl /root/stash/   there
 # and in the first call also start the random-weight DeepSeek-V2-Lite-shaped checkpoint
 # (gen_model.py of that recipe, copied to .gpuw/tool/):
 #   cp .gpuw/tool/gen_model.py /root/ && setsid nohup bash -c 'python3 /root/gen_model.py
@@ -19,17 +22,21 @@
 #   setup    install vLLM 0.26 (pip --target /root/site), give the tokenizer word ids
 #            (word_vocab.py), start the gateway (python -m service, API key, 127.0.0.1:8080)
 #   moe      tune_moe.py: Triton fused-MoE tiles for this GPU, run while the first engine
-#            starts (both mostly CPU-bound then); its JSON is what the tuner ships
+#            starts (both mostly CPU-bound then; it holds its GPU memory until D1 is ready)
 #   D1       vLLM defaults (the recipe's hand-run command: only --max-model-len 4096), cold
-#   T1       the tuner's engine (tuned_args.py: flags + env), first start
-#   D2, T2   the same two again (warm restarts: compile caches filled by D1/T1); T2's
-#            restart-to-ready is the cold-start figure
-#   M1       T1 + --attention-backend FLASHMLA (the other Hopper MLA decode kernel)
-#   Q1       T1 + --quantization fp8 (online fp8 weights), for the record only
+#   T1       the tuner's engine (tuned_args.py: flags + env), first start, with the MoE tiles
+#            tune_moe.py made (VLLM_TUNED_CONFIG_FOLDER)
+#   D2, T2   defaults and the tuner's engine as it derives it (no MoE file), warm restarts
+#            (compile caches filled by D1/T1); their restart-to-ready is the cold-start figure
+#   M1       T2 + --attention-backend FLASHMLA (the other Hopper MLA decode kernel)
+#   Q1       T2 + --quantization fp8 (online fp8 weights), for the record only
 #   D3, T3   a third pair while the lease lasts (collect.sh's caller stops by giving back)
 # Benchmarks per run: `vllm bench serve` and `installer bench` through the gateway at
 # concurrency 64 (256 requests), and in D1/T1 also vllm bench at 8 through the gateway, in D1
 # also at 64 straight to the engine (what the gateway costs).
+# Afterwards, here: python benchmarks/h200/summarize.py RAW_DIR benchmarks/results/h200_tuning.json
+# Device time: staging ~4 min (machine start included), this script ~22 min up to Q1 (D1's cold
+# start 4.5 min, each warm restart 1.2-1.5 min, each bench 25-50 s): D3/T3 need a longer budget.
 # The engines run as plain processes (no systemd there) with the engine role's cache layout:
 # HOME, XDG_CACHE_HOME, VLLM_CACHE_ROOT and the compile caches under one persistent dir.
 set -u
@@ -184,13 +191,12 @@ pair_bench() { vbench "$1" gw_c64 $GW 64; ibench "$1" inst_gw_c64 64; }
 # engine ARGS of the default run: the recipe's hand-run command
 DEFAULT_ARGS=(--max-model-len 4096)
 
-tuned() {  # the tuner's flags and env for this host, with the MoE config dir mapped here
+tuned() {  # the tuner's flags and env for this host
   local assume=""; [ "$DRY" = 1 ] && assume="--assume h200"
   python3 benchmarks/h200/tuned_args.py $assume > "$RES/tuned.json" || return 1
   mapfile -t TUNED_ARGS < <(python3 -c "import json; [print(a) for a in json.load(open('$RES/tuned.json'))['args']]")
   TUNED_ENV=$(python3 -c "
 import json; env = json.load(open('$RES/tuned.json'))['env']
-if 'VLLM_TUNED_CONFIG_FOLDER' in env: env['VLLM_TUNED_CONFIG_FOLDER'] = '$REPO/installer/gpu/moe_configs'
 print(' '.join(f'{k}={v}' for k, v in env.items()))")
   log "tuned: env $TUNED_ENV flags ${TUNED_ARGS[*]}"
 }
@@ -205,15 +211,12 @@ main() {
   start_engine D1 "" "${DEFAULT_ARGS[@]}" || exit 1
   wait $moe_pid
   tail -20 "$RES/moe.log" >> "$RES/progress.log"
-  mkdir -p installer/gpu/moe_configs
-  if [ -f "$RES/moe/E=64,N=1408,device_name=NVIDIA_H200.json" ]; then
-    cp "$RES/moe/E=64,N=1408,device_name=NVIDIA_H200.json" installer/gpu/moe_configs/
-  else
-    log "moe: tuning failed; the tuned engine runs without a MoE config file"
-  fi
+  # outside the repo: each device call re-syncs the working tree and removes untracked files
+  # there (on 2026-11-29 that took the file away after T1, so T2..Q1 ran without it)
+  [ -f "$RES/moe/E=64,N=1408,device_name=NVIDIA_H200.json" ] || log "moe: tuning failed; T1 runs vLLM's default tiles"
   full_bench D1; vbench D1 direct_c64 $ENG 64; stop_engine
   tuned || exit 1
-  start_engine T1 "$TUNED_ENV" "${TUNED_ARGS[@]}" && full_bench T1; stop_engine
+  start_engine T1 "$TUNED_ENV VLLM_TUNED_CONFIG_FOLDER=$RES/moe" "${TUNED_ARGS[@]}" && full_bench T1; stop_engine
   start_engine D2 "" "${DEFAULT_ARGS[@]}" && pair_bench D2; stop_engine
   start_engine T2 "$TUNED_ENV" "${TUNED_ARGS[@]}" && pair_bench T2; stop_engine
   start_engine M1 "$TUNED_ENV" "${TUNED_ARGS[@]}" --attention-backend FLASHMLA && pair_bench M1; stop_engine

@@ -14,7 +14,6 @@ places engines on each host's GPUs and writes their flags:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from installer.errors import InstallerError
@@ -28,22 +27,42 @@ from installer.gpu.planner import ModelSpec, Recommendation, recommend
 # that vLLM's default 0.9 leaves idle, while on a 24 GB card 10% is barely enough.
 RESERVE_GIB = 8.0
 MIN_UTILIZATION, MAX_UTILIZATION = 0.80, 0.94
-# vLLM's default max_num_seqs on most GPUs; CUDA graphs are captured up to this batch size.
+# vLLM's default max_num_seqs on GPUs under 70 GB (1024 above, where vLLM 0.26 captures CUDA
+# graphs up to 512); a ceiling for the derived value.
 MAX_DERIVED_SEQS = 256
 RAY_PORT = 6379
 
-# ---- Hopper (H100/H200): measured on the project's H200 with vLLM 0.26 and a DeepSeek-V2-Lite-
-# shaped model (MoE + MLA), seeds' workload 1024 in / 512 out; benchmarks/h200/ runs it and
-# benchmarks/results/h200_tuning.json holds every figure. HOPPER_NOTES says what was not adopted.
+# ---- Hopper (H100/H200): measured on the project's H200 (vLLM 0.26.0, torch 2.11, a random-weight
+# DeepSeek-V2-Lite-shaped model: 64+2 experts, MLA), the seeds' workload of 1024 tokens in / 512
+# out, vLLM's defaults and the tuned engine alternating behind our gateway in one lease
+# (benchmarks/h200/experiment.sh; every figure in benchmarks/results/h200_tuning.json).
 #
-# Triton fused-MoE tile configs for expert shapes vLLM has no tuned file for on this GPU (it then
-# logs "Using default MoE config" and uses a generic heuristic). Files named as vLLM looks them
-# up in $VLLM_TUNED_CONFIG_FOLDER; made by benchmarks/h200/tune_moe.py on the GPU itself.
-MOE_CONFIG_DIR = Path(__file__).with_name("moe_configs")
-# Where the release puts that folder on a host (pli_root in installer/ansible/render.py).
-HOST_MOE_CONFIG_DIR = "/opt/private-llm/current/moe-configs"
-MOE_CONFIG_WHY = "PENDING"
-CAPTURE_WHY = "PENDING"
+# Adopted: CUDA graphs captured up to max_num_seqs, not vLLM's 2 x max_num_seqs (at most 512).
+# Decode batches never exceed max_num_seqs, so the extra sizes only serve mixed prefill batches,
+# which are compute-bound anyway. With 256 sequences: 35 graph sizes instead of 51; on a warm
+# restart the capture took 12 s instead of 16 s and the engine init 19 s instead of 25 s, and the
+# graphs hold 0.78 GiB instead of 1.2 GiB; output tok/s at concurrency 64 unchanged (the tuned
+# engine without MoE file: 1.03x and 0.95x of the defaults' mean with the two benchmark tools,
+# inside the ±5% between runs).
+CAPTURE_WHY = (
+    "decode batches never exceed max_num_seqs; capturing to it instead of vLLM's 2x cut the "
+    "capture from 16 s to 12 s and 1.2 to 0.8 GiB on an H200, throughput unchanged"
+)
+# Measured and not adopted (vLLM's own choice stays):
+# - Triton fused-MoE tiles tuned on the H200 for these experts (vLLM ships E=64,N=1408 for the
+#   B200 only; benchmarks/h200/tune_moe.py): 1.02x at the decode batch of 64 tokens, which is
+#   already at the HBM bandwidth (1.1 GB of expert weights in 281 us, 3.9 TB/s), 1.07-1.15x at
+#   prefill sizes (2k-8k tokens); end to end 0.94x and 1.00x. Not worth shipping a file for.
+# - FLASHMLA instead of FLASH_ATTN_MLA for MLA decode: 0.91-0.95x (TPOT 12.3 vs 11.4 ms).
+# - fp8 KV cache: on Hopper only FLASHMLA reads fp8 MLA KV (FLASH_ATTN_MLA is bf16-only), so it
+#   brings the slower kernel; an earlier lease measured +2% with a worse TTFT p99. The KV cache
+#   does not limit this workload (3.3 M tokens, 64 x 1.5 k in use).
+# - fp8 weights (--quantization fp8): 1.15x and 1.27x output tok/s, the one setting past 1.10x,
+#   but TTFT p99 got worse (2.30 vs 1.25 s and 1.07 vs 0.89 s) and it changes the model's
+#   numerics, so it stays a memory measure (Layout.weights), not a speed default.
+# - Already vLLM 0.26's defaults on an H200, so nothing to set: async scheduling (on), prefix
+#   caching (on), max_num_batched_tokens 8192 with chunked prefill, the Triton MoE backend (its
+#   oracle ranks FlashInfer CUTLASS below Triton on SM90 as slower; TRT-LLM bf16 MoE is SM100).
 
 
 class TuneError(InstallerError):
@@ -195,25 +214,6 @@ def derive_max_num_seqs(kv_tokens: int, max_model_len: int) -> int:
     while p * 2 <= min(n, MAX_DERIVED_SEQS):
         p *= 2
     return p
-
-
-def vllm_device_file_name(gpu_name: str) -> str:
-    """The device part of vLLM's fused-MoE config file names ('NVIDIA H200 NVL' -> 'NVIDIA_H200',
-    as vLLM's get_config_file_name folds the H200 family)."""
-    name = gpu_name.replace(" ", "_").replace("-", "_")
-    return "NVIDIA_H200" if "H200" in name.split("_") else name
-
-
-def moe_config_file(spec: ModelSpec, gpu_name: str, tp: int, weights: str) -> str | None:
-    """The name of a tuned fused-MoE config we ship for this model's experts on this GPU, if
-    any (bf16 experts only: fp8 experts look up another file, which we have not tuned)."""
-    if not spec.moe or weights == "fp8" or spec.quant or spec.moe_intermediate % tp:
-        return None
-    name = (
-        f"E={spec.experts},N={spec.moe_intermediate // tp},"
-        f"device_name={vllm_device_file_name(gpu_name)}.json"
-    )
-    return name if (MOE_CONFIG_DIR / name).is_file() else None
 
 
 def _cpulist(cpus: list[int]) -> str:
@@ -372,12 +372,6 @@ def tune(
         args += ["--quantization", "fp8"]
     if lay.kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
-    engine_env: dict[str, str] = {}
-    moe_file = moe_config_file(spec, gpu.name, lay.tp, lay.weights)
-    if moe_file:
-        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = HOST_MOE_CONFIG_DIR
-        settings["moe_config"] = moe_file
-        why["moe_config"] = MOE_CONFIG_WHY
     if gpu.generation == "hopper":
         args += ["--max-cudagraph-capture-size", str(seqs)]
         settings["max_cudagraph_capture_size"] = seqs
@@ -428,7 +422,7 @@ def tune(
                 _cpulist(cpus),
                 sorted(head.numa_cpus),
                 list(args),
-                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **engine_env},
+                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
             )
         )
     else:
@@ -450,7 +444,6 @@ def tune(
                         {
                             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-                            **engine_env,
                         },
                     )
                 )

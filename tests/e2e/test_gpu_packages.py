@@ -120,7 +120,8 @@ def packages(t: Target) -> dict[str, str]:
     """{package: version} of what dpkg has installed among the GPU stack's names."""
     out = host_sh(t, "dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Version}\\n' "
                      "'nvidia-*' 'libnvidia-*' 'libnccl*' 'cuda-*' 2>/dev/null || true")
-    return {p: v for s, p, v in (line.split("|") for line in out.splitlines()) if s.startswith("ii")}
+    # status "ii" installed, "hi" installed and held
+    return {p: v for s, p, v in (line.split("|") for line in out.splitlines()) if s[1:2] == "i"}
 
 
 def holds(t: Target) -> set[str]:

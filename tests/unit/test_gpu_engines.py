@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import ansible_runner
+import pytest
 import yaml
 
 from installer import engines
 from installer.ansible import render
 from installer.gpu import planner
+from installer.gpu.tuner import TuneError
 from installer.inventory.models import Inventory
 
 REPO = Path(__file__).parents[2]
@@ -72,7 +74,7 @@ def test_a_model_larger_than_a_host_gets_a_ray_head_and_worker(tmp_path: Path) -
 def _render_role(tmp: Path, host_vars: dict[str, Any], device: str) -> dict[str, str]:
     """The engine role's preflight and unit/env templates, run by Ansible; {file name: text}."""
     out = tmp / "out"
-    out.mkdir()
+    out.mkdir(parents=True)
     project = tmp / "project"
     project.mkdir()
     role = REPO / "playbooks" / "roles" / "engine"
@@ -138,3 +140,10 @@ def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
     worker = _render_role(tmp_path / "w", render.hosts_yaml(inv)["all"]["hosts"]["h1"], "gpu")
     assert "private-llm-engine" not in worker  # a Ray worker runs no engine of its own
     assert "--address=10.0.0.1:" in worker["ray"]
+
+
+def test_engine_ports_may_not_run_into_another_service(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8)
+    inv = inv.model_copy(update={"ports": inv.ports.model_copy(update={"gateway": 8005})})
+    with pytest.raises(TuneError, match=r"includes ports\.gateway 8005"):
+        engines.engine_instances(inv, inv.hosts[0])

@@ -85,7 +85,7 @@ def test_nothing_for_cpu_or_without_a_folder_and_empty_folder_refused(tmp_path: 
     assert gpu_packages.add_to_bundle(inventory(tmp_path), tmp_path / "b") == []
     assert gpu_packages.bundle_input(inventory(tmp_path)) == []
     (tmp_path / "empty").mkdir()
-    with pytest.raises(BundleError, match="has no .deb files"):
+    with pytest.raises(BundleError, match=r"has no \.deb files"):
         gpu_packages.add_to_bundle(inventory(tmp_path, packages_dir=str(tmp_path / "empty")), tmp_path / "b")
 
 

@@ -74,9 +74,7 @@ def test_max_model_len_is_capped_by_the_model() -> None:
 
 
 def test_a_model_larger_than_a_host_uses_ray_pipeline_parallelism() -> None:
-    hosts = [
-        HostHardware.of_type(f"h{i}", gpu_type("h100"), 8, cpus=96, numa_nodes=2) for i in range(2)
-    ]
+    hosts = [HostHardware.of_type(f"h{i}", gpu_type("h100"), 8, cpus=96, numa_nodes=2) for i in range(2)]
     t = tune(preset("deepseek-v3"), hosts, max_model_len=8192)
     assert (t.settings["tensor_parallel_size"], t.settings["pipeline_parallel_size"]) == (8, 2)
     assert t.ray is not None and t.ray.head == "h0" and t.ray.workers == ["h1"]
@@ -120,3 +118,29 @@ def test_from_doctor_facts_of_a_real_probe() -> None:
     assert len(hw.gpus) == len(gpus) and hw.numa_cpus == {0: tuple(range(16))}
     t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
     assert t.settings["tensor_parallel_size"] == 1 and len(t.engines) == len(gpus)
+
+
+def test_hopper_captures_cuda_graphs_only_up_to_max_num_seqs() -> None:
+    """Measured on the H200 (benchmarks/results/h200_tuning.json): half the capture sizes, the
+    same throughput; decode batches never exceed max_num_seqs."""
+    t = tune(
+        preset("deepseek-v2-lite"),
+        [HostHardware.of_type("h", gpu_type("h200"), 1)],
+        max_model_len=4096,
+        max_num_seqs=64,
+    )
+    args = t.engines[0].args
+    i = args.index("--max-cudagraph-capture-size")
+    assert args[i + 1] == "64" == args[args.index("--max-num-seqs") + 1]
+    assert t.settings["max_cudagraph_capture_size"] == 64 and "capture" in t.why["max_cudagraph_capture_size"]
+    # the settings measured and not adopted stay vLLM's: attention and MoE backends, fp8
+    assert not {"--attention-backend", "--moe-backend", "--kv-cache-dtype", "--quantization"} & set(args)
+    assert t.engines[0].env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_other_generations_keep_vllms_cuda_graph_sizes() -> None:
+    for gpu in ("a100-80g", "l40s", "b200"):
+        host = HostHardware.of_type("a", gpu_type(gpu), 1)
+        t = tune(preset("deepseek-r1-distill-qwen-7b"), [host], max_model_len=4096)
+        assert "--max-cudagraph-capture-size" not in t.engines[0].args, gpu
+        assert "max_cudagraph_capture_size" not in t.settings
