@@ -43,8 +43,7 @@ def upgrade_cmd(
     batch: BatchOpt = 1,
     drain_timeout: DrainOpt = 120,
 ) -> None:
-    """Roll every host to the inventory's (and bundle's) new revision, one batch at a time, behind
-    health gates; a failed gate rolls that batch back and stops."""
+    """Roll every host to the new revision (inventory + bundle), batch by batch, behind health gates."""
     inv = load_inventory(inventory)
     result = upgrade(
         inventory, RichReporter([h.name for h in inv.hosts]), bundle_path=bundle,

@@ -72,8 +72,7 @@ def down(
     inventory: InventoryOpt,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Destroy without asking.")] = False,
 ) -> None:
-    """Uninstall: bare-metal hosts get private-llm removed (services, files, user; GPU drivers
-    stay); cloud resources are destroyed. Asks first unless --yes."""
+    """Remove the deployment: private-llm from bare-metal hosts, or the cloud resources (asks first)."""
     inv = load_inventory(inventory)
     if inv.provider == "baremetal":
         remove_from_hosts(inv, yes)
