@@ -204,7 +204,8 @@ def host_summaries(
     for host in inv.hosts:
         hr = pb.hosts.get(host.name)
         proof = proofs.get(host.name)
-        ok = hr is not None and hr.success and (check or proof is None or proof.ok)
+        # A playbook that ended early (killed, or a crash) has no verdict for its hosts.
+        ok = pb.rc == 0 and hr is not None and hr.success and (check or proof is None or proof.ok)
         if not ok:
             state = "unreachable" if hr and hr.unreachable else "failed"
         else:
@@ -216,7 +217,10 @@ def host_summaries(
             changed=hr.changed if hr else 0,
             endpoint=proof.endpoint if proof else f"{gateway_base(inv, host.address)}/v1",
             model=inv.model.served_name,
-            detail=proof.detail if proof and (proof.ok or (hr and hr.success)) else _detail(hr, ok),
+            detail=(
+                f"ansible-playbook ended early ({pb.status}, rc={pb.rc})" if pb.rc != 0 and hr and hr.success
+                else proof.detail if proof and (proof.ok or (hr and hr.success)) else _detail(hr, ok)
+            ),
             gpu=gpu_doctor.summary_line(hr.facts.get("gpu_verify")) if hr else "",
             gpu_checks=hr.facts.get("gpu_verify", {}) if hr else {},
         ))

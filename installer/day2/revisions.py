@@ -68,12 +68,33 @@ class Revision:
         return self.snapshot / "playbooks"
 
     def host_vars(self) -> dict[str, Any]:
-        """What the `release` role writes into each host's release.json."""
+        """What the `release` role writes into each host's release.json, and what it keeps."""
+        releases, bundles = kept_on_hosts(self.deployment, self)
         return {
             "release_revision": self.number,
             "release_config": self.config_digest,
             "release_bundle_id": self.bundle_id,
+            "release_keep_releases": releases,
+            "release_keep_bundles": bundles,
         }
+
+
+KEEP_REVISIONS = 3  # the newest revisions whose release and bundle stay on the hosts
+
+
+def kept_on_hosts(deployment: str, target: "Revision") -> tuple[list[str], list[str]]:
+    """Release ids and host bundle directories the hosts keep: the target's, every revision a
+    host runs or ran just before (what `rollback` returns to), and the newest few. The rest is
+    removed: each release is a multi-GB engine environment."""
+    from installer.bundle.push import HOST_BUNDLES
+
+    dep = load()["deployments"].get(deployment, {})
+    wanted = {target.number, *dep.get("hosts", {}).values(), *dep.get("previous", {}).values()}
+    newest = sorted((r["number"] for r in dep.get("revisions", [])), reverse=True)[:KEEP_REVISIONS]
+    kept = [r for r in revisions(deployment) if r.number in wanted | set(newest)] + [target]
+    releases = sorted({r.release_id for r in kept})
+    bundles = sorted({f"{HOST_BUNDLES}/{r.bundle_id[:24]}" for r in kept})
+    return releases, bundles
 
 
 def config_digest(inv: Inventory) -> str:

@@ -76,6 +76,8 @@ def _gate(rev: Revision, pb: PlaybookResult, hosts: list[Host], secret: str) -> 
     inv = rev.inventory()
     ca = prove.ca_file(inv)
     problems: dict[str, str] = {}
+    if pb.rc != 0 and all(pb.hosts.get(h.name) and pb.hosts[h.name].success for h in hosts):
+        return {h.name: f"ansible-playbook ended early ({pb.status}, rc={pb.rc})" for h in hosts}
     for host in hosts:
         hr = pb.hosts.get(host.name)
         if hr is None or not hr.success:

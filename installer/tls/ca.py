@@ -21,6 +21,9 @@ CA_DAYS = 3650
 _CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
+_USAGE_NAMES = {ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth", ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth"}
+
+
 @dataclass(frozen=True)
 class Issued:
     cert_pem: bytes
@@ -134,6 +137,16 @@ def sans_of(cert_pem: bytes) -> tuple[set[str], set[str]]:
     return set(ext.get_values_for_type(x509.DNSName)), {
         str(a) for a in ext.get_values_for_type(x509.IPAddress)
     }
+
+
+def usages_of(cert_pem: bytes) -> set[str]:
+    """Extended key usages ("serverAuth", "clientAuth", ...); none listed means any."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return {"serverAuth", "clientAuth"}
+    return {_USAGE_NAMES.get(oid, oid.dotted_string) for oid in eku}
 
 
 def signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:

@@ -61,6 +61,13 @@ def provided(inv: Inventory) -> Iterator[tuple[Loc, str]]:
             continue
         if left <= 0:
             yield (*loc, "cert"), f"{given.cert} expired {-left:.0f} day(s) ago; renew it"
+        # Each gateway shows its host's certificate to the engines and Redis of other hosts.
+        missing_usage = {"serverAuth", "clientAuth"} - ca.usages_of(cert_pem)
+        if missing_usage:
+            yield (*loc, "cert"), (
+                f"{given.cert} lacks extended key usage {', '.join(sorted(missing_usage))}; "
+                "issue it for both TLS server and client authentication"
+            )
         want_dns, want_ips = host_names(inv, host)
         missing = sorted(set(want_ips) - ips) + sorted(set(want_dns[1:]) - dns)
         if missing:

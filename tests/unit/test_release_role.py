@@ -27,3 +27,20 @@ def test_release_record_keeps_the_previous_revision(tmp_path: Path) -> None:
     assert (rec["revision"], rec["previous_revision"]) == (2, 1)
     _, rec = _apply(tmp_path, 2)
     assert (rec["revision"], rec["previous_revision"]) == (2, 1)
+
+
+def test_old_releases_and_bundles_are_removed_but_never_the_running_one(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    releases, bundles = tmp_path / "root" / "releases", tmp_path / "bundles"
+    for d in (releases / "r-abc", releases / "r-prev", releases / "r-old", bundles / "b-now",
+              bundles / "b-prev", bundles / "b-old", tmp_path / "bundle"):
+        d.mkdir(parents=True)
+    r, _stats, results = play(
+        tmp_path, device="cpu", roles=["release"], pli_deployment="demo", pli_release_id="r-abc",
+        release_revision=5, release_config="c0ffee", release_bundle_id="b" * 64,
+        release_bundles_dir=str(bundles), release_keep_releases=["r-prev"],
+        release_keep_bundles=[str(bundles / "b-prev")], pli_bundle_dir=str(bundles / "b-now"),
+    )
+    assert r.rc == 0, msgs(results)
+    assert sorted(p.name for p in releases.iterdir()) == ["r-abc", "r-prev"]
+    assert sorted(p.name for p in bundles.iterdir()) == ["b-now", "b-prev"]

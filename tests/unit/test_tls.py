@@ -177,3 +177,34 @@ def test_provided_certificate_from_another_ca_is_refused(tmp_path: Path) -> None
     with pytest.raises(InventoryError) as err:
         load_inventory(path)
     assert "is not signed by tls.ca" in "\n".join(err.value.details)
+
+
+def test_provided_certificate_must_allow_client_authentication(tmp_path: Path) -> None:
+    """Gateways show their host's certificate to other hosts' engines: serverAuth alone fails."""
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    path = _provided(tmp_path, ["10.0.0.1"])
+    authority = ca.create_ca("theirs")
+    (tmp_path / "ca.pem").write_bytes(authority.cert_pem)
+    ca_key = serialization.load_pem_private_key(authority.key_pem, password=None)
+    ca_cert = x509.load_pem_x509_certificate(authority.cert_pem)
+    for name, addr in (("h1", "10.0.0.1"), ("h2", "10.0.0.2")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(dt.datetime.now(dt.UTC)).not_valid_after(dt.datetime.now(dt.UTC) + dt.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(ca.san_entries([name], [addr])), critical=False)
+        )
+        if name == "h1":
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        (tmp_path / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (tmp_path / f"{name}.key").write_bytes(ca._key_pem(key))
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    text = "\n".join(err.value.details)
+    assert f"{path}:12: tls.certificates.h1.cert" in text and "lacks extended key usage clientAuth" in text, text
+    assert "h2" not in text  # no EKU at all means any usage
