@@ -25,6 +25,9 @@ engine:
   device: cpu
   max_model_len: 1024
   max_num_seqs: 8
+monitoring:
+  # a lab shows alerts within seconds (10 s `for:`, 5 s scrapes); production rides out blips
+  alert_profile: test
 """
 
 
