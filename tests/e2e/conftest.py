@@ -42,6 +42,18 @@ def installer(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[
     )
 
 
+def host_run(lab_hosts, host, command: str) -> str:  # type: ignore[no-untyped-def]
+    """Run a command on a lab host as root over SSH (strict host keys); its stdout, or fail."""
+    argv = [
+        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
+        f"root@{host.address}", command,
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
+    return proc.stdout
+
+
 def latest_summary(state: Path, command: str) -> dict:
     runs = sorted((state / "runs").glob(f"*-{command}-*"), key=lambda p: p.stat().st_mtime)
     return json.loads((runs[-1] / "summary.json").read_text()) if runs else {}

@@ -2,7 +2,6 @@
 removes a host that left the inventory while the other keeps serving; `installer down` removes
 private-llm from the rest. Nothing of ours is left on the hosts."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import yaml
 
 from installer import prove
 from installer.inventory import load_inventory
-from tests.e2e.conftest import Run, installer
+from tests.e2e.conftest import Run, host_run, installer
 
 pytestmark = pytest.mark.e2e
 
@@ -20,15 +19,7 @@ OURS = (
 )
 
 
-def _ssh(lab_hosts, host, command: str) -> str:
-    argv = [
-        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
-        f"root@{host.address}", command,
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
-    return proc.stdout
+_ssh = host_run
 
 
 def test_prune_then_down_leave_nothing_behind(deployed: Run, lab_hosts, e2e_state: Path, api_key: str) -> None:

@@ -16,21 +16,13 @@ import yaml
 
 from installer import prove
 from installer.inventory import load_inventory
-from tests.e2e.conftest import REPO, Run, installer, latest_summary
+from tests.e2e.conftest import REPO, Run, host_run, installer, latest_summary
 from tests.e2e.load import Load
 
 pytestmark = pytest.mark.e2e
 
 
-def _ssh(lab_hosts, host, command: str) -> str:
-    argv = [
-        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
-        f"root@{host.address}", command,
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
-    return proc.stdout
+_ssh = host_run
 
 
 def _variant(lab_hosts, e2e_state: Path, name: str, **changes: dict) -> Path:
