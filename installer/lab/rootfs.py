@@ -175,9 +175,15 @@ def personalise(
     keys = ssh_dir / "authorized_keys"
     keys.write_text(authorized_key.strip() + "\n")
     os.chmod(keys, 0o600)
-    # Records runlevel changes in utmp: nothing in a lab host needs it, and on a loaded machine it
-    # fails its start (seen in CI), leaving systemd "degraded" for no reason that matters here.
-    for unit in ("systemd-update-utmp-runlevel.service",):
+    # Units with nothing to do in a container, which on a loaded machine fail their start (seen in
+    # CI and in parallel labs), leaving systemd "degraded" for no reason that matters here:
+    # utmp runlevel records; remounting the root per fstab (the lab has none; nspawn mounts /);
+    # static /dev nodes (nspawn populates /dev itself).
+    for unit in (
+        "systemd-update-utmp-runlevel.service",
+        "systemd-remount-fs.service",
+        "systemd-tmpfiles-setup-dev.service",
+    ):
         mask = rootfs / "etc" / "systemd" / "system" / unit
         mask.unlink(missing_ok=True)
         mask.symlink_to("/dev/null")
