@@ -102,20 +102,21 @@ def _url(scheme: str, address: str, port: int) -> str:
     return f"{scheme}://[{address}]:{port}" if ":" in address else f"{scheme}://{address}:{port}"
 
 
-def engine_url(inv: Inventory, host: Host) -> str:
-    """A host's engine as gateways (and the host's own checks) reach it."""
+def engine_url(inv: Inventory, host: Host, port: int | None = None) -> str:
+    """A host's engine (the first, or the one on `port`) as gateways and the host's checks reach it."""
+    port = port or inv.ports.engine
     if not cross_host(inv):
-        return _url("http", "127.0.0.1", inv.ports.engine)
-    return _url("http" if inv.tls.mode == "off" else "https", host.address, inv.ports.engine)
+        return _url("http", "127.0.0.1", port)
+    return _url("http" if inv.tls.mode == "off" else "https", host.address, port)
 
 
 def gateway_engines(inv: Inventory) -> list[dict[str, str]]:
     """The engines each gateway routes to (and relays /metrics of, for Prometheus): all of the
     deployment's, least outstanding first (service/routing.py)."""
     return [
-        {"name": name, "url": engine_url(inv, host), "model": inv.model.served_name}
+        {"name": name, "url": engine_url(inv, host, port), "model": inv.model.served_name}
         for host in serving_hosts(inv)
-        for name in engine_names(inv, host)
+        for name, port in _engines_of(inv, host)
     ]
 
 
@@ -212,9 +213,18 @@ def _monitoring_vars(inv: Inventory) -> dict[str, Any]:
     }
 
 
+def _engines_of(inv: Inventory, host: Host) -> list[tuple[str, int]]:
+    """(name, port) of each engine the host runs (installer/engines.py): the first is named after
+    the host, the others `<host>-<n>`; a Ray worker host runs none."""
+    return [
+        (host.name if e.name == "engine" else f"{host.name}-{e.name.removeprefix('engine-')}", e.port)
+        for e in engines.engine_instances(inv, host)
+    ]
+
+
 def engine_names(inv: Inventory, host: Host) -> list[str]:
     """The names every gateway knows this host's engines by (routing, drains, metrics labels)."""
-    return [host.name]
+    return [name for name, _port in _engines_of(inv, host)]
 
 
 def write(

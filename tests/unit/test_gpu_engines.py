@@ -57,6 +57,12 @@ def test_a_small_model_on_eight_gpus_runs_eight_pinned_engines(tmp_path: Path) -
     assert found[0].env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     host = render.hosts_yaml(inv)["all"]["hosts"]["h0"]
     assert len(host["engine_instances"]) == 8 and host["engine_ray"] == {}
+    # Every gateway routes to all eight, and drains and metrics name them the same way.
+    names = render.engine_names(inv, inv.hosts[0])
+    assert names == ["h0", *(f"h0-{i}" for i in range(1, 8))]
+    routes = render.gateway_engines(inv)
+    assert [r["name"] for r in routes] == names
+    assert [r["url"].rsplit(":", 1)[1] for r in routes] == [str(8000 + i) for i in range(8)]
 
 
 def test_a_model_larger_than_a_host_gets_a_ray_head_and_worker(tmp_path: Path) -> None:
