@@ -13,7 +13,8 @@ class Load:
     api_key: str
     model: str
     ca_file: Path | None = None
-    workers: int = 3
+    # Two streams at a time: on a 2-core lab machine the engines must still restart beside them.
+    workers: int = 2
     ok: int = 0
     failed: list[str] = field(default_factory=list)
     per_endpoint: dict[str, int] = field(default_factory=dict)
