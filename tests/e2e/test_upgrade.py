@@ -68,8 +68,8 @@ def test_rolling_upgrade_under_load_drops_no_request(
         time.sleep(3)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    print(f"upgrade A->B: {took:.0f} s, {load.ok} streams ok ({load.ok - before} during the upgrade), "
-          f"{len(load.failed)} failed, slowest {load.slowest_s:.1f} s, per gateway {load.per_endpoint}")
+    _figures(e2e_state, "upgrade_a_to_b", seconds=round(took), streams_ok=load.ok, during=load.ok - before,
+             failed=len(load.failed), slowest_s=round(load.slowest_s, 1), per_gateway=load.per_endpoint)
     assert load.failed == [], load.failed[:5]
     assert load.ok - before >= 10 and len(load.per_endpoint) == len(lab_hosts.hosts)
 
@@ -85,6 +85,14 @@ def test_rolling_upgrade_under_load_drops_no_request(
         assert "max_in_flight: 200" in _ssh(lab_hosts, host, "cat /etc/private-llm/gateway.yml")
         assert json.loads(_ssh(lab_hosts, host, "cat /etc/private-llm/drain.json")) == {"engines": []}
     assert "upgraded" in proc.stdout and "revision" in proc.stdout
+
+
+def _figures(e2e_state: Path, name: str, **values: object) -> None:
+    """What the run measured, kept next to the run logs (quoted in the issue notes)."""
+    path = e2e_state / "day2-figures.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[name] = values
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _engine_started(lab_hosts, host) -> str:
@@ -112,7 +120,8 @@ def test_a_broken_release_is_rolled_back_on_the_first_host_and_stops(
     assert _release(lab_hosts, second)["revision"] == rev_b
     assert _engine_started(lab_hosts, second) == second_started  # never restarted
     assert load.failed == [], load.failed[:5]
-    print(f"broken release C: {load.ok} streams ok during the failed rollout, {len(load.failed)} failed")
+    _figures(e2e_state, "broken_release_c", streams_ok=load.ok, failed=len(load.failed),
+             slowest_s=round(load.slowest_s, 1))
 
 
 def test_a_killed_rollback_converges_when_run_again(revision_a: int, lab_hosts, e2e_state: Path) -> None:
