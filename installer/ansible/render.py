@@ -72,6 +72,7 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "engine_gpu_memory_utilization": engine.gpu_memory_utilization,
         "engine_tensor_parallel_size": engine.tensor_parallel_size,
         "engine_cpu_kvcache_space_gib": engine.cpu_kvcache_space_gib,
+        "engine_cpu_omp_threads_bind": engine.cpu_omp_threads_bind,
         "engine_extra_args": list(engine.extra_args),
         "gateway_port": inv.ports.gateway,
         # Each gateway routes to the engine on its own host, which stays on loopback.

