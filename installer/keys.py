@@ -6,16 +6,15 @@ shown again. Hosts get `render_hosts_file()`: the active keys' hashes and limits
 """
 
 import hmac
-import os
 import re
 import secrets
-import tempfile
 from datetime import UTC, date, datetime, time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from installer.errors import InstallerError
+from installer.files import atomic_write
 from installer.paths import state_dir
 from service.keyfile import KEY_NAME_PATTERN, HostKey, HostKeyFile, hash_secret
 
@@ -80,17 +79,7 @@ def load(path: Path | None = None) -> KeyStore:
 
 def _write_private(path: Path, text: str) -> None:
     """Atomic replace of a 0600 file: created 0600, so no moment exists when others can read it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp: mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text.encode("utf-8"), 0o600)
 
 
 def save(store: KeyStore, path: Path | None = None) -> None:

@@ -5,12 +5,11 @@ leaves this machine), `hosts/<host>/server.pem` (0644) and `server.key` (0600). 
 `tls.mode: provided` nothing is written: the user's files are used where they are.
 """
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from installer.errors import InstallerError
+from installer.files import atomic_write
 from installer.inventory.models import Host, Inventory
 from installer.paths import state_dir
 from installer.tls import ca
@@ -41,20 +40,7 @@ def deployment_dir(deployment: str) -> Path:
     return state_dir() / "tls" / deployment
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomic replace, created with its final mode (a key is never readable by others)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+_write = atomic_write
 
 
 def host_names(inv: Inventory, host: Host) -> tuple[list[str], list[str]]:
