@@ -7,6 +7,10 @@ or to `drain_timeout_s`. Only then does uvicorn stop. A second signal exits at o
 Under systemd socket activation (service/activation.py) there is a better way: the process
 stops accepting at once, so new connections wait in the socket's queue for the next process
 instead of getting a 503, and the streams in flight finish (up to `drain_timeout_s`).
+
+With `workers: N > 1`, service/prefork.py forks N such servers on one socket. Only the
+configuration is read here before that: the app, uvicorn and prometheus_client are imported
+in each worker after the fork (prometheus_client must see PROMETHEUS_MULTIPROC_DIR first).
 """
 
 import gc
@@ -14,63 +18,65 @@ import logging
 import sys
 import time
 from types import FrameType
-
-import uvicorn
+from typing import TYPE_CHECKING
 
 from service.activation import inherited_socket
-from service.app import create_app
-from service.config import ConfigError, load_settings
-from service.state import Gateway
+from service.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    import socket
+
+    from service.shared import SharedState
 
 log = logging.getLogger("service")
 
 
-class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, gateway: Gateway, activated: bool = False) -> None:
-        super().__init__(config)
-        self.gateway = gateway
-        self.activated = activated
-        self.drain_deadline: float | None = None
+def serve(settings: Settings, sock: "socket.socket | None", shared: "SharedState | None" = None) -> None:
+    """One gateway process (or one worker of several) until it is told to stop."""
+    import uvicorn
 
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.activated:
-            # uvicorn's own shutdown: stop accepting, close idle connections, let requests in
-            # flight finish within timeout_graceful_shutdown (= drain_timeout_s).
-            super().handle_exit(sig, frame)
-            return
-        if self.drain_deadline is not None:  # a second signal: stop now
-            super().handle_exit(sig, frame)
-            self.force_exit = True
-            return
-        self._captured_signals.append(sig)  # uvicorn re-raises it after shutting down
-        self.gateway.admission.draining = True
-        self.drain_deadline = time.monotonic() + self.gateway.settings.drain_timeout_s
-        log.info("draining: %d request(s) in flight", self.gateway.admission.in_flight)
+    from service.app import create_app
+    from service.state import Gateway
 
-    async def on_tick(self, counter: int) -> bool:
-        if await super().on_tick(counter):
+    class DrainingServer(uvicorn.Server):
+        def __init__(self, config: uvicorn.Config, gateway: Gateway, activated: bool = False) -> None:
+            super().__init__(config)
+            self.gateway = gateway
+            self.activated = activated
+            self.drain_deadline: float | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.activated:
+                # uvicorn's own shutdown: stop accepting, close idle connections, let requests in
+                # flight finish within timeout_graceful_shutdown (= drain_timeout_s).
+                super().handle_exit(sig, frame)
+                return
+            if self.drain_deadline is not None:  # a second signal: stop now
+                super().handle_exit(sig, frame)
+                self.force_exit = True
+                return
+            self._captured_signals.append(sig)  # uvicorn re-raises it after shutting down
+            self.gateway.admission.draining = True
+            self.drain_deadline = time.monotonic() + self.gateway.settings.drain_timeout_s
+            log.info("draining: %d request(s) in flight", self.gateway.admission.in_flight)
+
+        async def on_tick(self, counter: int) -> bool:
+            if await super().on_tick(counter):
+                return True
+            if self.drain_deadline is None:
+                return False
+            in_flight = self.gateway.admission.in_flight
+            if in_flight and time.monotonic() < self.drain_deadline:
+                return False
+            if in_flight:
+                log.warning("drain timeout: cutting %d request(s)", in_flight)
             return True
-        if self.drain_deadline is None:
-            return False
-        in_flight = self.gateway.admission.in_flight
-        if in_flight and time.monotonic() < self.drain_deadline:
-            return False
-        if in_flight:
-            log.warning("drain timeout: cutting %d request(s)", in_flight)
-        return True
 
-
-def main() -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
-        settings = load_settings()
-        app = create_app(settings)
+        app = create_app(settings, shared)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"pli-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
-    sock = inherited_socket()
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -80,6 +86,8 @@ def main() -> None:
         lifespan="on",
         access_log=False,  # ours is the JSON one
         server_header=False,
+        # The gateway is the edge: X-Forwarded-For from a client must not be believed.
+        proxy_headers=False,
         # What is left after the drain gets this long to finish before it is cut; with socket
         # activation uvicorn's shutdown is the drain.
         timeout_graceful_shutdown=int(settings.drain_timeout_s) if sock else 1,
@@ -93,9 +101,33 @@ def main() -> None:
     # pause (measured), a p99 spike in the middle of some stream; frozen, they are skipped.
     gc.collect()
     gc.freeze()
-    DrainingServer(config, app.state.gateway, activated=sock is not None).run(
-        sockets=[sock] if sock else None
+    # Under several workers the socket is the supervisor's: it behaves as systemd's does.
+    activated = sock is not None and (shared is not None or settings.workers == 1)
+    DrainingServer(config, app.state.gateway, activated=activated).run(sockets=[sock] if sock else None)
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    try:
+        settings = load_settings()
+    except (ConfigError, OSError, ValueError) as exc:
+        print(f"pli-gateway: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sock = inherited_socket()
+    if settings.workers == 1:
+        serve(settings, sock)
+        return
+    from service.prefork import Supervisor, listening_socket, prepare_metrics_dir
+
+    metrics_dir = prepare_metrics_dir()
+    from service.shared import SharedState
+
+    if sock is None:
+        sock = listening_socket(settings.host, settings.port)
+    shared = SharedState(settings.workers, [e.name for e in settings.engines], metrics_dir / "limits.lock")
+    sys.exit(Supervisor(settings.workers, shared, lambda _index: serve(settings, sock, shared)).run())
 
 
 if __name__ == "__main__":

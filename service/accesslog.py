@@ -5,13 +5,14 @@ Prompts are never logged unless `log_prompts` (a debug setting) is on.
 
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -44,7 +45,9 @@ class AccessLog:
     MAX_PENDING = 512
 
     def __init__(self, path: Path | None) -> None:
-        self._out: TextIO = path.open("a", encoding="utf-8") if path else sys.stdout
+        # One os.write per batch on an O_APPEND descriptor: the workers of one gateway share the
+        # file, and a batch written by one syscall is never interleaved with another's.
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640) if path else None
         self._pending: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
 
@@ -60,14 +63,21 @@ class AccessLog:
             self._timer.cancel()
             self._timer = None
         if self._pending:
-            self._out.write("\n".join(self._pending) + "\n")
-            self._out.flush()
+            data = "\n".join(self._pending) + "\n"
             self._pending.clear()
+            if self._fd is None:
+                sys.stdout.write(data)
+                sys.stdout.flush()
+            else:
+                view = memoryview(data.encode())
+                while view:  # a short write only on a full disk or a signal; finish the batch
+                    view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
         self.flush()
-        if self._out is not sys.stdout:
-            self._out.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class AccessLogMiddleware:
@@ -78,6 +88,7 @@ class AccessLogMiddleware:
         self.app = app
         self.log = log
         self.metrics = metrics
+        self.pid = os.getpid()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -126,6 +137,7 @@ class AccessLogMiddleware:
             "ttft_ms": round(info.ttft_s * 1000, 2) if info.ttft_s is not None else None,
             "duration_ms": round(elapsed * 1000, 2),
             "error": info.error,
+            "pid": self.pid,  # which worker, when the gateway runs several
         }
         if info.prompt is not None:
             record["prompt"] = info.prompt

@@ -22,29 +22,34 @@ from service.engine_metrics import engine_metrics
 from service.errors import install_error_handlers
 from service.health import HealthChecker, probes
 from service.limits import Admission, AdmissionMiddleware, Limiter, LocalLimiter
-from service.metrics import Metrics
+from service.metrics import Metrics, scrape_registry
 from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
 from service.proxy import Upstream
 from service.routing import Router
+from service.shared import SharedLimiter, SharedState
 from service.state import Gateway
 from service.tls import client_context, server_context
 from service.tls import watch as watch_certs
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI:
+    """The gateway, or one worker of it: `shared` is what the workers share (service/shared.py),
+    attached to this worker; worker 0 also serves the separate metrics port, if any."""
     metrics = Metrics()
     limits = settings.limits
+    workers = shared.workers if shared else 1
     gateway = Gateway(
         settings=settings,
         keys=KeyRing(settings.keys_file),  # a missing or bad file fails start-up, loudly
         # Ready means checked within three intervals: one missed check is not an outage.
         router=Router(
             settings.engines, ready_window_s=3 * settings.health_interval_s,
-            drain=DrainFile(settings.drain_file),
+            drain=DrainFile(settings.drain_file), shared=shared,
         ),
-        limiter=_limiter(settings, metrics),
+        limiter=_limiter(settings, metrics, shared),
         metrics=metrics,
-        admission=Admission(limits.max_in_flight),
+        # The cap is the gateway's: each worker takes its share.
+        admission=Admission(-(-limits.max_in_flight // workers)),
         started_at=int(time.time()),
     )
     if settings.tls is not None:  # unreadable or mismatched files fail start-up, loudly
@@ -82,7 +87,7 @@ def create_app(settings: Settings) -> FastAPI:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(gateway.health.started.wait(), timeout=15)
         metrics_server = None
-        if settings.metrics_host and settings.metrics_port:
+        if settings.metrics_host and settings.metrics_port and (shared is None or shared.index == 0):
             # A thread of its own: scrapes never wait behind the event loop.
             # Over TLS like the API port when the gateway has a certificate (loaded once here:
             # a renewal reaches this port at the next restart; the API port reloads live).
@@ -92,7 +97,8 @@ def create_app(settings: Settings) -> FastAPI:
                 if settings.tls is not None else {}
             )
             metrics_server, _ = start_http_server(
-                settings.metrics_port, settings.metrics_host, registry=metrics.registry, **tls_args
+                settings.metrics_port, settings.metrics_host, registry=scrape_registry(metrics.registry),
+                **tls_args,
             )
         try:
             yield
@@ -128,9 +134,9 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _limiter(settings: Settings, metrics: Metrics) -> Limiter:
+def _limiter(settings: Settings, metrics: Metrics, shared: SharedState | None) -> Limiter:
     if settings.limits.redis_url is None:
-        return LocalLimiter()
+        return LocalLimiter() if shared is None else SharedLimiter(shared)
     from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
 
     return RedisLimiter(settings.limits.redis_url, metrics, settings.tls)
@@ -151,5 +157,5 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 async def _metrics(request: Request) -> Response:
-    registry = request.app.state.gateway.metrics.registry
+    registry = scrape_registry(request.app.state.gateway.metrics.registry)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

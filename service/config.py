@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     allow_anonymous: bool = Field(default=False, description="serve without API keys (tests, labs)")
     limits: LimitsConfig = LimitsConfig()
     drain_timeout_s: Seconds = 30.0
+    # Processes serving the port (service/prefork.py): one event loop relays a few thousand
+    # streamed tokens a second, a host of several GPUs makes far more.
+    workers: int = Field(default=1, ge=1, le=64)
     # Engines the operator took out of rotation (service/drain.py); None: never drained.
     drain_file: Path | None = None
     health_interval_s: Seconds = 5.0

@@ -85,7 +85,7 @@ async def readyz(request: Request) -> JSONResponse:
     status = "ready" if ready else ("draining" if gw.admission.draining else "no ready engine")
     # Requests each engine has from this gateway now: a rolling upgrade waits for 0 on the
     # engines it drained before it restarts them.
-    outstanding = {e.name: e.outstanding for e in gw.router.engines}
+    outstanding = {e.name: gw.router.outstanding(e) for e in gw.router.engines}
     return JSONResponse(
         {"status": status, "engines": engines, "outstanding": outstanding},
         status_code=200 if ready else 503,

@@ -9,14 +9,16 @@ so every gateway of a deployment shares them.
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import ApiKey
 from service.errors import GatewayError, send_error
-from service.metrics import Metrics
 from service.schemas import ChatMessage
+
+if TYPE_CHECKING:
+    from service.metrics import Metrics
 
 
 class Limiter(Protocol):
@@ -30,46 +32,60 @@ class Limiter(Protocol):
 
 
 @dataclass(slots=True)
-class _Bucket:
+class Bucket:
     requests: float
     tokens: float
     stamp: float
 
 
+# The bucket arithmetic, shared by LocalLimiter and the workers' SharedLimiter (service/shared.py);
+# RedisLimiter runs the same in Lua.
+def refill(bucket: Bucket, key: ApiKey, now: float) -> None:
+    elapsed, bucket.stamp = now - bucket.stamp, now
+    if key.rpm:
+        bucket.requests = min(key.rpm, bucket.requests + elapsed * key.rpm / 60)
+    if key.tpm:
+        bucket.tokens = min(key.tpm, bucket.tokens + elapsed * key.tpm / 60)
+
+
+def take(bucket: Bucket, key: ApiKey, tokens: int) -> float:
+    """Take a request and `tokens` if both are there (0.0), else the seconds until they are."""
+    wait = 0.0
+    if key.rpm and bucket.requests < 1:
+        wait = (1 - bucket.requests) * 60 / key.rpm
+    if key.tpm and bucket.tokens < tokens:
+        wait = max(wait, (tokens - bucket.tokens) * 60 / key.tpm)
+    if wait == 0.0:
+        bucket.requests -= 1
+        bucket.tokens -= tokens
+    return wait
+
+
+def give_back(bucket: Bucket, key: ApiKey, tokens: int) -> None:
+    if key.tpm:
+        bucket.tokens = min(key.tpm, bucket.tokens + tokens)
+
+
 class LocalLimiter:
-    """Buckets in this process: right for a deployment with one gateway."""
+    """Buckets in this process: right for a deployment with one single-worker gateway."""
 
     def __init__(self) -> None:
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: dict[str, Bucket] = {}
 
-    def _refilled(self, key: ApiKey) -> _Bucket:
+    def _refilled(self, key: ApiKey) -> Bucket:
         now = time.monotonic()
         bucket = self._buckets.get(key.name)
         if bucket is None:
-            bucket = self._buckets[key.name] = _Bucket(key.rpm or 0, key.tpm or 0, now)
-        elapsed, bucket.stamp = now - bucket.stamp, now
-        if key.rpm:
-            bucket.requests = min(key.rpm, bucket.requests + elapsed * key.rpm / 60)
-        if key.tpm:
-            bucket.tokens = min(key.tpm, bucket.tokens + elapsed * key.tpm / 60)
+            bucket = self._buckets[key.name] = Bucket(key.rpm or 0, key.tpm or 0, now)
+        refill(bucket, key, now)
         return bucket
 
     async def reserve(self, key: ApiKey, tokens: int) -> float:
-        bucket = self._refilled(key)
-        wait = 0.0
-        if key.rpm and bucket.requests < 1:
-            wait = (1 - bucket.requests) * 60 / key.rpm
-        if key.tpm and bucket.tokens < tokens:
-            wait = max(wait, (tokens - bucket.tokens) * 60 / key.tpm)
-        if wait == 0.0:
-            bucket.requests -= 1
-            bucket.tokens -= tokens
-        return wait
+        return take(self._refilled(key), key, tokens)
 
     async def adjust(self, key: ApiKey, tokens: int) -> None:
         if key.tpm:
-            bucket = self._refilled(key)
-            bucket.tokens = min(key.tpm, bucket.tokens + tokens)
+            give_back(self._refilled(key), key, tokens)
 
     async def close(self) -> None:
         return None
@@ -131,7 +147,7 @@ class AdmissionMiddleware:
     Content-Length first, then while reading), and the in-flight count the drain waits on."""
 
     def __init__(
-        self, app: ASGIApp, admission: Admission, max_body_bytes: int, metrics: Metrics
+        self, app: ASGIApp, admission: Admission, max_body_bytes: int, metrics: "Metrics"
     ) -> None:
         self.app = app
         self.admission = admission

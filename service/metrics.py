@@ -1,6 +1,22 @@
-"""Prometheus metrics of the gateway, in a registry of its own (one per app)."""
+"""Prometheus metrics of the gateway, in a registry of its own (one per app).
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+With several workers (service/prefork.py) the supervisor sets PROMETHEUS_MULTIPROC_DIR before
+any of this is imported, so every worker's values go to files there and a scrape, whichever
+worker answers it, adds them up (`multiprocess_mode` says how for gauges).
+"""
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
+
+
+def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
+    """What /metrics serves: this process's registry, or every worker's values."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return own
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
 
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
@@ -50,7 +66,9 @@ class Metrics:
             ["model", "key"],
             registry=r,
         )
-        self.in_flight = Gauge(p + "in_flight_requests", "API requests being served", registry=r)
+        self.in_flight = Gauge(
+            p + "in_flight_requests", "API requests being served", registry=r, multiprocess_mode="livesum"
+        )
         self.upstream_errors = Counter(
             p + "upstream_errors", "failed exchanges with engines", ["engine", "reason"], registry=r
         )
@@ -59,12 +77,15 @@ class Metrics:
             "1 if the engine passed a readiness check recently",
             ["engine", "model"],
             registry=r,
+            # a worker that saw the engine fail says so before the others' next check
+            multiprocess_mode="livemin",
         )
         # No gateway prefix: one name for every TLS endpoint of the deployment (alerts use it).
         self.cert_expiry = Gauge(
             "pli_tls_cert_expiry_timestamp_seconds",
             "notAfter of the certificate being served, as a Unix time",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.limiter_errors = Counter(
             p + "limiter_errors",

@@ -137,14 +137,14 @@ class ProxyCall(Response):
                 break
             tried += (engine,)
             self.info.attempts, self.info.engine = attempt, engine.name
-            engine.outstanding += 1
+            self.up.router.begin(engine)
             try:
                 await self._exchange(engine, send)
                 return
             except _Retry as retry:
                 error = retry.error
             finally:
-                engine.outstanding -= 1
+                self.up.router.end(engine)
         await self._fail(
             send,
             error

@@ -5,9 +5,13 @@ import hashlib
 import itertools
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from service.config import EngineConfig
 from service.drain import DrainFile
+
+if TYPE_CHECKING:
+    from service.shared import SharedState
 
 
 @dataclass(slots=True, eq=False)
@@ -30,11 +34,17 @@ class Engine:
 
 class Router:
     def __init__(
-        self, engines: list[EngineConfig], ready_window_s: float, drain: DrainFile | None = None
+        self,
+        engines: list[EngineConfig],
+        ready_window_s: float,
+        drain: DrainFile | None = None,
+        shared: "SharedState | None" = None,
     ) -> None:
         self.engines = [Engine(e.name, e.url, e.model, e.task) for e in engines]
         self.ready_window_s = ready_window_s
         self.drain = drain or DrainFile(None)
+        # With several workers (service/shared.py), outstanding counts are gateway-wide.
+        self.shared = shared
         self.by_model: dict[str, list[Engine]] = {}
         for engine in self.engines:
             self.by_model.setdefault(engine.model, []).append(engine)
@@ -47,6 +57,20 @@ class Router:
             and time.monotonic() - engine.last_ok < self.ready_window_s
             and engine.name not in self.drain.drained()
         )
+
+    def begin(self, engine: Engine) -> None:
+        engine.outstanding += 1
+        if self.shared is not None:
+            self.shared.publish(engine.name, engine.outstanding)
+
+    def end(self, engine: Engine) -> None:
+        engine.outstanding -= 1
+        if self.shared is not None:
+            self.shared.publish(engine.name, engine.outstanding)
+
+    def outstanding(self, engine: Engine) -> int:
+        """Requests on `engine` from this gateway: every worker's."""
+        return engine.outstanding if self.shared is None else self.shared.outstanding(engine.name)
 
     def any_ready(self, model: str | None = None) -> bool:
         engines = self.engines if model is None else self.by_model.get(model, ())
@@ -68,4 +92,5 @@ class Router:
         # Ties rotate so that idle engines share the load instead of the first taking it all.
         turn = next(self._turn)
         n = len(candidates)
-        return min(enumerate(candidates), key=lambda ie: (ie[1].outstanding, (ie[0] - turn) % n))[1]
+        load = self.outstanding
+        return min(enumerate(candidates), key=lambda ie: (load(ie[1]), (ie[0] - turn) % n))[1]

@@ -82,6 +82,7 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "gateway_max_body_bytes": inv.gateway.max_body_bytes,
         "gateway_upstream_timeout_s": inv.gateway.upstream_timeout_s,
         "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
+        "gateway_workers": inv.gateway.workers,
         "healthcheck_model": inv.model.served_name,
         **_tls_vars(inv),
         **_redis_vars(inv),
@@ -208,6 +209,7 @@ def _monitoring_vars(inv: Inventory) -> dict[str, Any]:
         "monitoring_ttft_p99_target_s": mon.ttft_p99_target_s,
         "monitoring_error_rate_max": mon.error_rate_max,
         "monitoring_alert_profile": mon.alert_profile,
+        "monitoring_install_from": mon.install_from,
         "monitoring_webhook_url": mon.webhook_url or "",
         # Prometheus fetches each engine's metrics from the gateway on the engine's own host.
         "monitoring_engines": {h.name: engine_names(inv, h) for h in serving_hosts(inv)},

@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -155,6 +156,12 @@ class GPUStack(_Strict):
         raise ValueError(next((r for r in reasons if "too old" in r), reasons[0]))
 
 
+def _workers(value: Any) -> int | str:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 64):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"{value!r} is not 'auto' or a number of processes from 1 to 64")
+
+
 class Gateway(_Strict):
     """The gateways' limits (service/config.py); per-key limits are set with `installer keys`."""
 
@@ -163,6 +170,10 @@ class Gateway(_Strict):
     upstream_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600
     # On stop or restart, streams in flight get this long to finish.
     drain_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30
+    # Gateway processes per host on the one port (service/prefork.py). "auto": one per 8 CPUs,
+    # 1 to 8 — one event loop relays a few thousand tokens/s; the rest of the CPUs are the
+    # engines' (their schedulers, tokenizers and API servers).
+    workers: Annotated[int | str, BeforeValidator(_workers)] = "auto"
 
 
 class Ports(_Strict):

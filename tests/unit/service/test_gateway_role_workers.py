@@ -1,0 +1,47 @@
+"""The gateway role's `workers` setting, rendered the way Ansible renders the template, and read
+back by the gateway's own settings model (so the two never disagree on the name or range)."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from service.config import Settings
+
+ROLE = Path(__file__).parents[3] / "playbooks" / "roles" / "gateway"
+
+
+def _render(workers: Any, nproc: int) -> dict[str, Any]:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLE / "templates"), trim_blocks=True, undefined=jinja2.StrictUndefined
+    )
+    env.filters["to_json"] = json.dumps
+    env.filters["bool"] = bool
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    text = env.get_template("gateway.yml.j2").render({
+        **defaults, "ansible_managed": "test", "gateway_workers": workers,
+        "pli_config_dir": "/etc/private-llm", "pli_tls_enabled": False, "pli_tls_dir": "/etc/private-llm/tls",
+        "gateway_engines": [{"name": "h1", "url": "http://127.0.0.1:8000", "model": "m"}],
+        "__gateway_nproc": {"stdout": str(nproc)},
+    })
+    return yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(("workers", "nproc", "expected"), [
+    ("auto", 2, 1),     # the lab's hosts, and CI
+    ("auto", 16, 2),    # one H200 machine of the device tool
+    ("auto", 224, 8),   # an 8-GPU host: capped, the CPUs are the engines'
+    (3, 2, 3),          # the inventory's number wins
+])
+def test_workers(workers: Any, nproc: int, expected: int) -> None:
+    config = _render(workers, nproc)
+    assert config["workers"] == expected
+    assert Settings.model_validate(config).workers == expected
+
+
+def test_the_unit_signals_only_the_supervisor() -> None:
+    # A worker signalled by systemd and again by the supervisor would cut its streams.
+    assert "KillMode=mixed" in (ROLE / "templates" / "gateway.service.j2").read_text()
