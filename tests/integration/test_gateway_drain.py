@@ -92,15 +92,16 @@ def _fd_open(fd: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("workers", [1, 2])  # 2: the supervisor takes fd 3 and forks (service/prefork.py)
 def test_socket_activated_restart_queues_instead_of_refusing(
-    start_upstream: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_upstream: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
     upstream = start_upstream("--delay-ms", "150")
     port = free_port()
     config = tmp_path / "gw.yaml"
     config.write_text(yaml.safe_dump({
         "port": port, "allow_anonymous": True, "health_interval_s": 0.5, "drain_timeout_s": 20,
-        "engines": [{"name": "e", "url": upstream.url, "model": "tiny"}],
+        "engines": [{"name": "e", "url": upstream.url, "model": "tiny"}], "workers": workers,
     }))
     monkeypatch.setenv("PLI_GATEWAY_CONFIG", str(config))
     # What systemd's gateway.socket does: it owns the listening socket across restarts.
