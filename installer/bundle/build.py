@@ -28,7 +28,16 @@ from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
 from installer import __version__
-from installer.bundle import aptrepo, debs, gpu_packages, os_packages, sign, wheels
+from installer.bundle import (
+    aptrepo,
+    debs,
+    gpu_packages,
+    monitoring_dcgm,
+    monitoring_tarballs,
+    os_packages,
+    sign,
+    wheels,
+)
 from installer.bundle.manifest import (
     CHECKSUMS,
     MANIFEST,
@@ -130,6 +139,7 @@ def bundle_inputs(inv: Inventory) -> dict[str, object]:
         "uv": wheels.UV_REQUIREMENT,
         "debs": os_packages.wanted(inv),
         "gpu_debs": gpu_packages.bundle_input(inv),
+        "monitoring_tarballs": monitoring_tarballs.bundle_input(inv),
         "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
         "playbooks": _playbooks_fingerprint(),
         "terraform": tf_mirror.bundle_input(inv),
@@ -205,6 +215,8 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         # A flat apt repository: hosts install from it with apt, which resolves and orders.
         aptrepo.write_index(root / "debs")
     packages += gpu_packages.add_to_bundle(inv, root / "debs")  # gpu.packages_dir (NVIDIA's .debs)
+    packages = monitoring_dcgm.mark(inv, packages)  # dcgm-exporter among them: serving hosts run it
+    components.update(monitoring_tarballs.add_to_bundle(inv, root))  # monitoring.install_from: tarballs
 
     progress("playbooks")
     for src in _playbook_files():

@@ -22,11 +22,13 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
         # Per-key limits shared by several gateways; only the Redis host installs it.
         want.setdefault("redis", []).append("redis-server")
     # Every host exports its own metrics; the monitoring hosts scrape them and send alerts
-    # (playbooks/roles/monitoring).
-    want.setdefault("serving", []).append("prometheus-node-exporter")
-    want.setdefault("monitoring", []).extend(
-        ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"]
-    )
+    # (playbooks/roles/monitoring). With monitoring.install_from: tarballs the bundle carries the
+    # upstream release tarballs instead (bundle/monitoring_tarballs.py).
+    if inv.monitoring.install_from == "packages":
+        want.setdefault("serving", []).append("prometheus-node-exporter")
+        want.setdefault("monitoring", []).extend(
+            ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"]
+        )
     return want
 
 

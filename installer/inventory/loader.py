@@ -121,6 +121,7 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
     fix(data.get("ssh"), "known_hosts")
     fix(data.get("cloud"), "ssh_public_key")
     fix(data.get("gpu"), "packages_dir")
+    fix(data.get("monitoring"), "tarballs_dir")
     for host in data.get("hosts") or []:
         if isinstance(host, dict):
             fix(host.get("ssh"), "private_key")
@@ -164,6 +165,10 @@ def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Itera
     from installer.tls import check as tls_check  # it needs the models this module loads
 
     for loc, problem in tls_check.provided(inv):
+        yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {problem}"
+    from installer.bundle import monitoring_tarballs  # it needs the models this module loads
+
+    for loc, problem in monitoring_tarballs.check(inv):
         yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {problem}"
 
 

@@ -210,6 +210,23 @@ class Monitoring(_Strict):
     alert_profile: Literal["production", "test"] = "production"
     # Alertmanager sends every alert to this webhook (e.g. a pager bridge); empty: none.
     webhook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    # packages: Debian's prometheus, prometheus-alertmanager and prometheus-node-exporter from the
+    # bundle's apt repository. tarballs: the upstream release tarballs in tarballs_dir
+    # (prometheus-<v>.linux-amd64.tar.gz, alertmanager-..., node_exporter-...), carried by the
+    # bundle and unpacked on the hosts (installer/bundle/monitoring_tarballs.py checks them).
+    install_from: Literal["packages", "tarballs"] = "packages"
+    tarballs_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _tarballs(self) -> "Monitoring":
+        if self.install_from == "tarballs" and self.tarballs_dir is None:
+            raise ValueError(
+                "install_from tarballs needs tarballs_dir: a folder with the upstream "
+                "prometheus-, alertmanager- and node_exporter-<version>.linux-amd64.tar.gz"
+            )
+        if self.install_from == "packages" and self.tarballs_dir is not None:
+            raise ValueError("tarballs_dir is used only with install_from: tarballs; remove it or set that")
+        return self
 
 
 class HostCertificate(_Strict):

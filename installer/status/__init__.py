@@ -2,10 +2,12 @@
 
 A collector (model.Collector) declares the columns it fills and fills them for every row; the
 built-in ones read the inventory and the last deploy (model, release), each gateway's /readyz
-(ready) and Prometheus (traffic, latency, KV cache, GPU memory). Other modules add columns by
-appending a collector to COLLECTORS (or passing their own list to `collect`).
+(ready), the TLS certificates sent to the hosts (cert: days left) and Prometheus (traffic,
+latency, KV cache, GPU memory). Other modules add columns by appending a collector to
+COLLECTORS (or passing their own list to `collect`).
 """
 
+from installer.status.cert import CertCollector
 from installer.status.deployment import DeploymentCollector
 from installer.status.live import ReadinessCollector
 from installer.status.model import Collector, Column, Context, Row, StatusReport, collect
@@ -13,11 +15,12 @@ from installer.status.prometheus import PrometheusCollector
 from installer.status.release import ReleaseCollector
 
 COLLECTORS: list[Collector] = [
-    DeploymentCollector(), ReleaseCollector(), ReadinessCollector(), PrometheusCollector()
+    DeploymentCollector(), ReleaseCollector(), ReadinessCollector(), CertCollector(), PrometheusCollector()
 ]
 
 __all__ = [
     "COLLECTORS",
+    "CertCollector",
     "Collector",
     "Column",
     "Context",

@@ -115,6 +115,8 @@ def test_status_table_shows_every_engine_ready(monitored: Path, lab_hosts) -> No
         assert row["engine"] == host.name and row["model"] == inv.model.served_name
         assert row["release"] and row["release"].startswith("r-")
         assert row["kv_cache_usage"] is not None and 0 <= row["kv_cache_usage"] <= 1
+        # The lab issues certificates with the default tls.cert_days (365): days left, per host.
+        assert row["cert_days_left"] is not None and 300 < row["cert_days_left"] <= inv.tls.cert_days
     proc = installer("status", "--inventory", str(monitored))
     assert proc.returncode == 0, proc.stderr
     assert "TTFT p99" in proc.stdout and all(h.name in proc.stdout for h in lab_hosts.hosts)
