@@ -198,3 +198,12 @@ def test_the_role_installs_and_runs_upstream_tarballs(lab_host, tmp_path: Path) 
     second = run_playbook("monitoring.yml", inventory_dir, tmp_path / "run2", playbooks_dir=playbooks)
     assert second.rc == 0
     assert second.hosts[host.name].changed == 0, second.hosts[host.name].changed_tasks
+
+    # Uninstall (what `installer down` runs on bare metal): no package owns what the tarball
+    # install made, so the uninstall role removes it itself — nothing may be left.
+    (playbooks / "uninstall.yml").symlink_to(PLAYBOOKS_DIR / "uninstall.yml")
+    gone = run_playbook("uninstall.yml", inventory_dir, tmp_path / "run3", playbooks_dir=playbooks)
+    assert gone.rc == 0, (gone.artifacts / "stdout").read_text()[-4000:]
+    left = _ssh(info, host, "ls -d /opt/private-llm /etc/prometheus /var/lib/prometheus /etc/default/prometheus*"
+                            " 2>/dev/null; getent passwd prometheus; systemctl list-unit-files 'private-llm-*' --no-legend")
+    assert left.stdout.decode().strip() == "", left.stdout.decode()
