@@ -205,5 +205,5 @@ def test_the_role_installs_and_runs_upstream_tarballs(lab_host, tmp_path: Path) 
     gone = run_playbook("uninstall.yml", inventory_dir, tmp_path / "run3", playbooks_dir=playbooks)
     assert gone.rc == 0, (gone.artifacts / "stdout").read_text()[-4000:]
     left = _ssh(info, host, "ls -d /opt/private-llm /etc/prometheus /var/lib/prometheus /etc/default/prometheus*"
-                            " 2>/dev/null; getent passwd prometheus; systemctl list-unit-files 'private-llm-*' --no-legend")
+                " 2>/dev/null; getent passwd prometheus; systemctl list-unit-files 'private-llm-*' --no-legend")
     assert left.stdout.decode().strip() == "", left.stdout.decode()
