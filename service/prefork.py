@@ -16,6 +16,7 @@ metrics are built in each worker after the fork.
 """
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ log = logging.getLogger("service.prefork")
 # A worker that dies sooner than this after starting counts towards giving up.
 _EARLY_DEATH_S = 10.0
 _MAX_EARLY_DEATHS = 5
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -60,6 +62,16 @@ def prepare_metrics_dir() -> Path:
     return path
 
 
+def _die_with(parent: int) -> None:
+    """A supervisor killed outright (SIGKILL, OOM) would leave its workers serving with nobody to
+    replace or stop them: the kernel sends each a SIGTERM — a drain — when it goes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 class Supervisor:
     def __init__(self, workers: int, shared: "SharedState", run_worker: Callable[[int], None]) -> None:
         self.workers = workers
@@ -70,12 +82,14 @@ class Supervisor:
         self.early_deaths = 0
 
     def _spawn(self, index: int) -> None:
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                _die_with(parent)
                 self.shared.attach(index)
                 self.run_worker(index)
                 code = 0

@@ -109,3 +109,22 @@ def test_sigterm_drains_every_worker_and_a_dead_worker_is_replaced(
     assert results == [200] * 6  # every stream ran to [DONE]
     assert gateway.proc.wait(20) == 0
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def test_workers_go_when_the_supervisor_is_killed(start_upstream: Any, start_gateway: Any) -> None:
+    upstream = start_upstream()
+    gateway = start_gateway({
+        "workers": 2, "allow_anonymous": True, "engines": [{"name": "e", "url": upstream.url, "model": "tiny"}],
+    })
+    workers = _children(gateway.proc.pid)
+    assert len(workers) == 2
+    gateway.proc.kill()  # SIGKILL: no chance to stop them itself
+    gateway.proc.wait(10)
+    _until(lambda: not any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in workers))
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
