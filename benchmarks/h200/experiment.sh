@@ -47,42 +47,13 @@ BASE=/root; [ "$DRY" = 1 ] && BASE=/tmp/h200dry   # a dry run keeps everything u
 S=$BASE/stash SITE=$BASE/site MODEL=$BASE/dsv2 RES=$BASE/res CACHE=$BASE/pcache GWD=$BASE/gw
 GW_PORT=${GW_PORT:-8080} ENG_PORT=${ENG_PORT:-8000}   # a dry run on a shared machine picks others
 GW=http://127.0.0.1:$GW_PORT ENG=http://127.0.0.1:$ENG_PORT NAME=dsv2lite
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHONPATH=$SITE:$REPO VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
-mkdir -p "$RES"
-T_START=$(date +%s)
-log() { echo "$(date -u +%H:%M:%S) +$(( $(date +%s) - T_START ))s $*" | tee -a "$RES/progress.log"; }
+# the environment every process gets (multicast off), log(), engine_env, install_vllm, write_gateway_key
+. benchmarks/h200/common.sh
 run() { if [ "$DRY" = 1 ]; then echo "DRY: $*"; else "$@"; fi; }
 
-# The engine role's environment (playbooks/roles/engine/templates/engine.env.j2), CACHE standing
-# for pli_cache_dir, so the restart figure is the one hosts get.
-engine_env() {
-  echo HOME=$CACHE XDG_CACHE_HOME=$CACHE VLLM_CACHE_ROOT=$CACHE/vllm TRITON_CACHE_DIR=$CACHE/triton \
-    TORCHINDUCTOR_CACHE_DIR=$CACHE/inductor FLASHINFER_WORKSPACE_BASE=$CACHE CUDA_CACHE_PATH=$CACHE/nv \
-    CUDA_CACHE_MAXSIZE=4294967296 TORCH_EXTENSIONS_DIR=$CACHE/torch_extensions VLLM_HOST_IP=127.0.0.1 \
-    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
-}
 
 setup() {
-  if [ "$DRY" = 1 ]; then  # no vLLM here: a tiny WordLevel tokenizer stands in for the model's
-    mkdir -p $MODEL && python3 -c "
-from tokenizers import Tokenizer, models, pre_tokenizers
-t = Tokenizer(models.WordLevel(vocab={f't{i}': i for i in range(1000)}, unk_token='t0'))
-t.pre_tokenizer = pre_tokenizers.WhitespaceSplit(); t.save('$MODEL/tokenizer.json')"
-    touch $BASE/dsv2.done
-  elif [ ! -d $SITE/vllm ]; then
-    log "installing vLLM"
-    ( cd $S && W=vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl && cat vllm.part.* > "$W" \
-      && echo "$(cat vllm.sha256)  $W" | sha256sum -c ) || { log "FATAL: vLLM wheel parts"; return 1; }
-    python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $S/*.whl 2>&1 \
-      | grep -v WARNING | tail -2
-    log "installed"
-  fi
-  local mods="service.app, installer.bench, installer.gpu.tuner, typer"
-  [ "$DRY" = 1 ] || mods="vllm.entrypoints.openai.api_server, vllm.benchmarks.serve, $mods"
-  python3 -c "import $mods" || { log "FATAL: imports"; return 1; }
-  for i in $(seq 1 120); do [ -f $BASE/dsv2.done ] && break; sleep 2; done
-  [ -f $BASE/dsv2.done ] || { log "FATAL: model not written"; tail -5 $BASE/gen.log; return 1; }
+  install_vllm || return 1
   python3 benchmarks/h200/word_vocab.py $MODEL | tee -a "$RES/progress.log"
   [ "$DRY" = 1 ] && return 0
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$RES/gpu.csv"
@@ -91,16 +62,7 @@ t.pre_tokenizer = pre_tokenizers.WhitespaceSplit(); t.save('$MODEL/tokenizer.jso
 
 start_gateway() {
   mkdir -p $GWD && chmod 700 $GWD
-  # a fresh key each run, kept in a 0600 file; the gateway gets only its hash
-  python3 - "$GWD" <<'EOF'
-import json, os, secrets, sys
-from service.keyfile import hash_secret
-key, d = "sk-h200-" + secrets.token_urlsafe(24), sys.argv[1]
-for path, text in ((f"{d}/key", key), (f"{d}/keys.json", json.dumps(
-        {"version": 1, "keys": [{"name": "bench", "sha256": hash_secret(key)}]}))):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, text.encode()); os.close(fd)
-EOF
+  write_gateway_key "$GWD"
   cat > $GWD/gateway.yml <<EOF
 host: 127.0.0.1
 port: $GW_PORT

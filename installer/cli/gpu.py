@@ -92,6 +92,11 @@ def _row(r: dict[str, Any]) -> list[str]:
         else checks.get("gemm", {}).get("status", "-"),
         (
             f"{nccl['busbw_gbps']:.0f} GB/s"
+            + (
+                f" (exp. {nccl['expected']['low']}-{nccl['expected']['high']}, {nccl['expected']['link']})"
+                if (nccl.get("expected") or {}).get("high")
+                else ""
+            )
             if "busbw_gbps" in nccl and nccl.get("world_size", 1) > 1
             else "ok (1 GPU)"
             if nccl.get("status") == "ok"

@@ -47,6 +47,8 @@ SMI_FIELDS = [
     "clocks.sm",
     "clocks.max.sm",
     "pstate",
+    "pcie.link.gen.max",
+    "pcie.link.width.max",
 ]
 SMI_BASE_FIELDS = 8
 
@@ -215,6 +217,128 @@ def generation_from_cc(cc: str) -> str:
     }.get(major, "")
 
 
+# ---------------------------------------------------------------- topology (unit-tested)
+
+# `nvidia-smi topo -m` link kinds, best first (its legend): NV# a bonded set of # NVLinks
+# (directly or through NVSwitches), PIX at most one PCIe bridge, PXB several PCIe bridges,
+# PHB through the CPU's PCIe host bridge, NODE between host bridges of one NUMA node, SYS across
+# the inter-socket link (QPI/UPI/xGMI); SOC is older drivers' name for SYS.
+LINK_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def link_rank(link: str) -> int:
+    """0 for NVLink (more links rank better: -#), then PIX..SYS as 1..5; unknown ranks last."""
+    link = link.strip().upper()
+    if link.startswith("NV") and link[2:].isdigit():
+        return -int(link[2:])
+    if link == "SOC":
+        link = "SYS"
+    return LINK_ORDER.index(link) if link in LINK_ORDER else len(LINK_ORDER)
+
+
+def parse_topo(text: str) -> dict[str, Any]:
+    """`nvidia-smi topo -m` -> {gpus: [{index, cpu_affinity, numa_affinity}], links: {"i,j": kind}}.
+
+    The matrix is tab-separated (older drivers pad with spaces); a header row names the GPU/NIC
+    columns and then "CPU Affinity", "NUMA Affinity" and, on newer drivers, "GPU NUMA ID".
+    NIC rows and columns are skipped: the engines only care how GPUs reach each other.
+    """
+    lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in (line.split("\t") if "\t" in line else re.split(r"\s{2,}", line))]
+
+    header: list[str] = []
+    gpus: list[dict[str, Any]] = []
+    links: dict[str, str] = {}
+    for line in lines:
+        row = cells(line)
+        if not header:
+            if any(re.fullmatch(r"GPU\d+", c) for c in row[:3]):
+                header = row if row and row[0] == "" else ["", *row]
+            continue
+        if not row or not re.fullmatch(r"GPU\d+", row[0]):
+            if row and row[0].startswith("Legend"):
+                break
+            continue
+        i = int(row[0][3:])
+        col = dict(zip(header[1:], row[1:]))  # noqa: B905 (Python 3.9 on hosts)
+        for name, value in col.items():
+            m = re.fullmatch(r"GPU(\d+)", name)
+            if m and int(m[1]) != i:
+                links[f"{i},{int(m[1])}"] = value.upper()
+        numa = col.get("NUMA Affinity", "")
+        gpus.append(
+            {
+                "index": i,
+                "cpu_affinity": col.get("CPU Affinity", ""),
+                "numa_affinity": int(numa) if numa.isdigit() else -1,
+            }
+        )
+    return {"gpus": gpus, "links": links}
+
+
+def interconnect(topology: dict[str, Any]) -> str:
+    """The worst link between any two GPUs ("NV18", "PIX", ..., "SYS"), "" with fewer than two."""
+    links = list((topology or {}).get("links", {}).values())
+    return max(links, key=link_rank) if links else ""
+
+
+# Expected nccl-tests-style all-reduce bus bandwidth (GB/s) for the worst link between the GPUs.
+# NVLink: line rate per link and direction, 25 GB/s for NVLink 2/3/4 (V100, A100, H100/H200:
+# 18 links x 25 = 450 GB/s one way, NVIDIA's "900 GB/s" counts both directions) and 50 GB/s for
+# NVLink 5 (B200). NCCL's protocol overhead is about 20%, so a ring all-reduce reaches about
+# 370 GB/s busbw on H100/H200 NVLink (NCCL maintainer, NVIDIA/nccl-tests issue #212); only
+# NVLink SHARP (NVLS, multicast) reaches ~480, and it is off here (never on shared hosts).
+# A100 NV12 pairs measure 208-240 (NVIDIA/nccl-tests #178; 8x A100 SXM 230-250).
+# PCIe: x16 line rate per direction ~32 GB/s (Gen4), ~64 (Gen5); NCCL's P2P over one switch or
+# host bridge gets ~0.6-0.8 of it (8x H100 PCIe: 35-45 GB/s busbw). Across sockets (SYS) NCCL
+# stages through host memory by default: ~10-25 GB/s.
+NVLINK_GBPS_PER_LINK = {"volta": 25.0, "ampere": 25.0, "hopper": 25.0, "blackwell": 50.0}
+PCIE_GBPS_X16 = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
+
+
+def expected_busbw(link: str, generation: str, pcie_gen: int = 0, pcie_width: int = 16) -> dict[str, Any]:
+    """{link, low, high, basis} for an all-reduce whose slowest hop is `link`; low/high GB/s."""
+    link = (link or "").upper()
+    if link.startswith("NV") and link[2:].isdigit():
+        per = NVLINK_GBPS_PER_LINK.get(generation, 25.0)
+        line = int(link[2:]) * per
+        return {
+            "link": link,
+            "low": round(0.75 * line),
+            "high": round(0.85 * line),
+            "basis": f"{link[2:]} NVLinks x {per:.0f} GB/s = {line:.0f} GB/s one way; NCCL ring "
+            "all-reduce reaches ~80% of it (no NVLink SHARP)",
+        }
+    line = PCIE_GBPS_X16.get(pcie_gen, 32.0) * max(1, pcie_width or 16) / 16
+    gen = f"PCIe Gen{pcie_gen} x{pcie_width or 16}" if pcie_gen else "PCIe (generation unknown: Gen4 x16 assumed)"
+    if link in ("PIX", "PXB", "PHB", "NODE"):
+        return {
+            "link": link,
+            "low": round(0.6 * line),
+            "high": round(0.8 * line),
+            "basis": f"{gen}: {line:.0f} GB/s one way; NCCL P2P over PCIe reaches 60-80% of it",
+        }
+    if link in ("SYS", "SOC"):
+        return {
+            "link": "SYS",
+            "low": 10,
+            "high": round(min(25.0, 0.4 * line)),
+            "basis": f"{gen} across CPU sockets: NCCL stages through host memory (~10-25 GB/s)",
+        }
+    return {"link": link, "low": 0, "high": 0, "basis": "no GPU-to-GPU link to measure"}
+
+
+def topology_facts(smi: str) -> dict[str, Any]:
+    """`nvidia-smi topo -m` parsed, plus the raw matrix (for the record)."""
+    rc, out, err = _run([smi, "topo", "-m"])
+    if rc != 0:
+        return {"gpus": [], "links": {}, "error": (err or out).strip()[:300]}
+    return {**parse_topo(out), "raw": out}
+
+
 # ---------------------------------------------------------------- facts
 
 
@@ -290,6 +414,17 @@ def facts() -> dict[str, Any]:
         )
         g["numa_node"] = (pci or {}).get("numa_node", -1)
         g["local_cpulist"] = (pci or {}).get("local_cpulist", "")
+    topology: dict[str, Any] = {"gpus": [], "links": {}}
+    if smi and gpus:
+        topology = topology_facts(smi)
+        by_index = {t["index"]: t for t in topology["gpus"]}
+        for g in gpus:
+            t = by_index.get(g.get("index"), {})
+            if g["numa_node"] < 0 and t.get("numa_affinity", -1) >= 0:
+                g["numa_node"] = t["numa_affinity"]
+            if not g["local_cpulist"] and t.get("cpu_affinity", "") not in ("", "N/A"):
+                g["local_cpulist"] = t["cpu_affinity"]
+    topology["interconnect"] = interconnect(topology)
     pci_gpus = [d for d in devs if d["kind"] == "gpu"]
     gens = {g["generation"] for g in (gpus or pci_gpus)}
     _, modinfo, _ = (
@@ -317,6 +452,7 @@ def facts() -> dict[str, Any]:
         "fabric_states": q["fabric_states"],
         "nouveau_loaded": os.path.isdir("/sys/module/nouveau"),
         "numa_nodes": numa_nodes(),
+        "topology": topology,
         "init": _read("/proc/1/comm").strip(),
     }
 
@@ -528,8 +664,21 @@ def check_gemm(python: str, size: int, iters: int, min_tflops: float) -> dict[st
     return _check("gemm", status, detail, gpus=r["gpus"], torch=r.get("torch"))
 
 
-def check_nccl(python: str, size_mib: int, iters: int) -> dict[str, Any]:
-    r = _torch_json(python, "_allreduce", 600, size_mib=size_mib, iters=iters)
+def nccl_expectation(f: dict[str, Any]) -> dict[str, Any]:
+    """What the all-reduce should reach on this host: expected_busbw for its worst GPU link."""
+    gpus = f.get("gpus") or []
+    gens = [int(g["pcie.link.gen.max"]) for g in gpus if isinstance(g.get("pcie.link.gen.max"), int)]
+    widths = [int(g["pcie.link.width.max"]) for g in gpus if isinstance(g.get("pcie.link.width.max"), int)]
+    link = (f.get("topology") or {}).get("interconnect", "")
+    return expected_busbw(link, str(f.get("generation", "")), min(gens, default=0), min(widths, default=16))
+
+
+def check_nccl(
+    python: str, size_mib: int, iters: int, expected: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """NCCL all-reduce over every GPU (one process per GPU), bus bandwidth against `expected`."""
+    sizes = sorted({max(1, size_mib // 8), size_mib, size_mib * 4})
+    r = _torch_json(python, "_allreduce", 600, sizes_mib=sizes, iters=iters)
     if r.get("status") == "fail":
         return _check("nccl", "fail", r["detail"])
     status = "ok" if r["correct"] else "fail"
@@ -540,13 +689,23 @@ def check_nccl(python: str, size_mib: int, iters: int) -> dict[str, Any]:
             f"{'correct' if r['correct'] else 'WRONG'} (no inter-GPU traffic to measure)"
         )
         return _check("nccl", status, detail, **{k: v for k, v in r.items() if k != "status"})
+    exp = expected or {}
+    note = ""
+    if exp.get("low"):
+        # well under the low end means a link down, P2P disabled or traffic through the CPU
+        if r["busbw_gbps"] < 0.7 * exp["low"] and status == "ok":
+            status = "warn"
+            note = f"; below 70% of the {exp['low']}-{exp['high']} GB/s expected for {exp['link']}"
+        else:
+            note = f" (expected {exp['low']}-{exp['high']} GB/s for {exp['link']})"
     detail = (
-        f"all-reduce of {size_mib} MiB over {r['world_size']} GPU(s): "
-        f"{r['time_ms']:.2f} ms, algorithm bandwidth {r['algbw_gbps']:.1f} GB/s, "
-        f"bus bandwidth {r['busbw_gbps']:.1f} GB/s, "
+        f"all-reduce over {r['world_size']} GPUs, best of {', '.join(str(s) for s in sizes)} MiB: "
+        f"bus bandwidth {r['busbw_gbps']:.1f} GB/s at {r['size_mib']} MiB{note}; "
         f"result {'correct' if r['correct'] else 'WRONG'} (NCCL {r.get('nccl')})"
     )
-    return _check("nccl", status, detail, **{k: v for k, v in r.items() if k != "status"})
+    return _check(
+        "nccl", status, detail, expected=exp, **{k: v for k, v in r.items() if k != "status"}
+    )
 
 
 def check(
@@ -567,7 +726,7 @@ def check(
         python = find_torch_python(torch_pythons or []) if (gemm or nccl) else ""
         for wanted, name, run in (
             (gemm, "gemm", lambda: check_gemm(python, gemm_size, gemm_iters, min_tflops)),
-            (nccl, "nccl", lambda: check_nccl(python, nccl_mib, nccl_iters)),
+            (nccl, "nccl", lambda: check_nccl(python, nccl_mib, nccl_iters, nccl_expectation(f))),
         ):
             if not wanted:
                 continue
@@ -661,37 +820,44 @@ def _allreduce_rank(rank: int, world: int, port: int, opts: dict[str, Any], out:
         dist.init_process_group("nccl", device_id=torch.device("cuda", rank), **kwargs)
     except TypeError:
         dist.init_process_group("nccl", **kwargs)
-    numel = int(opts["size_mib"]) * 1024 * 1024 // 4
-    x = torch.full((numel,), float(rank + 1), device="cuda", dtype=torch.float32)
-    for _ in range(3):
-        y = x.clone()
-        dist.all_reduce(y)
-    torch.cuda.synchronize()
-    expect = world * (world + 1) / 2
-    correct = bool(torch.all(y == expect).item())
+    sizes = [int(m) for m in opts.get("sizes_mib") or [opts.get("size_mib", 256)]]
     iters = int(opts["iters"])
-    bufs = [x.clone() for _ in range(2)]
-    dist.barrier()
-    t0 = time.perf_counter()
-    for i in range(iters):
-        dist.all_reduce(bufs[i % 2])
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - t0) / iters
+    expect = world * (world + 1) / 2
+    correct = True
+    rows = []
+    for mib in sizes:
+        numel = mib * 1024 * 1024 // 4
+        x = torch.full((numel,), float(rank + 1), device="cuda", dtype=torch.float32)
+        for _ in range(3):
+            y = x.clone()
+            dist.all_reduce(y)
+        torch.cuda.synchronize()
+        correct = correct and bool(torch.all(y == expect).item())
+        bufs = [x.clone() for _ in range(2)]
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(iters):
+            dist.all_reduce(bufs[i % 2])
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - t0) / iters
+        algbw = numel * 4 / seconds / 1e9
+        # nccl-tests' bus bandwidth: what each link carries in a ring all-reduce
+        rows.append({"size_mib": mib, "time_ms": seconds * 1e3, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * 2 * (world - 1) / world})
+        del x, y, bufs
+        torch.cuda.empty_cache()
     flags = torch.tensor([1 if correct else 0], device="cuda")
     dist.all_reduce(flags, op=dist.ReduceOp.MIN)
     if rank == 0:
-        size = numel * 4
-        algbw = size / seconds / 1e9
-        # nccl-tests' bus bandwidth: what each link carries in a ring all-reduce
-        busbw = algbw * 2 * (world - 1) / world
+        best = max(rows, key=lambda r: r["busbw_gbps"])
         nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
         out.put(
             {
                 "status": "ok",
                 "world_size": world,
-                "time_ms": seconds * 1e3,
-                "algbw_gbps": algbw,
-                "busbw_gbps": busbw,
+                **best,
+                "sizes": rows,
                 "correct": bool(flags.item()),
                 "nccl": nccl,
                 "torch": torch.__version__,

@@ -618,13 +618,21 @@ class Recommendation:
         }
 
 
-def _layouts(spec: ModelSpec, gpu: GPUType, gpus_per_host: int, hosts: int) -> list[Layout]:
+def _layouts(
+    spec: ModelSpec, gpu: GPUType, gpus_per_host: int, hosts: int, weights: str = "native"
+) -> list[Layout]:
     """Candidate layouts, best first: quality (native weights, native KV) before density,
-    then as few GPUs per engine as possible (more engines per host serve more requests)."""
+    then as few GPUs per engine as possible (more engines per host serve more requests).
+    weights="fp8" (an explicit opt-in for speed): fp8 weights only."""
     fp8_ok = GENERATIONS[gpu.generation].fp8
     weight_opts = ["native"]
     if spec.quant == "" and fp8_ok:
         weight_opts.append("fp8")  # vLLM quantizes bf16/fp16 weights to fp8 at load time
+    if weights == "fp8":
+        if "fp8" not in weight_opts:
+            why = f"the checkpoint is already {spec.quant}" if spec.quant else f"{gpu.name} has no fp8 tensor cores"
+            raise PlanError(f"fp8 weights asked for, but {why}")
+        weight_opts = ["fp8"]
     kv_opts = ["auto", "fp8"] if fp8_ok else ["auto"]
     tps = [t for t in range(1, gpus_per_host + 1) if gpus_per_host % t == 0 and spec.valid_tp(t)]
     out = []
@@ -650,6 +658,7 @@ def recommend(
     max_num_seqs: int,
     gpu_memory_utilization: float = 0.9,
     batched_tokens: int = DEFAULT_BATCHED_TOKENS,
+    weights: str = "native",
 ) -> Recommendation:
     def ev(layout: Layout) -> Fit:
         return evaluate(
@@ -662,7 +671,7 @@ def recommend(
             batched_tokens=batched_tokens,
         )
 
-    tried = [ev(layout) for layout in _layouts(spec, gpu, gpus_per_host, hosts)]
+    tried = [ev(layout) for layout in _layouts(spec, gpu, gpus_per_host, hosts, weights)]
     # quality order first, then fewest GPUs: the first layout at full concurrency wins;
     # else the first that starts at all, with fewer full-length sequences at once
     order = sorted(
@@ -704,7 +713,9 @@ def recommend(
         f"= {chosen.max_full_len_seqs} sequences of {max_model_len} tokens "
         f"(max_num_seqs {max_num_seqs})",
     ]
-    if lay.weights == "fp8" or lay.kv_dtype == "fp8":
+    if weights == "fp8":
+        reasons.append("fp8 weights asked for (a speed opt-in that changes the model's numerics)")
+    elif lay.weights == "fp8" or lay.kv_dtype == "fp8":
         reasons.append("native precision did not reach this concurrency on these GPUs")
     if lay.pp == 1 and engines > 1:
         reasons.append(f"{engines} engines per host, {lay.tp} GPU(s) each")

@@ -3,8 +3,11 @@
 The planner says how one engine is laid out (TP, PP, quantization, KV dtype); the tuner
 places engines on each host's GPUs and writes their flags:
 
-- one engine per group of TP GPUs, GPUs grouped by NUMA node then PCI bus, so an engine's
-  GPUs share a CPU socket (and, on HGX boards, a PCIe switch); CUDA_VISIBLE_DEVICES per engine
+- one engine per group of TP GPUs; with the host's `nvidia-smi topo -m` matrix (doctor facts)
+  the groups are the partition whose worst link inside a group is best (NVLink, then one PCIe
+  switch, ..., SYS last: a TP group crosses the CPU sockets only when no other split exists),
+  then the fewest groups spanning NUMA nodes; without it, GPUs in NUMA-node then PCI-bus order.
+  CUDA_VISIBLE_DEVICES per engine
 - each engine pinned to the CPUs of its GPUs' NUMA node, shared evenly when several engines
   sit on one node (tokenization, scheduling and the host side of CUDA launches run there)
 - models larger than a host: pipeline parallel across hosts with vLLM's Ray backend, a Ray
@@ -13,6 +16,8 @@ places engines on each host's GPUs and writes their flags:
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,10 +64,30 @@ CAPTURE_WHY = (
 #   does not limit this workload (3.3 M tokens, 64 x 1.5 k in use).
 # - fp8 weights (--quantization fp8): 1.15x and 1.27x output tok/s, the one setting past 1.10x,
 #   but TTFT p99 got worse (2.30 vs 1.25 s and 1.07 vs 0.89 s) and it changes the model's
-#   numerics, so it stays a memory measure (Layout.weights), not a speed default.
+#   numerics, so it is no speed default: tune(quantization="fp8") asks for it (see FP8_WHY).
+# Second lease, 2026-11-29 (benchmarks/h200/side_by_side.sh; one H200, so the configs ran one
+# after the other, D A | F D | A; benchmarks/results/h200_side_by_side.json), through the gateway
+# at concurrency 64, output tok/s over the mean of the two default runs (vllm bench / installer
+# bench), TTFT p99 of the defaults 0.58/0.55 s (vllm bench) and 1.10/0.90 s (installer bench):
+# - this engine + --max-num-batched-tokens 16384 (the c64 burst prefills 64 x 1024 tokens in 4
+#   steps instead of 8) + --stream-interval 8 (one streamed chunk per 8 tokens: less per-chunk work
+#   in vLLM's API server and the gateway): 0.93x/1.03x and 1.01x/1.01x, TTFT p99 2.07/0.69 s and
+#   0.94/0.92 s, TPOT p50 4% lower, TTFT p50 higher. Within the run-to-run spread: not adopted.
+#   (Async scheduling is already vLLM 0.26's default: "Asynchronous scheduling is enabled".)
+# - the same + fp8 weights: 1.22x (vllm bench) and 1.35x (installer bench), TPOT p50 8.3 vs
+#   11.6-11.9 ms (decode reads half the expert bytes), 17% more KV cache; TTFT p99 2.27 s vs
+#   0.55-0.58 s with vllm bench but 0.77 s vs 0.90-1.10 s with installer bench, TTFT p50 worse
+#   in both (0.57 vs 0.32-0.35 s, 0.44 vs 0.38-0.42 s): prefill runs slower (online per-tensor
+#   fp8: activation quantization per GEMM, Triton fp8 MoE without tuned tiles for this GPU).
+#   One run (the second was cut by the device budget).
 # - Already vLLM 0.26's defaults on an H200, so nothing to set: async scheduling (on), prefix
 #   caching (on), max_num_batched_tokens 8192 with chunked prefill, the Triton MoE backend (its
 #   oracle ranks FlashInfer CUTLASS below Triton on SM90 as slower; TRT-LLM bf16 MoE is SM100).
+FP8_WHY = (
+    "fp8 weights asked for: on an H200 at concurrency 64 they gave 1.15-1.35x output tok/s "
+    "(decode reads half the expert bytes) but change the model's numerics (per-tensor scales) and "
+    "slowed prefill (TTFT p50 worse; TTFT p99 better or 4x worse by benchmark); never a default"
+)
 
 
 class TuneError(InstallerError):
@@ -84,6 +109,12 @@ class HostHardware:
     name: str
     gpus: tuple[HostGPU, ...]
     numa_cpus: dict[int, tuple[int, ...]]
+    # (gpu index, gpu index) -> `nvidia-smi topo -m` link ("NV18", "PIX", ..., "SYS"); empty
+    # when unknown (a host planned from its GPU type, or facts from before topology detection)
+    links: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def link(self, a: int, b: int) -> str:
+        return self.links.get((a, b)) or self.links.get((b, a)) or ""
 
     @classmethod
     def from_facts(cls, facts: dict[str, Any], name: str = "") -> HostHardware:
@@ -102,7 +133,11 @@ class HostHardware:
         numa = {
             int(k): tuple(doctor.parse_cpulist(v)) for k, v in facts.get("numa_nodes", {}).items()
         }
-        return cls(name or facts.get("host", "host"), gpus, numa)
+        links = {}
+        for key, kind in ((facts.get("topology") or {}).get("links") or {}).items():
+            a, b = (int(x) for x in key.split(","))
+            links[(a, b)] = str(kind)
+        return cls(name or facts.get("host", "host"), gpus, numa, links)
 
     @classmethod
     def of_type(
@@ -227,12 +262,71 @@ def _cpulist(cpus: list[int]) -> str:
     return ",".join(out)
 
 
+# Exhaustive search over GPU partitions up to this many candidates (8 GPUs in pairs: 105;
+# in fours: 35); larger hosts are grouped greedily, each group grown by its best-linked GPU.
+MAX_PARTITIONS = 20000
+
+
+def _group_cost(host: HostHardware, group: tuple[HostGPU, ...]) -> tuple[int, int, int]:
+    """(worst link rank, NUMA nodes spanned - 1, sum of link ranks) of one TP group; lower is better."""
+    ranks = [doctor.link_rank(host.link(a.index, b.index)) for a, b in itertools.combinations(group, 2)]
+    nodes = {g.numa_node for g in group}
+    return (max(ranks, default=-99), len(nodes) - 1, sum(ranks))
+
+
+def _partition_cost(host: HostHardware, groups: list[tuple[HostGPU, ...]]) -> tuple[int, int, int]:
+    costs = [_group_cost(host, g) for g in groups]
+    return (max(c[0] for c in costs), sum(c[1] for c in costs), sum(c[2] for c in costs))
+
+
+def _partitions(
+    gpus: tuple[HostGPU, ...], tp: int, engines: int
+) -> Any:  # Iterator[list[tuple[HostGPU, ...]]]
+    """Every way to pick `engines` disjoint groups of `tp` GPUs, each group in GPU order."""
+    if engines == 0:
+        yield []
+        return
+    if len(gpus) < tp * engines:
+        return
+    first, rest = gpus[0], gpus[1:]
+    for others in itertools.combinations(rest, tp - 1):
+        left = tuple(g for g in rest if g not in others)
+        for tail in _partitions(left, tp, engines - 1):
+            yield [(first, *others), *tail]
+    if len(rest) >= tp * engines:  # leave `first` idle (more GPUs than engines need)
+        yield from _partitions(rest, tp, engines)
+
+
+def _count_partitions(n: int, tp: int, engines: int) -> int:
+    """An upper bound of what _partitions yields (ordered choices of the groups)."""
+    return math.prod(math.comb(n - i * tp, tp) for i in range(engines))
+
+
+def group_gpus(host: HostHardware, tp: int, engines: int) -> list[tuple[HostGPU, ...]]:
+    """The GPUs of each engine: the best partition by _partition_cost when the link matrix is
+    known (ties: NUMA-node then PCI-bus order), else consecutive GPUs in that order."""
+    order = tuple(sorted(host.gpus, key=lambda g: (g.numa_node, g.bus_id)))
+    if tp == 1 or not host.links:
+        return [order[i * tp : (i + 1) * tp] for i in range(engines)]
+    if _count_partitions(len(order), tp, engines) <= MAX_PARTITIONS:
+        return min(_partitions(order, tp, engines), key=lambda p: _partition_cost(host, p))
+    groups: list[tuple[HostGPU, ...]] = []
+    free = list(order)
+    for _ in range(engines):
+        group = [free.pop(0)]
+        while len(group) < tp:
+            best = min(free, key=lambda g: _group_cost(host, (*group, g)))
+            free.remove(best)
+            group.append(best)
+        groups.append(tuple(group))
+    return groups
+
+
 def _place(
     host: HostHardware, tp: int, engines: int
 ) -> list[tuple[list[int], list[int], list[int]]]:
     """[(gpu indices, cpus, numa nodes)] for each engine on the host."""
-    order = sorted(host.gpus, key=lambda g: (g.numa_node, g.bus_id))
-    groups = [order[i * tp : (i + 1) * tp] for i in range(engines)]
+    groups = group_gpus(host, tp, engines)
     all_cpus = sorted(c for cpus in host.numa_cpus.values() for c in cpus)
     # engines per NUMA node (an engine spanning nodes counts for its first GPU's node)
     node_of = [g[0].numa_node for g in groups]
@@ -266,10 +360,17 @@ def tune(
     max_num_seqs: int | None = None,
     gpu_memory_utilization: float | None = None,
     base_port: int = 8000,
+    quantization: str | None = None,
 ) -> Tuned:
-    """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured)."""
+    """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured).
+
+    quantization="fp8" opts into online fp8 weights for speed (FP8_WHY); by default weights stay
+    as the checkpoint has them unless they do not fit otherwise.
+    """
     if not hosts:
         raise TuneError("no hosts to tune for")
+    if quantization not in (None, "fp8"):
+        raise TuneError(f"quantization {quantization!r} is not one the tuner sets (fp8, or none)")
     gpu = hosts[0].gpu_type()
     per_host = len(hosts[0].gpus)
     for h in hosts[1:]:
@@ -295,15 +396,19 @@ def tune(
         )
         length = spec.max_position_embeddings
     plan_seqs = max_num_seqs or 64
-    rec = recommend(
-        spec,
-        gpu,
-        gpus_per_host=per_host,
-        hosts=len(hosts),
-        max_model_len=length,
-        max_num_seqs=plan_seqs,
-        gpu_memory_utilization=util,
-    )
+    try:
+        rec = recommend(
+            spec,
+            gpu,
+            gpus_per_host=per_host,
+            hosts=len(hosts),
+            max_model_len=length,
+            max_num_seqs=plan_seqs,
+            gpu_memory_utilization=util,
+            weights=quantization or "native",
+        )
+    except InstallerError as exc:  # fp8 asked for where it cannot be had
+        raise TuneError(str(exc), ["leave quantization unset: the weights stay as the checkpoint has them"]) from None
     if rec.fit is None:
         raise TuneError(
             f"{spec.name} does not fit on {len(hosts)} host(s) of {per_host} x {gpu.key}; "
@@ -333,7 +438,9 @@ def tune(
         "on the H200, so only when memory needs it"
     )
     why["quantization"] = (
-        "fp8 online: the bf16 weights did not leave room for the KV cache"
+        FP8_WHY
+        if quantization == "fp8"
+        else "fp8 online: the bf16 weights did not leave room for the KV cache"
         if lay.weights == "fp8"
         else f"from the checkpoint ({spec.quant})"
         if spec.quant
@@ -430,6 +537,14 @@ def tune(
             for i, (gpus, cpus, nodes) in enumerate(_place(h, lay.tp, rec.engines_per_host)):
                 if len(nodes) > 1:
                     notes.append(f"{h.name} engine {i} spans NUMA nodes {nodes}")
+                worst = max((h.link(a, b) for a, b in itertools.combinations(gpus, 2)), key=doctor.link_rank,
+                            default="")
+                if worst and doctor.link_rank(worst) > 0:
+                    notes.append(
+                        f"{h.name} engine {i}: GPUs {gpus} reach each other only over {worst} (no NVLink); "
+                        "every layer's tensor-parallel all-reduce crosses PCIe"
+                        + (" and the CPU sockets" if worst in ("SYS", "SOC") else "")
+                    )
                 engines.append(
                     EngineSpec(
                         h.name,

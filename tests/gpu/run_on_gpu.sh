@@ -22,7 +22,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
   echo "== doctor facts"; "$py" installer/gpu/doctor.py facts
 } > "$out/env_facts.txt" 2>&1
 
-bash tests/gpu/capture_fixtures.sh "$out/h200_r580"
+# fixtures for the unit tests, named for the machine (FIXTURE=h200x2_r580 on the two-GPU one)
+bash tests/gpu/capture_fixtures.sh "$out/${FIXTURE:-h200_r580}"
 
 start=$(date +%s)
 ANSIBLE_ROLES_PATH=playbooks/roles ANSIBLE_CONFIG=playbooks/ansible.cfg ANSIBLE_NOCOLOR=1 \
@@ -47,7 +48,11 @@ for model, length in (("deepseek-v2-lite", 4096), ("deepseek-r1-distill-qwen-32b
                       ("deepseek-r1-distill-llama-70b", 8192), ("deepseek-v3", 4096)):
     try:
         t = tune(preset(model), [hw], max_model_len=length)
-        print(model, json.dumps(t.settings), [e.summary() for e in t.engines], t.notes)
+        print(model, json.dumps(t.settings), t.notes)
+        for e in t.engines:  # which GPUs each engine got, over which link, pinned where
+            links = sorted({hw.link(a, b) for a in e.gpus for b in e.gpus if a < b})
+            print(f"  engine {e.index}: GPUs {e.gpus} links {links or '-'} NUMA {e.numa_nodes} CPUs {e.cpus} "
+                  f"CUDA_VISIBLE_DEVICES={e.env.get('CUDA_VISIBLE_DEVICES')} port {e.port}")
     except TuneError as exc:
         print(model, "->", exc, exc.details)
 PY

@@ -50,6 +50,28 @@ def test_check_runs_gemm_and_all_reduce(facts: dict[str, Any]) -> None:
     ]
 
 
+def test_topology_names_a_link_for_every_pair_of_gpus(facts: dict[str, Any]) -> None:
+    topo = facts["topology"]
+    n = facts["gpu_count"]
+    assert sorted(g["index"] for g in topo["gpus"]) == list(range(n))
+    pairs = {(i, j) for i in range(n) for j in range(n) if i != j}
+    assert {tuple(int(x) for x in k.split(",")) for k in topo["links"]} == pairs
+    assert all(doctor.link_rank(v) < len(doctor.LINK_ORDER) for v in topo["links"].values())
+    if n > 1:
+        assert topo["interconnect"] and doctor.nccl_expectation(facts)["high"] > 0
+
+
+def test_all_reduce_reports_bandwidth_against_the_expected_figure(facts: dict[str, Any]) -> None:
+    if facts["gpu_count"] < 2:
+        pytest.skip("one GPU: no link to measure")
+    c = doctor.check_nccl(sys.executable, 256, 20, doctor.nccl_expectation(facts))
+    assert c["correct"] and c["world_size"] == facts["gpu_count"]
+    assert c["expected"]["link"] == facts["topology"]["interconnect"] or c["expected"]["link"] == "SYS"
+    assert [r["size_mib"] for r in c["sizes"]] == [32, 256, 1024]
+    # below 70% of the interconnect's low figure the doctor warns; a healthy host does not
+    assert c["status"] == "ok", c["detail"]
+
+
 def test_tuner_places_engines_on_the_real_gpus(facts: dict[str, Any]) -> None:
     hw = HostHardware.from_facts(facts)
     t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)

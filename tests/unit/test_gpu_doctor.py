@@ -1,6 +1,8 @@
 """Parsing what nvidia-smi, /proc/driver/nvidia and the kernel log print (captured fixtures)."""
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +191,80 @@ def test_captured_h200() -> None:
     proc = doctor.parse_proc_version((d / "proc_version.txt").read_text())
     assert proc == {"version": "580.159.04", "kernel_modules": "open"}
     assert doctor.generation_from_cc(gpu["compute_cap"]) == "hopper"
+
+
+# ---------------------------------------------------------------- topology and all-reduce figures
+
+
+def test_topology_of_the_real_h200_capture_with_its_terminal_codes() -> None:
+    """`nvidia-smi topo -m` on the project's one-GPU H200 (2026-11-29): an underlined header
+    (ANSI codes), no GPU-to-GPU link, CPU and NUMA affinity of the one GPU."""
+    topo = doctor.parse_topo((FIXTURES / "h200_r580" / "topo_m.txt").read_text())
+    assert topo == {"gpus": [{"index": 0, "cpu_affinity": "0-15", "numa_affinity": 0}], "links": {}}
+    assert doctor.interconnect(topo) == ""
+
+
+def test_topology_of_nvlink_pairs_on_two_sockets() -> None:
+    """8 A100s in NVLink pairs, NODE inside a socket, SYS across (the matrix NVIDIA/nccl-tests
+    issue #178 shows, with a NIC row and column that must be skipped)."""
+    topo = doctor.parse_topo((FIXTURES / "synthetic_a100_8gpu_pairs" / "topo_m.txt").read_text())
+    assert len(topo["gpus"]) == 8 and len(topo["links"]) == 8 * 7
+    assert topo["links"]["0,1"] == topo["links"]["6,7"] == "NV12"
+    assert topo["links"]["0,2"] == "NODE" and topo["links"]["3,4"] == "SYS"
+    assert [g["numa_affinity"] for g in topo["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert topo["gpus"][5]["cpu_affinity"] == "32-63,96-127"
+    assert doctor.interconnect(topo) == "SYS"
+
+
+def test_topology_of_an_older_driver_padded_with_spaces() -> None:
+    topo = doctor.parse_topo((FIXTURES / "synthetic_pcie_4gpu_interleaved_topo.txt").read_text())
+    assert topo["links"]["0,2"] == "PHB" and topo["links"]["0,1"] == "SYS"
+    assert [g["numa_affinity"] for g in topo["gpus"]] == [0, 1, 0, 1]
+
+
+def test_link_rank_orders_nvlink_before_pcie_before_sockets() -> None:
+    kinds = ["SYS", "PIX", "NV4", "NODE", "NV18", "PHB", "PXB", "SOC"]
+    assert sorted(kinds, key=doctor.link_rank) == ["NV18", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC"]
+
+
+@pytest.mark.parametrize(
+    ("link", "gen", "pcie", "low", "high"),
+    [
+        ("NV18", "hopper", 5, 338, 382),  # 18 x 25 GB/s = 450 one way; NCCL ring ~80% (~370)
+        ("NV12", "ampere", 4, 225, 255),  # 12 x 25 = 300; A100 pairs measure 208-240
+        ("NV18", "blackwell", 6, 675, 765),  # NVLink 5: 50 GB/s per link
+        ("PHB", "hopper", 5, 38, 51),  # PCIe Gen5 x16 64 GB/s; 8x H100 PCIe measure 35-45
+        ("PIX", "ampere", 4, 19, 26),
+        ("SYS", "hopper", 5, 10, 25),
+    ],
+)
+def test_expected_all_reduce_bandwidth_per_interconnect(link: str, gen: str, pcie: int, low: int, high: int) -> None:
+    exp = doctor.expected_busbw(link, gen, pcie, 16)
+    assert (exp["low"], exp["high"]) == (low, high) and exp["basis"]
+
+
+def test_the_real_h200_facts_carry_topology_numa_and_pcie() -> None:
+    """`doctor.py facts` from the same H200 run: the one GPU's NUMA node and CPUs, PCIe Gen5 x16."""
+    facts = json.loads((FIXTURES / "h200_r580" / "doctor_facts.json").read_text())
+    (gpu,) = facts["gpus"]
+    assert gpu["numa_node"] == 0 and gpu["local_cpulist"] == "0-15"
+    assert (gpu["pcie.link.gen.max"], gpu["pcie.link.width.max"]) == (5, 16)
+    assert facts["topology"]["interconnect"] == "" and facts["topology"]["raw"].startswith("\t")
+    assert doctor.nccl_expectation(facts)["high"] == 0  # one GPU: nothing to expect
+
+
+def _fake_allreduce(busbw: float) -> dict[str, Any]:
+    row = {"size_mib": 1024, "time_ms": 5.0, "algbw_gbps": busbw, "busbw_gbps": busbw}
+    return {"status": "ok", "world_size": 2, **row, "sizes": [row], "correct": True, "nccl": "2.28.9"}
+
+
+def test_all_reduce_is_judged_against_the_interconnect(monkeypatch: pytest.MonkeyPatch) -> None:
+    nv18 = doctor.expected_busbw("NV18", "hopper")
+    monkeypatch.setattr(doctor, "_torch_json", lambda *a, **k: _fake_allreduce(360.0))
+    ok = doctor.check_nccl("python3", 256, 20, nv18)
+    assert ok["status"] == "ok" and "expected 338-382 GB/s for NV18" in ok["detail"]
+    # 40 GB/s on an NVLink host: NVLink down or P2P off, traffic through PCIe or the CPU
+    monkeypatch.setattr(doctor, "_torch_json", lambda *a, **k: _fake_allreduce(40.0))
+    slow = doctor.check_nccl("python3", 256, 20, nv18)
+    assert slow["status"] == "warn" and "below 70% of the 338-382 GB/s" in slow["detail"]
+    assert slow["expected"]["link"] == "NV18" and slow["busbw_gbps"] == 40.0

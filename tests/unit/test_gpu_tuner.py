@@ -13,6 +13,7 @@ from installer.gpu.tuner import (
     HostHardware,
     TuneError,
     derive_max_num_seqs,
+    group_gpus,
     tune,
     utilization_for,
 )
@@ -144,3 +145,89 @@ def test_other_generations_keep_vllms_cuda_graph_sizes() -> None:
         t = tune(preset("deepseek-r1-distill-qwen-7b"), [host], max_model_len=4096)
         assert "--max-cudagraph-capture-size" not in t.engines[0].args, gpu
         assert "max_cudagraph_capture_size" not in t.settings
+
+
+# ---------------------------------------------------------------- topology-aware grouping
+
+
+def _host_from_topo(
+    path: Path, gpu: str = "NVIDIA H200", mib: int = 143771, numa_from_topo: bool = False
+) -> HostHardware:
+    """A host as HostHardware.from_facts sees it: GPUs of one type, the parsed link matrix."""
+    topo = doctor.parse_topo(path.read_text())
+    gpus = [
+        {"index": g["index"], "name": gpu, "memory.total": mib, "compute_cap": "9.0",
+         "numa_node": g["numa_affinity"] if numa_from_topo else -1, "pci.bus_id": f"0000:{g['index']:02x}:00.0"}
+        for g in topo["gpus"]
+    ]
+    return HostHardware.from_facts({"host": "h", "gpus": gpus, "numa_nodes": {"0": "0-31", "1": "32-63"},
+                                    "topology": topo})
+
+
+def test_tp_groups_follow_the_links_not_the_bus_order() -> None:
+    """4 GPUs, NUMA unknown (a VM reports -1): bus order would pair 0+1 and 2+3 across the
+    sockets (SYS); the matrix pairs each GPU with its PHB neighbour."""
+    host = _host_from_topo(FIXTURES / "synthetic_pcie_4gpu_interleaved_topo.txt")
+    assert [[g.index for g in grp] for grp in group_gpus(host, 2, 2)] == [[0, 2], [1, 3]]
+    assert [[g.index for g in grp] for grp in group_gpus(host, 4, 1)] == [[0, 1, 2, 3]]
+    # without the matrix: consecutive GPUs in bus order, as before
+    bare = HostHardware(host.name, host.gpus, host.numa_cpus)
+    assert [[g.index for g in grp] for grp in group_gpus(bare, 2, 2)] == [[0, 1], [2, 3]]
+
+
+def test_tp2_engines_take_the_nvlink_pairs_and_tp4_stays_on_a_socket() -> None:
+    host = _host_from_topo(FIXTURES / "synthetic_a100_8gpu_pairs" / "topo_m.txt", numa_from_topo=True)
+    pairs = [[g.index for g in grp] for grp in group_gpus(host, 2, 4)]
+    assert pairs == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert all(host.link(a, b) == "NV12" for a, b in pairs)
+    fours = [[g.index for g in grp] for grp in group_gpus(host, 4, 2)]
+    assert fours == [[0, 1, 2, 3], [4, 5, 6, 7]]  # NODE inside a socket, never SYS
+    # with idle GPUs left over (3 engines of 2 on 8 GPUs) the pairs are still NVLink pairs
+    assert all(host.link(g[0].index, g[1].index) == "NV12" for g in group_gpus(host, 2, 3))
+
+
+def test_a_pcie_only_tp_group_is_named_in_the_notes() -> None:
+    """A 70B model needs two H200s; over PHB the tuner places it, and says what that costs."""
+    host = _host_from_topo(FIXTURES / "synthetic_pcie_4gpu_interleaved_topo.txt", numa_from_topo=True)
+    t = tune(preset("deepseek-r1-distill-llama-70b"), [host], max_model_len=8192, max_num_seqs=8)
+    assert t.settings["tensor_parallel_size"] == 2
+    assert [e.gpus for e in t.engines] == [[0, 2], [1, 3]]
+    assert [e.numa_nodes for e in t.engines] == [[0], [1]]
+    assert [e.cpus for e in t.engines] == ["0-31", "32-63"]
+    assert any("only over PHB" in n and "CPU sockets" not in n for n in t.notes)
+
+
+def test_the_real_h200_facts_give_one_pinned_engine() -> None:
+    facts = json.loads((FIXTURES / "h200_r580" / "doctor_facts.json").read_text())
+    hw = HostHardware.from_facts(facts)
+    assert hw.links == {} and [g.numa_node for g in hw.gpus] == [0]
+    t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
+    (e,) = t.engines
+    assert e.gpus == [0] and e.numa_nodes == [0] and e.cpus == "0-15"
+
+
+# ---------------------------------------------------------------- fp8 weights: an explicit opt-in
+
+
+def test_fp8_weights_only_when_asked_for() -> None:
+    """Measured on the H200 (benchmarks/results/h200_side_by_side.json): 1.22-1.35x output tok/s
+    at concurrency 64 but changed numerics and slower prefill, so never derived for speed."""
+    h200 = [HostHardware.of_type("h", gpu_type("h200"), 1)]
+    plain = tune(preset("deepseek-v2-lite"), h200, max_model_len=4096)
+    fast = tune(preset("deepseek-v2-lite"), h200, max_model_len=4096, quantization="fp8")
+    assert "--quantization" not in plain.engines[0].args and plain.settings["quantization"] is None
+    args = fast.engines[0].args
+    assert args[args.index("--quantization") + 1] == "fp8" and fast.settings["quantization"] == "fp8"
+    assert "numerics" in fast.why["quantization"]
+    # half the expert bytes: more of the GPU left for the KV cache
+    assert fast.settings["kv_tokens_per_engine"] > plain.settings["kv_tokens_per_engine"]
+
+
+def test_fp8_weights_are_refused_where_they_cannot_be_had() -> None:
+    with pytest.raises(TuneError, match="no fp8 tensor cores"):
+        tune(preset("deepseek-v2-lite"), [HostHardware.of_type("a", gpu_type("a100-80g"), 1)],
+             max_model_len=4096, quantization="fp8")
+    with pytest.raises(TuneError, match="already fp8"):
+        tune(preset("deepseek-v3"), [hgx_h200(), hgx_h200("gpu2")], max_model_len=4096, quantization="fp8")
+    with pytest.raises(TuneError, match="'int4' is not one the tuner sets"):
+        tune(preset("deepseek-v2-lite"), [hgx_h200()], max_model_len=4096, quantization="int4")
