@@ -54,7 +54,9 @@ class RayNode:
 def _key(inv: Inventory) -> tuple[Any, ...]:
     g = inv.gpu
     return (inv.engine.device, g.type, g.count, g.numa_nodes, str(inv.model.path), inv.engine.max_model_len,
-            tuple((h.name, h.address) for h in inv.hosts), inv.ports.engine)
+            tuple((h.name, h.address) for h in inv.hosts), inv.ports.engine, inv.engine.quantization,
+            # the port clash check in _tune reads these
+            inv.ports.gateway, inv.ports.redis, inv.monitoring.prometheus_port)
 
 
 # tune() runs the planner; render asks once per host, so keep its answer per inventory content.
@@ -73,6 +75,7 @@ def _tune(inv: Inventory) -> tuner.Tuned | None:
     t = tuner.tune(
         planner.load_config(inv.model.path), hosts,
         max_model_len=inv.engine.max_model_len, base_port=inv.ports.engine,
+        quantization=inv.engine.quantization,
     )
     # Engines take consecutive ports from ports.engine: none may be another service's.
     taken = {inv.ports.gateway: "ports.gateway", inv.ports.redis: "ports.redis",

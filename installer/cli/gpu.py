@@ -249,6 +249,7 @@ def print_fit_section(inv: Inventory) -> Tuned | None:
                 inv.engine.gpu_memory_utilization if "gpu_memory_utilization" in user else None
             ),
             base_port=inv.ports.engine,
+            quantization=inv.engine.quantization,
         )
     except TuneError as exc:
         console.print(f"[red]GPU fit: {exc}[/]")

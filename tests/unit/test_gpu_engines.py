@@ -153,3 +153,17 @@ def test_engine_ports_may_not_run_into_another_service(tmp_path: Path) -> None:
     inv = inv.model_copy(update={"ports": inv.ports.model_copy(update={"gateway": 8005})})
     with pytest.raises(TuneError, match=r"includes ports\.gateway 8005"):
         engines.engine_instances(inv, inv.hosts[0])
+
+
+def test_fp8_weights_only_when_the_inventory_asks(tmp_path: Path) -> None:
+    plain = inventory(tmp_path, "deepseek-v2-lite", type="h200", count=1)
+    assert "--quantization" not in engines.engine_instances(plain, plain.hosts[0])[0].args
+    data = plain.model_dump(mode="json", exclude_unset=True)
+    data["engine"]["quantization"] = "fp8"
+    fp8 = Inventory.model_validate(data)
+    args = engines.engine_instances(fp8, fp8.hosts[0])[0].args
+    assert args[args.index("--quantization") + 1] == "fp8"
+    # A GPU without fp8 (Ampere) refuses it, with what to do, before any host is touched.
+    data["gpu"]["type"] = "a100-80g"
+    with pytest.raises(TuneError, match="fp8"):
+        engines.tuned(Inventory.model_validate(data))
