@@ -73,8 +73,13 @@ def e2e_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lab_hosts(e2e_state: Path):
     from installer import lab
 
+    from installer.errors import LabError
+
     inventory = e2e_state / "lab.yml"
-    info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory)
+    try:
+        info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory)
+    except LabError as exc:  # the details (failed units, journal, console) are the diagnosis
+        pytest.fail("\n".join([str(exc), *exc.details]), pytrace=False)
     yield info
     lab.down(name=LAB_NAME)
     assert lab.leftovers(name=LAB_NAME) == [], "lab down left things behind"

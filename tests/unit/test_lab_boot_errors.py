@@ -41,3 +41,41 @@ def test_stop_leaves_a_pid_that_is_not_our_nspawn_alone(tmp_path: Path) -> None:
     # Our own PID is alive but is not systemd-nspawn of that rootfs: never signalled.
     assert hosts.stop(os.getpid(), tmp_path / "rootfs", "10.213.0.11", None) == "not running"
     assert hosts.stop(None, tmp_path / "rootfs", "10.213.0.11", None) == "not running"
+
+
+class _FakeHost:
+    """Answers wait_ready's SSH commands like a booted host whose `unit` failed at boot."""
+
+    def __init__(self, unit: str, fails_again: bool) -> None:
+        self.unit, self.fails_again, self.restarted = unit, fails_again, False
+        self.commands: list[str] = []
+
+    def __call__(
+        self, _key: Path, _known: Path, _address: str, command: str, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        self.commands.append(command)
+        failed = not self.restarted or self.fails_again
+        if command.startswith("systemctl is-system-running"):
+            out = "degraded\n" if failed else "running\n"
+        elif command.startswith("systemctl --failed"):
+            out = f"{self.unit} loaded failed failed Some unit\n" if failed else ""
+        elif command.startswith("systemctl restart"):
+            self.restarted, out = True, ""
+        else:
+            out = "boot log line\n"
+        return subprocess.CompletedProcess(command, 0, out, "")
+
+
+def test_a_unit_that_failed_at_boot_is_restarted_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host = _FakeHost("systemd-logind.service", fails_again=False)
+    monkeypatch.setattr(hosts, "ssh", host)
+    assert hosts.wait_ready("lab1", "10.213.0.11", os.getpid(), _access(tmp_path), _console(tmp_path)) == "running"
+    assert "systemctl restart systemd-logind.service" in host.commands
+
+
+def test_a_unit_that_fails_again_stops_the_lab_and_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts, "ssh", _FakeHost("broken.service", fails_again=True))
+    with pytest.raises(LabError, match=r"reports 'degraded'; failed: broken.service") as err:
+        hosts.wait_ready("lab1", "10.213.0.11", os.getpid(), _access(tmp_path), _console(tmp_path))
+    assert "failed unit: broken.service" in err.value.details
+    assert "journal: boot log line" in err.value.details
