@@ -101,9 +101,8 @@ def serve(settings: Settings, sock: "socket.socket | None", shared: "SharedState
     # pause (measured), a p99 spike in the middle of some stream; frozen, they are skipped.
     gc.collect()
     gc.freeze()
-    # Under several workers the socket is the supervisor's: it behaves as systemd's does.
-    activated = sock is not None and (shared is not None or settings.workers == 1)
-    DrainingServer(config, app.state.gateway, activated=activated).run(sockets=[sock] if sock else None)
+    # A socket from outside (systemd's, or the supervisor's for its workers) outlives this process.
+    DrainingServer(config, app.state.gateway, activated=sock is not None).run(sockets=[sock] if sock else None)
 
 
 def main() -> None:

@@ -47,8 +47,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    return sock  # forked workers share it (inheritance only matters across exec)
 
 
 def prepare_metrics_dir() -> Path:

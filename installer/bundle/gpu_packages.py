@@ -19,20 +19,14 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import jinja2
-import yaml
 
 from installer.bundle import aptrepo
 from installer.errors import BundleError
 from installer.gpu import matrix
 from installer.inventory import Inventory
-from installer.paths import PLAYBOOKS_DIR
-
-
-def _defaults(role: str) -> dict[str, Any]:
-    return yaml.safe_load((PLAYBOOKS_DIR / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+from installer.paths import role_defaults
 
 
 def branches(inv: Inventory) -> dict[int, str]:
@@ -49,7 +43,7 @@ def branches(inv: Inventory) -> dict[int, str]:
 def wanted(inv: Inventory) -> dict[str, list[str]]:
     """{role: [package names]} the GPU roles install by name for this inventory."""
     cuda = inv.gpu.cuda
-    driver = _defaults("nvidia_driver")["nvidia_driver_packages"]
+    driver = role_defaults("nvidia_driver")["nvidia_driver_packages"]
     want: dict[str, list[str]] = {"nvidia_driver": [], "fabricmanager": []}
     for branch, modules in sorted(branches(inv).items()):
         want["nvidia_driver"] += [
@@ -57,13 +51,13 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
             for t in driver
         ]
         want["fabricmanager"].append(
-            _defaults("fabricmanager")["fabricmanager_package"].replace("{branch}", str(branch))
+            role_defaults("fabricmanager")["fabricmanager_package"].replace("{branch}", str(branch))
         )
-    cuda_defaults = _defaults("cuda")
+    cuda_defaults = role_defaults("cuda")
     want["cuda"] = [
         jinja2.Template(t).render({**cuda_defaults, "cuda_version": cuda}) for t in cuda_defaults["cuda_packages"]
     ]
-    want["nccl"] = list(_defaults("nccl")["nccl_packages"])
+    want["nccl"] = list(role_defaults("nccl")["nccl_packages"])
     return want
 
 

@@ -9,18 +9,12 @@ the `serving` group, so the common role installs it, pinned, with DCGM as its de
 same repository. The package name comes from the role's defaults (one source of truth).
 """
 
-from functools import cache
-
-import yaml
-
 from installer.inventory import Inventory
-from installer.paths import PLAYBOOKS_DIR
+from installer.paths import role_defaults
 
 
-@cache
 def exporter_package() -> str:
-    defaults = yaml.safe_load((PLAYBOOKS_DIR / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
-    return str(defaults["monitoring_dcgm_exporter_package"])
+    return str(role_defaults("monitoring")["monitoring_dcgm_exporter_package"])
 
 
 def mark(inv: Inventory, packages: list[dict[str, str]]) -> list[dict[str, str]]:

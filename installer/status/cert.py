@@ -5,20 +5,15 @@ monitoring_cert_expiry_warn_days), yellow within tls.renew_before_days (the next
 re-issues it)."""
 
 from collections.abc import Callable, Sequence
-from functools import cache
 
-import yaml
-
-from installer.paths import PLAYBOOKS_DIR
+from installer.paths import role_defaults
 from installer.status.model import Column, Context, Row
 from installer.tls import store
 
 
-@cache
 def alert_days() -> int:
     """The alert's threshold, from the role that renders the alert (one source of truth)."""
-    defaults = yaml.safe_load((PLAYBOOKS_DIR / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
-    return int(defaults["monitoring_cert_expiry_warn_days"])
+    return int(role_defaults("monitoring")["monitoring_cert_expiry_warn_days"])
 
 
 def days_text(renew_before_days: int) -> Callable[[float], str]:

@@ -47,6 +47,14 @@ def wait_http(
     raise TimeoutError(f"{url} did not answer {status} within {timeout} s")
 
 
+def until(check: Callable[[], Any], timeout: float = 5.0) -> None:
+    """Poll `check` every 50 ms until it is true; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)

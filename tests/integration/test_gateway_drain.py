@@ -17,20 +17,13 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, free_port, stop, wait_http
+from tests.integration.conftest import REPO, free_port, stop, until, wait_http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _chat(max_tokens: int = 2) -> dict[str, Any]:
     return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
-
-
-def _until(check: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_drained_engines_get_no_new_requests(start_upstream: Any, start_gateway: Any, tmp_path: Path) -> None:
@@ -42,7 +35,7 @@ def test_drained_engines_get_no_new_requests(start_upstream: Any, start_gateway:
     })
     # A slow stream on engine a, pinned there before the drain.
     drain.write_text(json.dumps({"engines": ["b"]}))
-    _until(lambda: httpx.get(gateway.url + "/readyz").json()["engines"] == {"a": True, "b": False})
+    until(lambda: httpx.get(gateway.url + "/readyz").json()["engines"] == {"a": True, "b": False})
     done: list[int] = []
 
     def slow() -> None:
@@ -50,10 +43,10 @@ def test_drained_engines_get_no_new_requests(start_upstream: Any, start_gateway:
 
     thread = threading.Thread(target=slow)
     thread.start()
-    _until(lambda: httpx.get(gateway.url + "/readyz").json()["outstanding"]["a"] == 1)
+    until(lambda: httpx.get(gateway.url + "/readyz").json()["outstanding"]["a"] == 1)
 
     drain.write_text(json.dumps({"engines": ["a"]}))  # now a out, b back
-    _until(lambda: httpx.get(gateway.url + "/readyz").json()["engines"] == {"a": False, "b": True})
+    until(lambda: httpx.get(gateway.url + "/readyz").json()["engines"] == {"a": False, "b": True})
     for _ in range(5):
         assert httpx.post(gateway.url + "/v1/chat/completions", json=_chat()).status_code == 200
     # ... while the request it already had runs to its end, and then none is outstanding.
@@ -67,7 +60,7 @@ def test_drained_engines_get_no_new_requests(start_upstream: Any, start_gateway:
     time.sleep(1.2)
     assert httpx.get(gateway.url + "/readyz").json()["engines"]["a"] is False
     drain.unlink()  # no file: nothing drained
-    _until(lambda: httpx.get(gateway.url + "/readyz").json()["engines"] == {"a": True, "b": True})
+    until(lambda: httpx.get(gateway.url + "/readyz").json()["engines"] == {"a": True, "b": True})
 
 
 def _activated(config: Path, listener: socket.socket, out: Path) -> subprocess.Popen[bytes]:

@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration.conftest import until
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CLOSE = {"Connection": "close"}
@@ -25,13 +27,6 @@ def _chat(max_tokens: int = 2) -> dict[str, Any]:
 def _children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split()] if path.exists() else []
-
-
-def _until(check: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_workers_share_limits_counts_and_metrics(start_upstream: Any, start_gateway: Any, keys: Any) -> None:
@@ -70,7 +65,7 @@ def test_workers_share_limits_counts_and_metrics(start_upstream: Any, start_gate
     body = {**_chat(16), "model": "slow", "stream": True}
     thread = threading.Thread(target=post, args=(free, body))
     thread.start()
-    _until(lambda: httpx.get(gateway.url + "/readyz", headers=CLOSE).json()["outstanding"]["slow"] == 1)
+    until(lambda: httpx.get(gateway.url + "/readyz", headers=CLOSE).json()["outstanding"]["slow"] == 1, timeout=10)
     seen = [httpx.get(gateway.url + "/readyz", headers=CLOSE).json()["outstanding"]["slow"] for _ in range(10)]
     thread.join(30)
     assert seen == [1] * 10, seen
@@ -87,8 +82,8 @@ def test_sigterm_drains_every_worker_and_a_dead_worker_is_replaced(
     })
     first = _children(gateway.proc.pid)
     os.kill(first[0], signal.SIGKILL)
-    _until(lambda: len(_children(gateway.proc.pid)) == 2 and first[0] not in _children(gateway.proc.pid))
-    _until(lambda: httpx.get(gateway.url + "/readyz", headers=CLOSE).status_code == 200)
+    until(lambda: len(_children(gateway.proc.pid)) == 2 and first[0] not in _children(gateway.proc.pid), timeout=10)
+    until(lambda: httpx.get(gateway.url + "/readyz", headers=CLOSE).status_code == 200, timeout=10)
 
     results: list[int] = []
 
@@ -120,7 +115,7 @@ def test_workers_go_when_the_supervisor_is_killed(start_upstream: Any, start_gat
     assert len(workers) == 2
     gateway.proc.kill()  # SIGKILL: no chance to stop them itself
     gateway.proc.wait(10)
-    _until(lambda: not any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in workers))
+    until(lambda: not any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in workers), timeout=10)
 
 
 def _state(pid: int) -> str:
