@@ -19,7 +19,10 @@
 #      after the first: a gateway and vLLM's API server do per-chunk work; the first token is
 #      never held back, so TTFT is not delayed)
 #   F  A + --quantization fp8 (online per-tensor fp8 weights: an opt-in, it changes numerics)
-#   B  A + --moe-backend flashinfer_cutlass (FlashInfer's CUTLASS bf16 MoE instead of Triton)
+#   B  the tuner's engine + --moe-backend flashinfer_cutlass (FlashInfer's CUTLASS bf16 MoE
+#      instead of Triton; vLLM's own oracle ranks it below Triton on SM90: measured, not trusted)
+#   Q  the tuner's engine with engine.quantization fp8, exactly as tune(quantization="fp8")
+#      derives it (F without the two A extras, which were inside the noise)
 # ROUNDS lists "slot0:slot1" pairs (SERIAL=1 on one GPU: run one after the other); the default measures A and F against D, each twice (swapped).
 # Round extras: EXTRA_ROUND (default 2) also benches each engine directly (no gateway) and, when
 # GW_WORKERS > 1, through a gateway of that many workers.
@@ -68,7 +71,8 @@ config() {
     T) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}") ;;
     A) CFG_ENV=$TUNED_ENV CFG_ARGS=("${a[@]}") ;;
     F) CFG_ENV=$TUNED_ENV CFG_ARGS=("${a[@]}" --quantization fp8) ;;
-    B) CFG_ENV=$TUNED_ENV CFG_ARGS=("${a[@]}" --moe-backend flashinfer_cutlass) ;;
+    B) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}" --moe-backend flashinfer_cutlass) ;;
+    Q) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}" --quantization fp8) ;;
     *) log "FATAL: unknown config $1"; return 1 ;;
   esac
 }
@@ -213,9 +217,13 @@ both() {
 # either may be "" (SERIAL: one engine at a time)
 measure() {
   local r=$1 d0=$2 d1=$3
-  # a short burst first: Triton JIT-compiles some MoE/attention shapes at their first use
-  # (the engine logs "JIT compilation during inference"), which would land in the figures
-  both "$d0" "$d1" vbench warmup gw 64 16
+  # a warm-up load first: Triton JIT-compiles some MoE/attention shapes at their first use
+  # (the engine logs "JIT compilation during inference"), which would land in the figures. Two
+  # waves of 64 with 64 tokens out, so that mixed prefill+decode steps (the shapes a burst of
+  # short requests never makes) are compiled too: on 2026-11-29 a 64 x 16 warm-up left the fp8
+  # engine's fused_moe_kernel JIT inside the measured run (TTFT p99 2.27 s there, 0.77 s in the
+  # next run on the same engine)
+  both "$d0" "$d1" vbench warmup gw 128 64
   both "$d0" "$d1" vbench gw_c64 gw 256 512
   both "$d0" "$d1" ibench inst_gw_c64 gw
   [ "$r" = "$EXTRA_ROUND" ] || return 0

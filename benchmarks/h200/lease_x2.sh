@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One nvidia-h200-x2 lease for both GPU issues, the steps that need two GPUs done together:
+#  1. the multi-GPU checks (tests/gpu/run_on_gpu.sh: topology, NCCL all-reduce over both GPUs,
+#     the GPU roles in verify mode, the tuner's placement, pytest -m gpu) while no engine holds
+#     a GPU; its captures become tests/unit/fixtures/gpu/h200x2_r580
+#  2. side_by_side.sh: engine configs on GPU 0 and GPU 1 at the same time, swapped next round,
+#     waiting (GATE) for step 1 while it installs vLLM and writes the model
+#
+# usage (repo root on the GPU machine, after the staging calls put the wheels in /root/stash,
+# the installer's own wheels (.whl) in /root/pliwhl and started gen_model.py):
+#   setsid nohup bash benchmarks/h200/lease_x2.sh > /root/lease.log 2>&1 < /dev/null &
+#   bash benchmarks/h200/collect.sh 540     # each call: wait, then tar /root/res to $OUT
+set -u
+cd "$(dirname "$0")/../.."
+REPO=$(pwd) RES=${RES:-/root/res}
+mkdir -p "$RES"
+(
+  # the installer's dependencies (ansible-core, fabric, pydantic 2.14) apart from vLLM's site,
+  # which pins pydantic 2.12
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pli-site /root/pliwhl/*.whl
+  PYTHONPATH=/tmp/pli-site:$REPO FIXTURE=h200x2_r580 timeout 300 bash tests/gpu/run_on_gpu.sh "$RES/gpu9"
+  echo "run_on_gpu exit $?"
+  touch "$RES/gpu9.done"
+) > "$RES/gpu9.log" 2>&1 &
+GATE=$RES/gpu9.done ROUNDS=${ROUNDS:-"D:Q Q:D B:D"} EXTRA_ROUND=${EXTRA_ROUND:-none} \
+  RES=$RES bash benchmarks/h200/side_by_side.sh
