@@ -1,6 +1,7 @@
 """Pick vLLM's Triton fused-MoE tile configs for DeepSeek-V2-Lite's experts on this GPU.
 
-usage: python3 benchmarks/h200/tune_moe.py OUT_DIR [--workers 3] [--hold-until FILE] [--dry-run]
+usage: python3 benchmarks/h200/tune_moe.py OUT_DIR [--dtype bf16|fp8_w8a8] [--workers 3]
+                                            [--hold-until FILE] [--dry-run]
 
 vLLM 0.26 ships tuned configs for E=64 experts of N=1408 only for the B200; on an H200 it
 logs "Using default MoE config. Performance might be sub-optimal!" and runs the generic
@@ -14,7 +15,12 @@ config for each batch size; a full grid (~1,000 configs) costs more device time 
 returns. Kernels are compiled first by --workers processes in parallel (Triton compiles on
 the CPU and caches to TRITON_CACHE_DIR), then timed in one process, each the minimum over
 repeats so that another process on the GPU (an engine starting) only costs repeats.
-Shapes: hidden 2048, 64 routed experts of intermediate 1408, top-6, bf16, as in the model.
+Shapes: hidden 2048, 64 routed experts of intermediate 1408, top-6, bf16, as in the model;
+--dtype fp8_w8a8 times what `--quantization fp8` runs instead (fp8 weights with one scale per
+expert, activations quantized per tensor on the fly) and writes the file vLLM looks up for it,
+E=64,N=1408,device_name=NVIDIA_H200,dtype=fp8_w8a8.json: on 2026-11-29 the fp8 engine's prefill
+ran slower than bf16's (TTFT p50 0.48-0.67 s vs 0.37-0.39 s side by side) with vLLM's default
+tiles for this shape, while vLLM ships tuned fp8 files for E=64 N=320..2560 on the H200.
 It times the functional fused_experts call: below ~48 tokens that is Python and launch time
 (the engine runs such batches in CUDA graphs), so read the rows of 64 tokens and more.
 """
@@ -39,12 +45,17 @@ NEIGHBOURS = (
     "E=64,N=1408,device_name=NVIDIA_B200.json",
     "E=128,N=1024,device_name=NVIDIA_H200.json",
 )
-OUT_NAME = f"E={E},N={N},device_name=NVIDIA_H200.json"
+NEIGHBOURS_FP8 = tuple(n.replace(".json", ",dtype=fp8_w8a8.json") for n in NEIGHBOURS)
 
 
-def candidates(config_dir: Path) -> list[dict[str, int]]:
+def out_name(dtype: str) -> str:
+    suffix = "" if dtype == "bf16" else f",dtype={dtype}"
+    return f"E={E},N={N},device_name=NVIDIA_H200{suffix}.json"
+
+
+def candidates(config_dir: Path, dtype: str) -> list[dict[str, int]]:
     seen: dict[tuple[int, ...], dict[str, int]] = {}
-    for name in NEIGHBOURS:
+    for name in NEIGHBOURS if dtype == "bf16" else NEIGHBOURS + NEIGHBOURS_FP8:
         path = config_dir / name
         if not path.is_file():
             print(f"note: {name} not in this vLLM", file=sys.stderr)
@@ -57,15 +68,24 @@ def candidates(config_dir: Path) -> list[dict[str, int]]:
     return list(seen.values())
 
 
-def _setup():  # type: ignore[no-untyped-def]
+def _setup(dtype: str):  # type: ignore[no-untyped-def]
     import torch
     from vllm.model_executor.layers.fused_moe import fused_experts, override_config
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
     from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config
 
     torch.manual_seed(0)
     dev = "cuda"
     w1 = torch.randn(E, 2 * N, K, device=dev, dtype=torch.bfloat16) * 0.02
     w2 = torch.randn(E, K, N, device=dev, dtype=torch.bfloat16) * 0.02
+    quant = None
+    if dtype == "fp8_w8a8":  # as vLLM's online fp8 stores them: fp8 weights, a scale per expert
+        fp8 = torch.float8_e4m3fn
+        s1 = w1.abs().amax(dim=(1, 2)).float() / torch.finfo(fp8).max
+        s2 = w2.abs().amax(dim=(1, 2)).float() / torch.finfo(fp8).max
+        w1 = (w1 / s1[:, None, None]).to(fp8)
+        w2 = (w2 / s2[:, None, None]).to(fp8)
+        quant = fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2)  # activations: dynamic
     inputs = {}
     for m in BATCHES:
         x = torch.randn(m, K, device=dev, dtype=torch.bfloat16)
@@ -76,22 +96,22 @@ def _setup():  # type: ignore[no-untyped-def]
     def run(m: int, cfg: dict[str, int] | None) -> None:
         x, weights, ids = inputs[m]
         if cfg is None:  # no override and no tuned file: vLLM's default heuristic
-            fused_experts(x, w1, w2, weights, ids)
+            fused_experts(x, w1, w2, weights, ids, quant_config=quant)
         else:
             with override_config(dict(cfg, SPLIT_K=1)):
-                fused_experts(x, w1, w2, weights, ids)
+                fused_experts(x, w1, w2, weights, ids, quant_config=quant)
 
     def default(m: int) -> dict[str, int]:
-        cfg = get_default_config(m, E, N, K, TOPK, None)
+        cfg = get_default_config(m, E, N, K, TOPK, None if dtype == "bf16" else dtype)
         return {k: int(cfg[k]) for k in KEYS if k in cfg}
 
     return torch, run, default
 
 
-def _compile(cands: list[dict[str, int]]) -> list[int]:
+def _compile(cands: list[dict[str, int]], dtype: str) -> list[int]:
     """Run each config once at every batch size (compiles and caches its kernels); returns
     the indices that failed (too much shared memory, say)."""
-    torch, run, _ = _setup()
+    torch, run, _ = _setup(dtype)
     bad = []
     for i, cfg in enumerate(cands):
         try:
@@ -104,9 +124,9 @@ def _compile(cands: list[dict[str, int]]) -> list[int]:
     return bad
 
 
-def _compile_slice(args: tuple[list[dict[str, int]], list[int]]) -> list[int]:
-    cands, idx = args
-    failed = _compile([cands[i] for i in idx])
+def _compile_slice(args: tuple[list[dict[str, int]], list[int], str]) -> list[int]:
+    cands, idx, dtype = args
+    failed = _compile([cands[i] for i in idx], dtype)
     return [idx[j] for j in failed]
 
 
@@ -128,6 +148,7 @@ def time_us(torch, fn, reps: int = 5, calls: int = 8) -> float:  # type: ignore[
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
+    ap.add_argument("--dtype", choices=("bf16", "fp8_w8a8"), default="bf16")
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--dry-run", action="store_true", help="list the candidates and stop")
     ap.add_argument("--hold-until", help="keep the GPU memory held until this file exists")
@@ -137,7 +158,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     import vllm.model_executor.layers.fused_moe as fm
 
-    cands = candidates(Path(fm.__file__).parent / "configs")
+    cands = candidates(Path(fm.__file__).parent / "configs", a.dtype)
     print(f"{len(cands)} candidate configs, {len(BATCHES)} batch sizes")
     if a.dry_run:
         return
@@ -146,13 +167,13 @@ def main() -> None:
     # The pool lives until the end: its workers' GPU memory must not be freed while an engine
     # beside us profiles its memory (vLLM stops when free memory grows under its profile).
     pool = mp.get_context("spawn").Pool(a.workers)
-    bad = sorted(i for part in pool.map(_compile_slice, [(cands, s) for s in slices]) for i in part)
+    bad = sorted(i for part in pool.map(_compile_slice, [(cands, s, a.dtype) for s in slices]) for i in part)
     compile_s = time.time() - t0
     good = [c for i, c in enumerate(cands) if i not in bad]
     print(f"compiled in {compile_s:.0f}s; {len(bad)} configs failed")
-    torch, run, default = _setup()
+    torch, run, default = _setup(a.dtype)
     report: dict[str, object] = {
-        "shape": {"E": E, "N": N, "K": K, "topk": TOPK, "dtype": "bf16"},
+        "shape": {"E": E, "N": N, "K": K, "topk": TOPK, "dtype": a.dtype},
         "device": torch.cuda.get_device_name(),
         "candidates": len(cands),
         "failed": len(bad),
@@ -183,10 +204,10 @@ def main() -> None:
             f"M={m:5d}: default {t_default:8.1f} us, best {best_us:8.1f} us ({t_default / best_us:.2f}x) {best}",
             flush=True,
         )
-    (out / OUT_NAME).write_text(json.dumps(best_cfgs, indent=1))
+    (out / out_name(a.dtype)).write_text(json.dumps(best_cfgs, indent=1))
     report["total_s"] = round(time.time() - t0, 1)
     (out / "moe_tuning.json").write_text(json.dumps(report, indent=1))
-    print(f"wrote {out / OUT_NAME} in {time.time() - t0:.0f}s", flush=True)
+    print(f"wrote {out / out_name(a.dtype)} in {time.time() - t0:.0f}s", flush=True)
     if a.hold_until:
         for _ in range(int(a.hold_max_s)):
             if Path(a.hold_until).exists():

@@ -648,18 +648,26 @@ def _torch_json(python: str, what: str, timeout: float, **opts: Any) -> dict[str
     return json.loads(lines[-1])
 
 
+# Dense bf16 matmul ceiling above every GPU made (B200: ~2,250 TFLOP/s): a measured figure over it
+# means the timing is wrong (events on another device's stream), as the first two-GPU run showed.
+MAX_PLAUSIBLE_TFLOPS = 5000
+
+
 def check_gemm(python: str, size: int, iters: int, min_tflops: float) -> dict[str, Any]:
     r = _torch_json(python, "_gemm", 300, size=size, iters=iters)
     if r.get("status") == "fail":
         return _check("gemm", "fail", r["detail"])
     bad = [g for g in r["gpus"] if not g["correct"]]
     slow = [g for g in r["gpus"] if g["tflops"] < min_tflops]
+    # a figure no GPU reaches is a broken measurement, not a fast GPU: say so instead of passing
+    odd = [g for g in r["gpus"] if g["tflops"] > MAX_PLAUSIBLE_TFLOPS]
     tf = ", ".join(f"gpu{g['index']} {g['tflops']:.0f}" for g in r["gpus"])
-    status = "fail" if bad or slow else "ok"
+    status = "fail" if bad or slow or odd else "ok"
     detail = (
         f"{size}^3 bf16 matmul TFLOP/s: {tf}"
         + (f"; wrong result on {[g['index'] for g in bad]}" if bad else "")
         + (f"; below {min_tflops} TFLOP/s on {[g['index'] for g in slow]}" if slow else "")
+        + (f"; timing implausible on {[g['index'] for g in odd]} (over {MAX_PLAUSIBLE_TFLOPS})" if odd else "")
     )
     return _check("gemm", status, detail, gpus=r["gpus"], torch=r.get("torch"))
 
@@ -781,15 +789,19 @@ def _gemm_worker(opts: dict[str, Any]) -> None:
         gen = torch.Generator(device=dev).manual_seed(i)
         a = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
         b = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
-        for _ in range(3):
-            c = a @ b
-        torch.cuda.synchronize(dev)
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(iters):
-            c = a @ b
-        t1.record()
-        torch.cuda.synchronize(dev)
+        # Events record on the *current* device's stream: without making GPU i current they
+        # timed GPU 0's idle stream while GPU i multiplied (the first two-GPU run, 2026-11-29,
+        # reported 41,938 TFLOP/s for GPU 1)
+        with torch.cuda.device(dev):
+            for _ in range(3):
+                c = a @ b
+            torch.cuda.synchronize(dev)
+            t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0.record()
+            for _ in range(iters):
+                c = a @ b
+            t1.record()
+            torch.cuda.synchronize(dev)
         ms = t0.elapsed_time(t1) / iters
         # correctness on a slice: bf16 inputs, fp32 accumulation, against an fp64 reference
         k = 256

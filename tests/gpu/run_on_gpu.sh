@@ -11,6 +11,10 @@ mkdir -p "$out"
 py=$(command -v python3)
 # NVLink multicast stays off on shared GPU hosts (see the device tool's notes).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# dependencies installed with pip --target keep their console scripts in <target>/bin; ansible-runner
+# (the GPU roles test) starts ansible-playbook by name: on 2026-11-29 it exited 127 without this
+for p in ${PYTHONPATH//:/ }; do [ -d "$p/bin" ] && PATH=$p/bin:$PATH; done
+export PATH
 
 {
   echo "== nvidia-smi"; nvidia-smi

@@ -253,6 +253,38 @@ def test_the_real_h200_facts_carry_topology_numa_and_pcie() -> None:
     assert doctor.nccl_expectation(facts)["high"] == 0  # one GPU: nothing to expect
 
 
+def test_topology_of_the_real_two_gpu_h200_capture() -> None:
+    """`nvidia-smi topo -m` on the project's two-GPU H200 machine (device tool, 2026-11-29): both
+    GPUs on 18 bonded NVLinks, one NUMA node for both."""
+    topo = doctor.parse_topo((FIXTURES / "h200x2_r580" / "topo_m.txt").read_text())
+    assert topo["links"] == {"0,1": "NV18", "1,0": "NV18"}
+    assert [(g["cpu_affinity"], g["numa_affinity"]) for g in topo["gpus"]] == [("0-31", 0), ("0-31", 0)]
+    assert doctor.interconnect(topo) == "NV18"
+
+
+def test_the_real_two_gpu_doctor_run_judges_its_all_reduce_against_nvlink() -> None:
+    """`installer doctor --local --json` on the two-GPU H200: 329 GB/s bus bandwidth at 1 GiB,
+    within 70% of NV18's 338-382 (so no warning), and the facts carry the link for the tuner."""
+    (host,) = json.loads((FIXTURES / "h200x2_r580" / "doctor_check.json").read_text())["hosts"]
+    nccl = next(c for c in host["checks"] if c["name"] == "nccl")
+    assert nccl["status"] == "ok" and nccl["world_size"] == 2 and nccl["correct"]
+    assert nccl["expected"] == {**doctor.expected_busbw("NV18", "hopper")}
+    assert 0.7 * nccl["expected"]["low"] < nccl["busbw_gbps"] < nccl["expected"]["high"]
+    assert doctor.nccl_expectation(host["facts"])["link"] == "NV18"
+
+
+def test_an_impossible_gemm_figure_fails_instead_of_passing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two-GPU run's GEMM check timed GPU 1 on GPU 0's stream and reported 41,938 TFLOP/s
+    (fixed in _gemm_worker); such a figure now fails the check instead of reading as fast."""
+    (host,) = json.loads((FIXTURES / "h200x2_r580" / "doctor_check.json").read_text())["hosts"]
+    measured = next(c for c in host["checks"] if c["name"] == "gemm")["gpus"]
+    monkeypatch.setattr(doctor, "_torch_json", lambda *a, **k: {"status": "ok", "gpus": measured})
+    r = doctor.check_gemm("python3", 8192, 20, 100.0)
+    assert r["status"] == "fail" and "timing implausible on [1]" in r["detail"]
+    monkeypatch.setattr(doctor, "_torch_json", lambda *a, **k: {"status": "ok", "gpus": measured[:1]})
+    assert doctor.check_gemm("python3", 8192, 20, 100.0)["status"] == "ok"  # GPU 0's 802 is real
+
+
 def _fake_allreduce(busbw: float) -> dict[str, Any]:
     row = {"size_mib": 1024, "time_ms": 5.0, "algbw_gbps": busbw, "busbw_gbps": busbw}
     return {"status": "ok", "world_size": 2, **row, "sizes": [row], "correct": True, "nccl": "2.28.9"}

@@ -206,6 +206,21 @@ def test_the_real_h200_facts_give_one_pinned_engine() -> None:
     assert e.gpus == [0] and e.numa_nodes == [0] and e.cpus == "0-15"
 
 
+def test_the_real_two_gpu_h200_facts_place_tp2_over_nvlink() -> None:
+    """Facts from `installer doctor` on the two-GPU H200 machine (2026-11-29): a model that fits
+    one GPU gets one engine per GPU, each on its own half of the CPUs; a 70B model gets TP 2
+    over the NV18 link."""
+    (host,) = json.loads((FIXTURES / "h200x2_r580" / "doctor_check.json").read_text())["hosts"]
+    hw = HostHardware.from_facts(host["facts"])
+    assert hw.link(0, 1) == "NV18"
+    lite = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
+    assert [(e.gpus, e.cpus, e.env["CUDA_VISIBLE_DEVICES"]) for e in lite.engines] == [
+        ([0], "0-15", "0"), ([1], "16-31", "1")]
+    big = tune(preset("deepseek-r1-distill-llama-70b"), [hw], max_model_len=8192)
+    (e,) = big.engines
+    assert big.settings["tensor_parallel_size"] == 2 and e.gpus == [0, 1] and e.cpus == "0-31"
+
+
 # ---------------------------------------------------------------- fp8 weights: an explicit opt-in
 
 
