@@ -9,6 +9,8 @@
 # usage (repo root on the GPU machine, after the staging calls put the wheels in /root/stash,
 # the installer's own wheels (.whl) in /root/pliwhl and started gen_model.py):
 #   setsid nohup bash benchmarks/h200/lease_x2.sh > /root/lease.log 2>&1 < /dev/null &
+# in the last staging call, right away: side_by_side.sh waits for the model itself (gating the
+# start on /root/dsv2.done in that call cost the 2026-11-29 lease 520 s of waiting on nothing)
 #   bash benchmarks/h200/collect.sh 540     # each call: wait, then tar /root/res to $OUT
 set -u
 cd "$(dirname "$0")/../.."
