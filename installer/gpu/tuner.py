@@ -80,13 +80,19 @@ CAPTURE_WHY = (
 #   in both (0.57 vs 0.32-0.35 s, 0.44 vs 0.38-0.42 s): prefill runs slower (online per-tensor
 #   fp8: activation quantization per GEMM, Triton fp8 MoE without tuned tiles for this GPU).
 #   One run (the second was cut by the device budget).
+# Third lease, 2026-11-29 (two H200s, benchmarks/h200/lease_x2.sh; h200_side_by_side_x2.json): the
+# defaults and this engine with fp8 weights SIDE BY SIDE, one per GPU at once, swapped between
+# rounds, each after a warm-up that absorbed every Triton JIT: fp8 1.28x/1.28x (vllm bench) and
+# 1.26x/1.25x (installer bench), TTFT p99 11-30% worse in all four runs, TTFT p50 22-92% worse.
+# So the slower prefill is real, not a JIT spike or run order: fp8 stays an opt-in. FlashInfer
+# CUTLASS bf16 MoE was still JIT-building its kernels 5 min after start: not measured.
 # - Already vLLM 0.26's defaults on an H200, so nothing to set: async scheduling (on), prefix
 #   caching (on), max_num_batched_tokens 8192 with chunked prefill, the Triton MoE backend (its
 #   oracle ranks FlashInfer CUTLASS below Triton on SM90 as slower; TRT-LLM bf16 MoE is SM100).
 FP8_WHY = (
-    "fp8 weights asked for: on an H200 at concurrency 64 they gave 1.15-1.35x output tok/s "
-    "(decode reads half the expert bytes) but change the model's numerics (per-tensor scales) and "
-    "slowed prefill (TTFT p50 worse; TTFT p99 better or 4x worse by benchmark); never a default"
+    "fp8 weights asked for: on an H200 at concurrency 64 they gave 1.25-1.28x output tok/s side by "
+    "side with the defaults (decode reads half the expert bytes) but change the model's numerics "
+    "(per-tensor scales) and slow prefill (TTFT p99 11-30% worse, p50 22-92%); never a default"
 )
 
 

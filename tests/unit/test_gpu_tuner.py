@@ -225,7 +225,7 @@ def test_the_real_two_gpu_h200_facts_place_tp2_over_nvlink() -> None:
 
 
 def test_fp8_weights_only_when_asked_for() -> None:
-    """Measured on the H200 (benchmarks/results/h200_side_by_side.json): 1.22-1.35x output tok/s
+    """Measured on H200s (benchmarks/results/h200_side_by_side_x2.json): 1.25-1.28x output tok/s
     at concurrency 64 but changed numerics and slower prefill, so never derived for speed."""
     h200 = [HostHardware.of_type("h", gpu_type("h200"), 1)]
     plain = tune(preset("deepseek-v2-lite"), h200, max_model_len=4096)

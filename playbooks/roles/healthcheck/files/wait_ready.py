@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 url, model, timeout_s, unit = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-ca_file, client_cert, client_key = (sys.argv[5:8] + ["", "", ""])[:3]
+ca_file, client_cert, client_key = [*sys.argv[5:8], "", "", ""][:3]
 CONTEXT = None
 if url.startswith("https://"):
     CONTEXT = ssl.create_default_context(cafile=ca_file or None)
