@@ -23,6 +23,8 @@
 #      instead of Triton; vLLM's own oracle ranks it below Triton on SM90: measured, not trusted)
 #   Q  the tuner's engine with engine.quantization fp8, exactly as tune(quantization="fp8")
 #      derives it (F without the two A extras, which were inside the noise)
+#   Qt Q with Triton fp8 MoE tiles tuned for this shape on this GPU (tune_moe.py --dtype fp8_w8a8,
+#      written to $MOE_DIR before the rounds; lease_x2.sh TUNE_FP8=1 does it)
 # ROUNDS lists "slot0:slot1" pairs (SERIAL=1 on one GPU: run one after the other); the default measures A and F against D, each twice (swapped).
 # Round extras: EXTRA_ROUND (default 2) also benches each engine directly (no gateway) and, when
 # GW_WORKERS > 1, through a gateway of that many workers.
@@ -42,6 +44,8 @@ GW_WORKERS=${GW_WORKERS:-1}
 # side by side; the pairs still alternate which config goes first.
 SERIAL=${SERIAL:-0}
 ENG_BASE=${ENG_BASE:-8000} GW_BASE=${GW_BASE:-8080}
+# tuned MoE tile files (config Qt); outside the repo: each device call re-syncs the working tree
+MOE_DIR=${MOE_DIR:-$BASE/moe}
 # the environment every process gets (multicast off), log(), engine_env, install_vllm, write_gateway_key
 . benchmarks/h200/common.sh
 
@@ -73,6 +77,7 @@ config() {
     F) CFG_ENV=$TUNED_ENV CFG_ARGS=("${a[@]}" --quantization fp8) ;;
     B) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}" --moe-backend flashinfer_cutlass) ;;
     Q) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}" --quantization fp8) ;;
+    Qt) CFG_ENV="$TUNED_ENV VLLM_TUNED_CONFIG_FOLDER=$MOE_DIR" CFG_ARGS=("${TUNED_ARGS[@]}" --quantization fp8) ;;
     *) log "FATAL: unknown config $1"; return 1 ;;
   esac
 }
