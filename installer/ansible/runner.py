@@ -59,6 +59,12 @@ _STATUS = {
 
 def _failure_text(res: dict[str, Any]) -> str:
     """The most telling line of a failed result: a command's stderr beats Ansible's summary."""
+    # A loop fails as "One or more items failed"; the reason is in the first failed item.
+    failed_items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if failed_items:
+        item = failed_items[0]
+        label = item.get("_ansible_item_label", item.get(str(item.get("ansible_loop_var") or "item"), ""))
+        return f"{label}: {_failure_text(item)}" if label not in ("", None) else _failure_text(item)
     msg = str(res.get("msg") or "")
     stderr = str(res.get("stderr") or "").strip()
     if stderr and (not msg or "non-zero return code" in msg):

@@ -125,3 +125,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slots = [i for i, item in enumerate(items) if item.path.parent == here]
     for slot, item in zip(slots, sorted((items[i] for i in slots), key=rank), strict=True):
         items[slot] = item
+
+
+# What the hosts' units said, attached to a failed test's report: CI keeps only pytest's output,
+# not the run logs, and a failure like "Restart engine" is undiagnosable without it.
+_JOURNAL = (
+    "systemctl --no-pager --lines=0 status 'private-llm-*' 2>&1 | grep -E '●|Active:|Main PID:' ; "
+    "journalctl --no-pager -o short-monotonic -n 40 -u 'private-llm-*' 2>&1 | cut -c1-300"
+)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    lab = getattr(item, "funcargs", {}).get("lab_hosts")
+    if report.failed and call.when == "call" and lab is not None:
+        for host in lab.hosts:
+            try:
+                text = host_run(lab, host, _JOURNAL)
+            except (AssertionError, subprocess.SubprocessError) as exc:
+                text = f"(could not read: {exc})"
+            report.sections.append((f"units on {host.name}", text))
+    return report
