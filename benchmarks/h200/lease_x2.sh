@@ -12,8 +12,9 @@
 # in the last staging call, right away: side_by_side.sh waits for the model itself (gating the
 # start on /root/dsv2.done in that call cost the 2026-11-29 lease 520 s of waiting on nothing)
 #   bash benchmarks/h200/collect.sh 540     # each call: wait, then tar /root/res to $OUT
-# next lease (fp8 with tuned tiles against the defaults, then FlashInfer's CUTLASS MoE, whose first
-# start JIT-builds kernels for over 5 min):  TUNE_FP8=1 ROUNDS="Qt:D D:Qt B:D" bash ...lease_x2.sh
+# 2026-11-30 (fp8 with tuned tiles against the defaults; later rounds from /root/more_rounds, which
+# a collect call may rewrite once the first rounds' figures are in):
+#   printf 'Qt16:D\nD:Qt16\n' > /root/more_rounds; TUNE_FP8=1 ROUNDS="Qt:D D:Qt" bash ...lease_x2.sh
 set -u
 cd "$(dirname "$0")/../.."
 REPO=$(pwd) RES=${RES:-/root/res}

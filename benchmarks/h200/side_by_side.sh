@@ -25,7 +25,11 @@
 #      derives it (F without the two A extras, which were inside the noise)
 #   Qt Q with Triton fp8 MoE tiles tuned for this shape on this GPU (tune_moe.py --dtype fp8_w8a8,
 #      written to $MOE_DIR before the rounds; lease_x2.sh TUNE_FP8=1 does it)
+#   Qt16 Qt + --max-num-batched-tokens 16384 (fp8 GEMMs need bigger tiles of work to reach their
+#      peak: the c64 burst's 64 x 1024 prompt tokens in 4 steps instead of 8)
 # ROUNDS lists "slot0:slot1" pairs (SERIAL=1 on one GPU: run one after the other); the default measures A and F against D, each twice (swapped).
+# After them, pairs are taken one line at a time from $BASE/more_rounds while it has any: a device
+# call can choose the next rounds from the figures of the first ones while the script runs.
 # Round extras: EXTRA_ROUND (default 2) also benches each engine directly (no gateway) and, when
 # GW_WORKERS > 1, through a gateway of that many workers.
 # The engines share one persistent compile cache (the engine role's layout), so each config's
@@ -78,6 +82,8 @@ config() {
     B) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}" --moe-backend flashinfer_cutlass) ;;
     Q) CFG_ENV=$TUNED_ENV CFG_ARGS=("${TUNED_ARGS[@]}" --quantization fp8) ;;
     Qt) CFG_ENV="$TUNED_ENV VLLM_TUNED_CONFIG_FOLDER=$MOE_DIR" CFG_ARGS=("${TUNED_ARGS[@]}" --quantization fp8) ;;
+    Qt16) CFG_ENV="$TUNED_ENV VLLM_TUNED_CONFIG_FOLDER=$MOE_DIR"
+      CFG_ARGS=("${TUNED_ARGS[@]}" --quantization fp8 --max-num-batched-tokens 16384) ;;
     *) log "FATAL: unknown config $1"; return 1 ;;
   esac
 }
@@ -231,6 +237,9 @@ measure() {
   both "$d0" "$d1" vbench warmup gw 128 64
   both "$d0" "$d1" vbench gw_c64 gw 256 512
   both "$d0" "$d1" ibench inst_gw_c64 gw
+  # prefill alone (1 token out, no decode steps beside it): how fast each engine prefills, the
+  # part of TTFT that fp8 weights slowed on 2026-11-29
+  both "$d0" "$d1" vbench prefill_c64 gw 256 1
   [ "$r" = "$EXTRA_ROUND" ] || return 0
   # one GPU (SERIAL): only the default engine gets the extras (device time)
   if [ "$SERIAL" = 1 ]; then case "$d0$d1" in *_D) ;; *) return 0 ;; esac; fi
@@ -252,13 +261,25 @@ measure() {
   for s in $slots; do gateway $s 1 && routed $s; done
 }
 
+# next_pair: the next "slot0:slot1" pair: ROUNDS first, then the first line of $BASE/more_rounds
+# (taken off the file); fails when none is left
+next_pair() {
+  local done=$(( r )) pairs
+  read -ra pairs <<< "$ROUNDS"
+  if [ "$done" -lt "${#pairs[@]}" ]; then echo "${pairs[$done]}"; return 0; fi
+  local f=$BASE/more_rounds line
+  [ -s "$f" ] || return 1
+  line=$(head -n1 "$f" | tr -d '[:space:]'); sed -i 1d "$f"
+  [ -n "$line" ] && echo "$line"
+}
+
 main() {
   setup || exit 1
   [ -n "${GATE:-}" ] && { log "waiting for $GATE"; for i in $(seq 1 600); do [ -f "$GATE" ] && break; sleep 1; done; }
   gateway 0 1 && gateway 1 1 || exit 1
   log "gateways up (1 worker each)"
-  local r=0
-  for pair in $ROUNDS; do
+  local r=0 pair
+  while pair=$(next_pair); do
     r=$((r + 1))
     local c0=${pair%%:*} c1=${pair##*:}
     local d0=$RES/R${r}_gpu0_$c0 d1=$RES/R${r}_gpu1_$c1

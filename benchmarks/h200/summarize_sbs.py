@@ -18,7 +18,7 @@ from typing import Any
 
 from summarize import run_summary
 
-LABELS = ("gw_c64", "inst_gw_c64", "inst_direct_c64")
+LABELS = ("gw_c64", "inst_gw_c64", "inst_direct_c64", "prefill_c64")
 _DIR = re.compile(r"R(\d+)_(gpu\d|a|b)_(\w+)$")
 
 
@@ -67,6 +67,9 @@ def main(raw: str, out_path: str) -> None:
                 "ratios": [v["output_tok_s_ratio"] for v in vals],
                 "median_ttft_p99_ms_default_vs_candidate": [
                     round(statistics.median(v["ttft_p99_ms"][i] for v in vals), 1) for i in (0, 1)
+                ],
+                "median_ttft_p50_ms_default_vs_candidate": [
+                    round(statistics.median(v["ttft_p50_ms"][i] for v in vals), 1) for i in (0, 1)
                 ],
             }
         by_candidate[cand] = summary

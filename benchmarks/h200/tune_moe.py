@@ -78,6 +78,7 @@ def _setup(dtype: str):  # type: ignore[no-untyped-def]
     dev = "cuda"
     w1 = torch.randn(E, 2 * N, K, device=dev, dtype=torch.bfloat16) * 0.02
     w2 = torch.randn(E, K, N, device=dev, dtype=torch.bfloat16) * 0.02
+    w1_bf16, w2_bf16 = w1, w2
     quant = None
     if dtype == "fp8_w8a8":  # as vLLM's online fp8 stores them: fp8 weights, a scale per expert
         fp8 = torch.float8_e4m3fn
@@ -105,13 +106,17 @@ def _setup(dtype: str):  # type: ignore[no-untyped-def]
         cfg = get_default_config(m, E, N, K, TOPK, None if dtype == "bf16" else dtype)
         return {k: int(cfg[k]) for k in KEYS if k in cfg}
 
-    return torch, run, default
+    def run_bf16(m: int) -> None:  # the bf16 engine's MoE at this size (vLLM's default tiles)
+        x, weights, ids = inputs[m]
+        fused_experts(x, w1_bf16, w2_bf16, weights, ids)
+
+    return torch, run, default, run_bf16
 
 
 def _compile(cands: list[dict[str, int]], dtype: str) -> list[int]:
     """Run each config once at every batch size (compiles and caches its kernels); returns
     the indices that failed (too much shared memory, say)."""
-    torch, run, _ = _setup(dtype)
+    torch, run, _, _ = _setup(dtype)
     bad = []
     for i, cfg in enumerate(cands):
         try:
@@ -171,7 +176,7 @@ def main() -> None:
     compile_s = time.time() - t0
     good = [c for i, c in enumerate(cands) if i not in bad]
     print(f"compiled in {compile_s:.0f}s; {len(bad)} configs failed")
-    torch, run, default = _setup(a.dtype)
+    torch, run, default, run_bf16 = _setup(a.dtype)
     report: dict[str, object] = {
         "shape": {"E": E, "N": N, "K": K, "topk": TOPK, "dtype": a.dtype},
         "device": torch.cuda.get_device_name(),
@@ -183,6 +188,9 @@ def main() -> None:
     best_cfgs: dict[str, dict[str, int]] = {}
     for m in BATCHES:
         t_default = time_us(torch, lambda m=m: run(m, None))
+        # fp8: the bf16 engine's MoE too, so the file says whether fp8 experts are slower at
+        # prefill sizes (as the fp8 engine's TTFT was) or faster, with and without tuned tiles
+        t_bf16 = time_us(torch, lambda m=m: run_bf16(m)) if a.dtype != "bf16" else None
         timed = []
         for cfg in [*good, default(m)]:
             try:
@@ -200,8 +208,12 @@ def main() -> None:
             "default": default(m),
             "top3": [[round(t, 1), c] for t, c in timed[:3]],
         }
+        bf16 = ""
+        if t_bf16 is not None:
+            report["batches"][str(m)]["bf16_default_us"] = round(t_bf16, 1)  # type: ignore[index]
+            bf16 = f", bf16 {t_bf16:8.1f} us"
         print(
-            f"M={m:5d}: default {t_default:8.1f} us, best {best_us:8.1f} us ({t_default / best_us:.2f}x) {best}",
+            f"M={m:5d}: default {t_default:8.1f} us, best {best_us:8.1f} us ({t_default / best_us:.2f}x){bf16} {best}",
             flush=True,
         )
     (out / out_name(a.dtype)).write_text(json.dumps(best_cfgs, indent=1))
