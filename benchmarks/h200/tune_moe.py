@@ -21,8 +21,11 @@ expert, activations quantized per tensor on the fly) and writes the file vLLM lo
 E=64,N=1408,device_name=NVIDIA_H200,dtype=fp8_w8a8.json: on 2026-11-29 the fp8 engine's prefill
 ran slower than bf16's (TTFT p50 0.48-0.67 s vs 0.37-0.39 s side by side) with vLLM's default
 tiles for this shape, while vLLM ships tuned fp8 files for E=64 N=320..2560 on the H200.
-It times the functional fused_experts call: below ~48 tokens that is Python and launch time
-(the engine runs such batches in CUDA graphs), so read the rows of 64 tokens and more.
+It times the functional fused_experts call without CUDA graphs: up to ~2,048 tokens that is
+mostly Python and launch time (the engine runs decode batches in CUDA graphs), and the
+override_config path adds its own, so on 2026-11-30 the fp8 "best" came out slower than the
+default at 48 and 1,024 tokens. Read the rows of 4,096 tokens and more; the small rows need
+CUDA-graph timing before a file of them is worth shipping.
 """
 
 import argparse
