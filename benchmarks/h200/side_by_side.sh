@@ -25,8 +25,8 @@
 #      derives it (F without the two A extras, which were inside the noise)
 #   Qt Q with Triton fp8 MoE tiles tuned for this shape on this GPU (tune_moe.py --dtype fp8_w8a8,
 #      written to $MOE_DIR before the rounds; lease_x2.sh TUNE_FP8=1 does it)
-#   Qt16 Qt + --max-num-batched-tokens 16384 (fp8 GEMMs need bigger tiles of work to reach their
-#      peak: the c64 burst's 64 x 1024 prompt tokens in 4 steps instead of 8)
+#   Qt16 Qt + --max-num-batched-tokens 16384 (the c64 burst's 64 x 1024 prompt tokens in 4 steps
+#      instead of 8: fewer of the fp8 engine's slower prefill steps)
 # ROUNDS lists "slot0:slot1" pairs (SERIAL=1 on one GPU: run one after the other); the default measures A and F against D, each twice (swapped).
 # After them, pairs are taken one line at a time from $BASE/more_rounds while it has any: a device
 # call can choose the next rounds from the figures of the first ones while the script runs.

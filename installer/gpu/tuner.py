@@ -95,9 +95,10 @@ CAPTURE_WHY = (
 # - fp8 weights + --max-num-batched-tokens 16384 (the same tiles): output tok/s 1.30x/1.31x (vllm
 #   bench) and 1.33x/1.32x (installer bench) of the defaults, TTFT p99 886 vs 921 ms and 783 vs
 #   1,019 ms (medians of the two swapped rounds; one run of four 5% worse, three better), TTFT p50
-#   worse (405 -> 657 ms, 397 -> 545). The burst of 64 prompts prefills in 4 steps instead of 8,
-#   and an fp8 step's fixed costs (activation scales per GEMM, the decodes carried along) are paid
-#   half as often. So with fp8 weights on Hopper the tuner sets 16384 (FP8_BATCH_WHY); with bf16
+#   worse (405 -> 657 ms, 397 -> 545). The burst of 64 prompts prefills in 4 steps instead of 8;
+#   presumably an fp8 step's fixed costs (activation scales per GEMM, the decodes carried along)
+#   are then paid half as often (not profiled). So with fp8 weights on Hopper the tuner sets 16384
+#   (FP8_BATCH_WHY); the tile file is left out, as Qt with it matched Q without it. With bf16
 #   weights it was inside the noise (second lease, above) and stays vLLM's 8192.
 # - Already vLLM 0.26's defaults on an H200, so nothing to set: async scheduling (on), prefix
 #   caching (on), max_num_batched_tokens 8192 with chunked prefill, the Triton MoE backend (its
@@ -110,7 +111,7 @@ FP8_WHY = (
 FP8_BATCH = 16384
 FP8_BATCH_WHY = (
     "fp8 weights on Hopper: a burst of prompts prefills in half the steps; with vLLM's 8192 the fp8 "
-    "engine's TTFT p99 was 6-18% worse than the bf16 defaults', with 16384 it was no worse (H200)"
+    "engine's TTFT p99 was 6-30% worse than the bf16 defaults', with 16384 it was no worse (H200)"
 )
 # The advice for bf16 checkpoints on Hopper: the one measured way past 1.10x, left to the operator
 # because it changes the model's outputs.
