@@ -119,14 +119,16 @@ def test_engine_runs_as_a_hardened_service_from_the_release(deployed: Run, lab_h
             # the engine user cannot write the release's venv: its bytecode goes to the cache
             "find /var/cache/private-llm/pycache -path '*vllm/entrypoints/openai/*' -name '*.pyc' "
             "-user private-llm | wc -l; "
-            "find /opt/private-llm/current/venv -path '*vllm/entrypoints/openai/*' -name '*.pyc' | wc -l",
+            "find /opt/private-llm/current/venv -path '*vllm/entrypoints/openai/*' -name '*.pyc' | wc -l; "
+            # the gateway's was compiled at install
+            "find /opt/private-llm/current/gateway-venv -path '*/service/__pycache__/app.*.pyc' | wc -l",
         )
         lines = out.stdout.splitlines()
         assert lines[:2] == ["active", "active"], out.stdout + out.stderr
         assert lines[2] == "private-llm"
         assert lines[3] == f"/opt/private-llm/releases/{release}"
         assert lines[4] == "install ok installed"
-        assert int(lines[5]) > 0 and int(lines[6]) == 0, out.stdout
+        assert int(lines[5]) > 0 and int(lines[6]) == 0 and int(lines[7]) == 1, out.stdout
 
 
 def test_hosts_have_no_route_out(lab_hosts) -> None:
