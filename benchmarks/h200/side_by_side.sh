@@ -264,9 +264,9 @@ measure() {
 # next_pair: the next "slot0:slot1" pair: ROUNDS first, then the first line of $BASE/more_rounds
 # (taken off the file); fails when none is left
 next_pair() {
-  local done=$(( r )) pairs
+  local n=$r pairs
   read -ra pairs <<< "$ROUNDS"
-  if [ "$done" -lt "${#pairs[@]}" ]; then echo "${pairs[$done]}"; return 0; fi
+  if [ "$n" -lt "${#pairs[@]}" ]; then echo "${pairs[$n]}"; return 0; fi
   local f=$BASE/more_rounds line
   [ -s "$f" ] || return 1
   line=$(head -n1 "$f" | tr -d '[:space:]'); sed -i 1d "$f"
