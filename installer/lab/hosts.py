@@ -99,14 +99,20 @@ def wait_ready(
             if state == "running":
                 return state
             failed = _failed_units(access, address)
-            # A unit of the base system that timed out while the shared machine was overloaded
-            # (seen once in CI: a lab of a clean-clone run came up 'degraded') gets one restart;
-            # a unit that fails again is a real problem and stops the lab.
+            # A unit of the base system that failed while the shared machine was overloaded (seen
+            # in CI: a unit timed out; systemd-tmpfiles-setup exited 219/CGROUP) gets one more
+            # start; a unit that fails again is a real problem and stops the lab. `start`, not
+            # `restart`: units with RefuseManualStop=yes (systemd-tmpfiles-setup is one) refuse a
+            # restart, and `start` re-runs a failed unit just the same.
             if failed and not retried:
                 retried = True
-                log.warning("%s: restarting unit(s) that failed at boot: %s", name, ", ".join(failed))
-                ssh(access.key, access.known_hosts, address,
-                    "systemctl restart " + " ".join(failed), timeout=max(10.0, remaining))
+                log.warning("%s: starting again unit(s) that failed at boot: %s", name, ", ".join(failed))
+                units = " ".join(failed)
+                again = ssh(access.key, access.known_hosts, address,
+                            f"systemctl reset-failed {units}; systemctl start {units}",
+                            timeout=max(10.0, remaining))
+                if again.returncode != 0:
+                    log.warning("%s: starting %s again failed: %s", name, units, again.stderr.strip())
                 continue
             journal = ssh(access.key, access.known_hosts, address,
                           "journalctl -b --no-pager -n 30 " + " ".join(f"-u {u}" for u in failed),

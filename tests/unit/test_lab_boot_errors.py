@@ -60,17 +60,24 @@ class _FakeHost:
         elif command.startswith("systemctl --failed"):
             out = f"{self.unit} loaded failed failed Some unit\n" if failed else ""
         elif command.startswith("systemctl restart"):
+            # Like systemd for a unit with RefuseManualStop=yes (systemd-tmpfiles-setup.service).
+            return subprocess.CompletedProcess(command, 1, "", "Operation refused, unit may not be stopped.")
+        elif command.startswith("systemctl reset-failed") and f"systemctl start {self.unit}" in command:
             self.restarted, out = True, ""
         else:
             out = "boot log line\n"
         return subprocess.CompletedProcess(command, 0, out, "")
 
 
-def test_a_unit_that_failed_at_boot_is_restarted_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    host = _FakeHost("systemd-logind.service", fails_again=False)
+@pytest.mark.parametrize("unit", ["systemd-logind.service", "systemd-tmpfiles-setup.service"])
+def test_a_unit_that_failed_at_boot_is_started_once_more(
+    unit: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI once failed because systemd-tmpfiles-setup (RefuseManualStop=yes) refused a `restart`.
+    host = _FakeHost(unit, fails_again=False)
     monkeypatch.setattr(hosts, "ssh", host)
     assert hosts.wait_ready("lab1", "10.213.0.11", os.getpid(), _access(tmp_path), _console(tmp_path)) == "running"
-    assert "systemctl restart systemd-logind.service" in host.commands
+    assert f"systemctl reset-failed {unit}; systemctl start {unit}" in host.commands
 
 
 def test_a_unit_that_fails_again_stops_the_lab_and_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
