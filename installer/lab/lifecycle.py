@@ -1,5 +1,6 @@
 """`up`, `status`, `down` and `leftovers` of a lab: the orchestration over the other modules."""
 
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -16,6 +17,8 @@ from installer.lab import hosts as lab_hosts
 from installer.lab.hosts import SSHAccess
 from installer.lab.naming import HostPlan, LabPlan
 from installer.lab.state import HostRecord, LabState
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NAME = "lab"
 DEFAULT_SUBNET = "10.213.0.0/24"
@@ -368,7 +371,7 @@ def down(name: str = DEFAULT_NAME) -> None:
     here = state.lab_dir(name)
     with state.locked(name):
         owner = network.bridge_owner(bridge)
-        if owner and owner != str(here):
+        if owner and owner != str(here) and not _orphaned(name, Path(owner)):
             raise LabError(
                 f"bridge {bridge} belongs to the lab whose state is in {owner}: run "
                 f"`installer lab down --name {name}` in that project; nothing was changed"
@@ -415,6 +418,18 @@ def down(name: str = DEFAULT_NAME) -> None:
     left = leftovers(name)
     if left:
         raise LabError(f"lab {name!r} was not fully removed", left)
+
+
+def _orphaned(name: str, owner: Path) -> bool:
+    """True if another lab directory owns the bridge but that directory is gone and nothing runs
+    in the lab's namespaces: its project was deleted (or ran in a container that has ended)
+    while the lab was up, and only the network plumbing is left, which nobody else can remove."""
+    if owner.exists():
+        return False
+    if any(processes.pids_in_netns(network.NETNS_DIR / ns) for ns in network.lab_netns(name)):
+        return False
+    log.warning("lab %r: its state %s is gone and nothing runs in it; removing what is left", name, owner)
+    return True
 
 
 def leftovers(name: str = DEFAULT_NAME) -> list[str]:

@@ -73,11 +73,15 @@ def e2e_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lab_hosts(e2e_state: Path):
     from installer import lab
     from installer.errors import LabError
+    from installer.lab import state
 
     inventory = e2e_state / "lab.yml"
+    if state.load(LAB_NAME) is None and lab.leftovers(name=LAB_NAME):
+        lab.down(name=LAB_NAME)  # debris of a run that was killed: `lab up` would refuse it
     try:
         info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory)
     except LabError as exc:  # the details (failed units, journal, console) are the diagnosis
+        lab.down(name=LAB_NAME)  # a failed run must not leave the next one a half-made lab
         pytest.fail("\n".join([str(exc), *exc.details]), pytrace=False)
     yield info
     lab.down(name=LAB_NAME)

@@ -60,3 +60,41 @@ def test_missing_nspawn_names_its_package(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(lifecycle.shutil, "which", lambda t: None if t == "systemd-nspawn" else t)
     with pytest.raises(LabError, match="systemd-container"):
         lab.up(1)
+
+
+def _bridge_of(monkeypatch: pytest.MonkeyPatch, owner: Path, pids: list[int]) -> list[Path]:
+    """`down --name ci` as root, with bridge plb-ci owned by `owner` and `pids` in its namespace."""
+    from installer.lab import network, processes
+
+    _as_uid(monkeypatch, 0)
+    monkeypatch.setattr(lifecycle.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(network, "bridge_owner", lambda bridge: str(owner))
+    monkeypatch.setattr(network, "lab_netns", lambda name: ["pli-ci-1"])
+    monkeypatch.setattr(processes, "pids_in_netns", lambda path: pids)
+    deleted: list[Path] = []
+    monkeypatch.setattr(network, "delete_netns", lambda ns: deleted.append(Path(ns)))
+    return deleted
+
+
+def test_down_leaves_a_lab_of_another_project_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    deleted = _bridge_of(monkeypatch, tmp_path, pids=[])  # its folder exists: someone else's lab
+    with pytest.raises(LabError, match=rf"belongs to the lab whose state is in {tmp_path}.*nothing was changed"):
+        lab.down("ci")
+    assert deleted == []
+
+
+def test_down_leaves_a_running_lab_alone_even_if_its_folder_is_gone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    deleted = _bridge_of(monkeypatch, tmp_path / "gone", pids=[4242])
+    with pytest.raises(LabError, match=r"belongs to the lab"):
+        lab.down("ci")
+    assert deleted == []
+
+
+def test_orphaned_lab_is_recognised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A CI run in a container that shares this machine's network left plb-ci and its namespaces
+    # behind, owned by a folder that no longer exists here and running nothing.
+    _bridge_of(monkeypatch, tmp_path / "gone", pids=[])
+    assert lifecycle._orphaned("ci", tmp_path / "gone")
+    assert not lifecycle._orphaned("ci", tmp_path)
