@@ -18,6 +18,8 @@ BOOT_TIMEOUT = 180.0
 # Generous: a host running vLLM needs a while to stop its engine cleanly.
 POWEROFF_TIMEOUT = 60.0
 TERM_TIMEOUT = 20.0
+# How often a unit that failed at boot is started again before the lab gives up on the host.
+BOOT_RETRIES = 3
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 _NO_CONNECTION = (
     "Connection refused", "Connection timed out", "timed out", "No route to host",
@@ -75,7 +77,7 @@ def wait_ready(
     """Wait until SSH answers and systemd reports `running`; LabError with the console if not."""
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
-    retried = False
+    starts_left = BOOT_RETRIES
     while True:
         if not processes.is_running(pid):
             raise LabError(
@@ -100,12 +102,12 @@ def wait_ready(
                 return state
             failed = _failed_units(access, address)
             # A unit of the base system that failed while the shared machine was overloaded (seen
-            # in CI: a unit timed out; systemd-tmpfiles-setup exited 219/CGROUP) gets one more
-            # start; a unit that fails again is a real problem and stops the lab. `start`, not
-            # `restart`: units with RefuseManualStop=yes (systemd-tmpfiles-setup is one) refuse a
-            # restart, and `start` re-runs a failed unit just the same.
-            if failed and not retried:
-                retried = True
+            # in CI: a unit timed out; systemd-tmpfiles-setup exited 219/CGROUP) is started again;
+            # one that keeps failing is a real problem and stops the lab. `start`, not `restart`:
+            # units with RefuseManualStop=yes (systemd-tmpfiles-setup is one) refuse a restart,
+            # and `start` re-runs a failed unit just the same.
+            if failed and starts_left:
+                starts_left -= 1
                 log.warning("%s: starting again unit(s) that failed at boot: %s", name, ", ".join(failed))
                 units = " ".join(failed)
                 again = ssh(access.key, access.known_hosts, address,
@@ -113,6 +115,7 @@ def wait_ready(
                             timeout=max(10.0, remaining))
                 if again.returncode != 0:
                     log.warning("%s: starting %s again failed: %s", name, units, again.stderr.strip())
+                    time.sleep(2)
                 continue
             journal = ssh(access.key, access.known_hosts, address,
                           "journalctl -b --no-pager -n 30 " + " ".join(f"-u {u}" for u in failed),

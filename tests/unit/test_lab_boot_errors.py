@@ -81,8 +81,10 @@ def test_a_unit_that_failed_at_boot_is_started_once_more(
 
 
 def test_a_unit_that_fails_again_stops_the_lab_and_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hosts, "ssh", _FakeHost("broken.service", fails_again=True))
+    host = _FakeHost("broken.service", fails_again=True)
+    monkeypatch.setattr(hosts, "ssh", host)
     with pytest.raises(LabError, match=r"reports 'degraded'; failed: broken.service") as err:
         hosts.wait_ready("lab1", "10.213.0.11", os.getpid(), _access(tmp_path), _console(tmp_path))
+    assert sum(c.startswith("systemctl reset-failed") for c in host.commands) == hosts.BOOT_RETRIES
     assert "failed unit: broken.service" in err.value.details
     assert "journal: boot log line" in err.value.details
