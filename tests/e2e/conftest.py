@@ -81,8 +81,12 @@ def lab_hosts(e2e_state: Path):
     try:
         info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory)
     except LabError as exc:  # the details (failed units, journal, console) are the diagnosis
-        lab.down(name=LAB_NAME)  # a failed run must not leave the next one a half-made lab
-        pytest.fail("\n".join([str(exc), *exc.details]), pytrace=False)
+        details = [str(exc), *exc.details]
+        try:
+            lab.down(name=LAB_NAME)  # a failed run must not leave the next one a half-made lab
+        except LabError as down_exc:  # reported after the boot failure, never instead of it
+            details += [f"and lab down failed: {down_exc}", *down_exc.details]
+        pytest.fail("\n".join(details), pytrace=False)
     yield info
     lab.down(name=LAB_NAME)
     assert lab.leftovers(name=LAB_NAME) == [], "lab down left things behind"
