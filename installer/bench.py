@@ -208,14 +208,22 @@ async def send_one(
     return res
 
 
+def endpoint_url(base_url: str, endpoint: str) -> str:
+    """The request URL for a base URL given either way the openai client users write it: with
+    or without the trailing `/v1` (https://h:8080 and https://h:8080/v1 mean the same)."""
+    base = base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + ("/chat/completions" if endpoint == "chat" else "/completions")
+
+
 async def run_load(
     cfg: BenchConfig,
     session: aiohttp.ClientSession,
     on_done: Callable[[RequestResult], None] | None = None,
 ) -> tuple[list[RequestResult], float]:
     """Send cfg.num_requests requests; returns the results and the wall time they took."""
-    path = "/v1/chat/completions" if cfg.endpoint == "chat" else "/v1/completions"
-    url = cfg.base_url.rstrip("/") + path
+    url = endpoint_url(cfg.base_url, cfg.endpoint)
     headers = {"Content-Type": "application/json"}
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"

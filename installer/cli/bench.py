@@ -17,7 +17,7 @@ from installer.ui import console, table
 @app.command("bench")
 def bench_cmd(
     base_url: Annotated[
-        str, typer.Option("--base-url", help="Endpoint, e.g. http://10.0.0.5:8080")
+        str, typer.Option("--base-url", help="Endpoint, e.g. https://10.0.0.5:8080/v1 (the /v1 is optional)")
     ],
     model: Annotated[str, typer.Option(help="Model name to request.")],
     endpoint: Annotated[

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from installer.bench import BenchConfig, BenchError, RequestResult, make_requests, summarize
+from installer.bench import BenchConfig, BenchError, RequestResult, endpoint_url, make_requests, summarize
 
 
 def test_prompts_are_reproducible_and_sized() -> None:
@@ -48,3 +48,11 @@ def test_bad_options() -> None:
     with pytest.raises(BenchError) as info:
         BenchConfig(base_url="localhost:8000", model="m", concurrency=0, range_ratio=1).check()
     assert len(info.value.details) == 3
+
+
+@pytest.mark.parametrize("base", ["https://10.0.0.5:8080", "https://10.0.0.5:8080/", "https://10.0.0.5:8080/v1",
+                                  "https://10.0.0.5:8080/v1/"])
+def test_base_url_with_or_without_v1(base: str) -> None:
+    # The README printed the endpoint with /v1 and bench appended another: 8x HTTP 404.
+    assert endpoint_url(base, "chat") == "https://10.0.0.5:8080/v1/chat/completions"
+    assert endpoint_url(base, "completions") == "https://10.0.0.5:8080/v1/completions"
