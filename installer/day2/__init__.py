@@ -2,5 +2,7 @@
 
 revisions.py  the control machine's memory: .installer/state.json and one snapshot per revision
 drain.py      taking a host's engines out of every gateway's rotation, and back
-rolling.py    host by host (in batches): drain -> configure -> gate -> re-admit, or roll back
+gate.py       proving a batch's own engines, each alone behind its own host's gateway
+rolling.py    host by host (in batches): drain -> configure -> re-admit on its own gateway and
+              gate -> re-admit everywhere, or roll back
 """

@@ -2,7 +2,9 @@
 
 The installer writes the drain file (service/drain.py) on every serving host over SSH, then
 polls each gateway's /readyz until none has a request outstanding on a drained engine: only
-then is it safe to restart those engines without failing a request.
+then is it safe to restart those engines without failing a request. The file is per gateway
+host, so one gateway can be given its own list (installer/day2/gate.py re-admits a batch's
+engines on their own host's gateway first, and pins that gateway to one engine for a proof).
 """
 
 import json
@@ -22,6 +24,9 @@ from installer.ssh import target
 
 DRAIN_FILE = "/etc/private-llm/drain.json"
 POLL_S = 0.5
+# Gateways re-read the drain file at most once a second (service/drain.py), each worker on its
+# own: after this long every worker's next request sees the new list.
+REREAD_S = 1.2
 
 
 class DrainError(InstallerError):
@@ -36,8 +41,9 @@ def names_of(inv: Inventory, hosts: list[Host]) -> list[str]:
     return sorted({n for h in hosts for n in render.engine_names(inv, h)})
 
 
-def set_drained(inv: Inventory, names: list[str]) -> None:
-    """Write the drain file on every serving host (in parallel, atomically: temp file + rename)."""
+def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = None) -> None:
+    """Write the drain file on `hosts` (default: every serving host), in parallel and atomically
+    (temp file + rename)."""
     content = json.dumps({"engines": sorted(names)}) + "\n"
     command = (
         f"umask 022 && printf %s {shlex.quote(content)} > {DRAIN_FILE}.tmp "
@@ -50,7 +56,7 @@ def set_drained(inv: Inventory, names: list[str]) -> None:
         )
         return None if proc.returncode == 0 else f"{host.name}: {proc.stderr.strip() or proc.returncode}"
 
-    hosts = serving(inv)
+    hosts = serving(inv) if hosts is None else hosts
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
         failures = [f for f in pool.map(one, hosts) if f]
     if failures:
@@ -86,7 +92,7 @@ def wait_idle(inv: Inventory, names: list[str], timeout_s: float) -> float:
     """
     ctx = _context(inv)
     start = time.monotonic()
-    time.sleep(1.2)  # gateways re-read the drain file at most once a second
+    time.sleep(REREAD_S)
     pending: list[str] = []
     while True:
         pending = []
@@ -105,4 +111,30 @@ def wait_idle(inv: Inventory, names: list[str], timeout_s: float) -> float:
             return time.monotonic() - start
         if time.monotonic() - start > timeout_s:
             raise DrainError(f"engines {', '.join(names)} did not drain in {timeout_s:.0f} s", pending)
+        time.sleep(POLL_S)
+
+
+def wait_routing(inv: Inventory, host: Host, want: dict[str, bool], timeout_s: float) -> float:
+    """Wait until the gateway on `host` reports each engine of `want` ready (True) or not
+    routed to (False) on /readyz; the seconds waited.
+
+    Ready there means not drained on that gateway and passed its own health check recently,
+    so a True is the gateway's word that it will route to the engine.
+    """
+    ctx = _context(inv)
+    start = time.monotonic()
+    time.sleep(REREAD_S)
+    while True:
+        try:
+            engines = _readyz(inv, host, ctx).get("engines", {})
+            wrong = [f"{n} {'not ' if ok else ''}ready" for n, ok in want.items() if bool(engines.get(n)) != ok]
+        except (OSError, ValueError) as exc:
+            wrong = [f"gateway not answering ({exc})"]
+        if not wrong:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise DrainError(
+                f"the gateway on {host.name} did not route as asked within {timeout_s:.0f} s",
+                [f"{host.name}: {w}" for w in wrong],
+            )
         time.sleep(POLL_S)

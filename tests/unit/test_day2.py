@@ -2,16 +2,23 @@
 new one, each with a snapshot that rebuilds the inventory; hosts' previous revisions; batches;
 socket activation only for the process systemd meant."""
 
+import json
 import os
+import shlex
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from installer.ansible.runner import HostResult, PlaybookResult
 from installer.bundle.manifest import FileEntry, Manifest
-from installer.day2 import revisions, rolling
+from installer.day2 import drain, gate, revisions, rolling
 from installer.day2.records import HostRecord
-from installer.inventory import load_inventory
+from installer.inventory import Host, load_inventory
+from installer.prove import Proof
 from installer.runlog import RunLog
 from service.activation import inherited_socket
 
@@ -113,35 +120,70 @@ def _open(fd: int) -> bool:
 
 
 class _FakeHosts:
-    """Stands in for SSH and Ansible around rolling.roll: records the order of operations."""
+    """Stands in for SSH, Ansible and the gateways around rolling.roll: records the order of
+    operations, and keeps each gateway's drain list so that a proof through a gateway is
+    answered by the engines that gateway would really route to."""
 
-    def __init__(self, failing: set[str]) -> None:
-        self.failing = failing
+    def __init__(self, play_failing: frozenset[str] = frozenset(), serve_failing: frozenset[str] = frozenset()) -> None:
+        self.play_failing = play_failing  # the engine does not start on these hosts at revision 3
+        self.serve_failing = serve_failing  # it starts, but its answers fail, at revision 3
         self.events: list[str] = []
+        self.drained_on: dict[str, set[str]] = {"a": set(), "b": set()}
+        self.running: dict[str, int] = {"a": 2, "b": 2}
+        self.answered_by: list[tuple[str, set[str]]] = []  # (gateway host, engines it could pick)
 
-    def set_drained(self, _inv: object, names: list[str]) -> None:
-        self.events.append(f"drain {','.join(names) or '-'}")
+    def set_drained(self, _inv: object, names: list[str], hosts: list | None = None) -> None:
+        where = [h.name for h in hosts] if hosts is not None else list(self.drained_on)
+        for name in where:
+            self.drained_on[name] = set(names)
+        self.events.append(f"drain {','.join(names) or '-'}" + (f" on {','.join(where)}" if hosts else ""))
 
     def wait_idle(self, _inv: object, names: list[str], _timeout: float) -> float:
         self.events.append(f"idle {','.join(names)}")
         return 0.1
 
-    def configure(self, rev: revisions.Revision, hosts: list, _log: object, _label: str, _t: object) -> object:
+    def routable(self, gateway: str) -> set[str]:
+        return {"a", "b"} - self.drained_on[gateway]
+
+    def wait_routing(self, _inv: object, host: Host, want: dict[str, bool], _timeout: float) -> float:
+        self.events.append(f"wait {host.name}: " + " ".join(f"{'+' if ok else '-'}{n}" for n, ok in want.items()))
+        wrong = [n for n, ok in want.items() if (n in self.routable(host.name)) != ok]
+        if wrong:
+            raise rolling.drain.DrainError(f"the gateway on {host.name} did not route as asked", wrong)
+        return 0.0
+
+    def configure(self, rev: revisions.Revision, hosts: list, _log: object, _label: str, _t: object) -> PlaybookResult:
         names = [h.name for h in hosts]
         self.events.append(f"configure rev{rev.number} {','.join(names)}")
-        return (rev.number, names)
+        results = {}
+        for n in names:
+            self.running[n] = rev.number
+            broken = n in self.play_failing and rev.number == 3
+            results[n] = HostResult(n, failed=int(broken), error="engine did not start" if broken else "")
+        return PlaybookResult("failed" if any(r.failed for r in results.values()) else "successful",
+                              int(any(r.failed for r in results.values())) * 2, results, Path("/nonexistent"))
 
-    def gate(self, rev: revisions.Revision, pb: tuple[int, list[str]], hosts: list, _secret: str) -> dict[str, str]:
-        number, names = pb
-        return {n: "engine did not start" for n in names if n in self.failing and number == 3}
+    def prove_host(self, base: str, host: str, _model: str, _secret: str, **_kw: object) -> Proof:
+        engines = self.routable(host)
+        self.answered_by.append((host, engines))
+        self.events.append(f"prove via {host}: {','.join(sorted(engines)) or 'nothing'}")
+        if not engines:
+            return Proof(host, base, False, "gateway /readyz answered 503")
+        broken = [e for e in engines if e in self.serve_failing and self.running[e] == 3]
+        return Proof(host, base, not broken, "chat completion through the gateway: 502" if broken else "ok")
 
 
-def _roll_setup(state: Path, monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> tuple[_FakeHosts, RunLog]:
-    fake = _FakeHosts(failing)
+def _roll_setup(
+    state: Path, monkeypatch: pytest.MonkeyPatch, **failing: frozenset[str]
+) -> tuple[_FakeHosts, RunLog]:
+    fake = _FakeHosts(**failing)
     monkeypatch.setattr(rolling.drain, "set_drained", fake.set_drained)
     monkeypatch.setattr(rolling.drain, "wait_idle", fake.wait_idle)
+    monkeypatch.setattr(rolling.drain, "wait_routing", fake.wait_routing)
     monkeypatch.setattr(rolling, "_configure", fake.configure)
-    monkeypatch.setattr(rolling, "_gate", fake.gate)
+    monkeypatch.setattr(gate.prove, "prove_host", fake.prove_host)
+    monkeypatch.setattr(gate.prove, "ca_file", lambda _inv: None)
+    monkeypatch.setattr(gate, "PROOF_PAUSE_S", 0)
     monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
     inv = load_inventory(_inventory(state, 8))
     log = RunLog("upgrade", "demo")
@@ -149,28 +191,150 @@ def _roll_setup(state: Path, monkeypatch: pytest.MonkeyPatch, failing: set[str])
         rev = revisions.next_revision(inv, _manifest(content), state, state / "playbooks")
         assert rev.number == n
     revisions.record("demo", revisions.get("demo", 2), {"a": True, "b": True}, log)
+    # The proof is asked on the host's address: the fake names the gateway by its host.
+    monkeypatch.setattr(gate.prove, "gateway_base", lambda _inv, address: {"10.0.0.1": "a", "10.0.0.2": "b"}[address])
     return fake, log
 
 
-def test_roll_drains_configures_gates_and_readmits_host_by_host(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake, log = _roll_setup(state, monkeypatch, failing=set())
+def test_roll_drains_configures_readmits_on_its_own_gateway_gates_and_readmits(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, log = _roll_setup(state, monkeypatch)
     result = rolling.roll(revisions.get("demo", 3), log)
     assert result.success and [s.action for s in result.steps] == ["upgraded", "upgraded"]
     assert fake.events == [
-        "drain a", "idle a", "configure rev3 a", "drain -",
-        "drain b", "idle b", "configure rev3 b", "drain -",
+        "drain a", "idle a", "configure rev3 a",
+        "drain - on a", "wait a: +a", "drain b on a", "wait a: +a -b", "prove via a: a", "drain - on a",
+        "drain -",
+        "drain b", "idle b", "configure rev3 b",
+        "drain - on b", "wait b: +b", "drain a on b", "wait b: -a +b", "prove via b: b", "drain - on b",
+        "drain -",
         "drain -",
     ]
+    # Each proof could be answered by the upgraded host's own engine and nothing else.
+    assert fake.answered_by == [("a", {"a"}), ("b", {"b"})]
     assert revisions.host_revisions("demo") == {"a": 3, "b": 3}
     fake.events.clear()  # a second run finds every host at the target
     again = rolling.roll(revisions.get("demo", 3), log)
     assert [s.action for s in again.steps] == ["unchanged", "unchanged"] and fake.events == ["drain -"]
 
 
-def test_a_failed_gate_rolls_the_host_back_and_stops(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake, log = _roll_setup(state, monkeypatch, failing={"a"})
+def test_a_batch_of_every_host_is_proven_through_each_own_gateway(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every engine drained at once (one serving host, or --batch >= hosts): the gateways have
+    no other engine, so each host's own engine must be re-admitted there before its proof."""
+    fake, log = _roll_setup(state, monkeypatch)
+    result = rolling.roll(revisions.get("demo", 3), log, batch_size=2)
+    assert result.success, result.steps
+    assert fake.events == [
+        "drain a,b", "idle a,b", "configure rev3 a,b",
+        "drain b on a", "wait a: +a", "drain b on a", "wait a: +a -b", "prove via a: a", "drain b on a",
+        "drain a on b", "wait b: +b", "drain a on b", "wait b: -a +b", "prove via b: b", "drain a on b",
+        "drain -",
+        "drain -",
+    ]
+    assert fake.answered_by == [("a", {"a"}), ("b", {"b"})]
+    assert revisions.host_revisions("demo") == {"a": 3, "b": 3}
+
+
+def test_an_engine_that_fails_through_its_gateway_is_caught_and_rolled_back(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The play passes (the engine answers on its host) but a request through the gateway
+    fails: proven on the host's own engine, not answered by the other host's."""
+    fake, log = _roll_setup(state, monkeypatch, serve_failing=frozenset("a"))
     result = rolling.roll(revisions.get("demo", 3), log)
     assert not result.success and result.stopped_at == "a"
     assert [(s.name, s.action, s.after) for s in result.steps] == [("a", "rolled back", 2), ("b", "not touched", 2)]
-    assert fake.events == ["drain a", "idle a", "configure rev3 a", "configure rev2 a", "drain -"]
+    assert "alone behind the gateway on a" in result.steps[0].detail
+    assert fake.events == [
+        "drain a", "idle a", "configure rev3 a",
+        "drain - on a", "wait a: +a", "drain b on a", "wait a: +a -b",
+        *["prove via a: a"] * gate.PROOF_ATTEMPTS,
+        "drain a on a",  # at once no client of its own gateway is sent to it
+        # that gateway routed clients to it during the gate: drained everywhere before the rollback
+        "drain a", "idle a", "configure rev2 a",
+        "drain - on a", "wait a: +a", "drain b on a", "wait a: +a -b", "prove via a: a", "drain - on a",
+        "drain -",
+    ]
     assert revisions.host_revisions("demo") == {"a": 2, "b": 2}  # nobody recorded at 3
+
+
+def test_a_failed_play_rolls_back_without_readmitting_anywhere(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, log = _roll_setup(state, monkeypatch, play_failing=frozenset("a"))
+    result = rolling.roll(revisions.get("demo", 3), log)
+    assert not result.success and result.stopped_at == "a"
+    assert [(s.name, s.action, s.after) for s in result.steps] == [("a", "rolled back", 2), ("b", "not touched", 2)]
+    assert result.steps[0].detail.startswith("engine did not start")
+    assert fake.events[:6] == ["drain a", "idle a", "configure rev3 a", "drain a", "idle a", "configure rev2 a"]
+    assert fake.events[-1] == "drain -" and fake.answered_by == [("a", {"a"})]  # only rev 2 was proven
+    assert revisions.host_revisions("demo") == {"a": 2, "b": 2}
+
+
+def test_day_two_plays_leave_the_gateway_wait_to_the_gate(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The play's /readyz wait is 503 while every engine is drained; the gate replaces it."""
+    seen: dict[str, object] = {}
+
+    def run_playbook(playbook: str, inv_dir: Path, run_dir: Path, **kw: object) -> PlaybookResult:
+        seen.update(kw, playbook=playbook)
+        return PlaybookResult("successful", 0, {}, run_dir)
+
+    _roll_setup(state, monkeypatch)
+    monkeypatch.undo()  # the real _configure, with ansible-playbook itself stood in for
+    monkeypatch.setenv("INSTALLER_STATE_DIR", str(state / "state"))
+    monkeypatch.setattr(rolling, "run_playbook", run_playbook)
+    monkeypatch.setattr(rolling.render, "write", lambda *_a, **_k: state / "inv")
+    rev = revisions.get("demo", 3)
+    rolling._configure(rev, rev.inventory().hosts, RunLog("upgrade", "demo"), "batch-1", lambda *_: None)
+    assert shlex.split(str(seen["extra_cmdline"])) == ["--limit", "a,b", "-e", '{"healthcheck_gateway_url": ""}']
+
+
+@pytest.fixture
+def readyz(tmp_path: Path) -> Iterator[tuple[Path, list[dict]]]:
+    """A real HTTP server on loopback answering /readyz with the next queued body (the last
+    one again once the queue is down to it), and an inventory whose one host is that gateway."""
+    answers: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answers.pop(0) if len(answers) > 1 else answers[0]).encode()
+            self.send_response(200 if any(json.loads(body)["engines"].values()) else 503)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    path = tmp_path / "gw.yml"
+    path.write_text(
+        "deployment: demo\nhosts: [{name: a, address: 127.0.0.1}]\ntls: {mode: 'off'}\n"
+        f"ports: {{gateway: {server.server_address[1]}}}\nmodel: {{path: weights, served_name: tiny}}\n"
+        "engine: {device: cpu}\n"
+    )
+    yield path, answers
+    server.shutdown()
+    server.server_close()
+
+
+def test_wait_routing_waits_for_the_gateways_own_word(readyz: tuple[Path, list[dict]],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path, answers = readyz
+    monkeypatch.setattr(drain, "REREAD_S", 0)
+    monkeypatch.setattr(drain, "POLL_S", 0.01)
+    inv = load_inventory(path)
+    host = inv.hosts[0]
+    # Not yet checked, then still routing to b as well, then pinned to a alone.
+    answers += [{"engines": {"a": False, "b": True}}, {"engines": {"a": True, "b": True}},
+                {"engines": {"a": True, "b": False}}]
+    drain.wait_routing(inv, host, {"a": True, "b": False}, timeout_s=5)
+    assert answers == [{"engines": {"a": True, "b": False}}]  # it asked until the last answer
+    answers[:] = [{"engines": {"a": False, "b": True}}]
+    with pytest.raises(drain.DrainError, match="did not route as asked") as err:
+        drain.wait_routing(inv, host, {"a": True, "b": False}, timeout_s=0.2)
+    assert err.value.details == ["a: a not ready", "a: b ready"]
