@@ -14,7 +14,7 @@ from installer.inventory import Host, Inventory
 from installer.ssh import target
 from installer.tls import store as tls_store
 
-# Layout on every host (ARCHITECTURE.md, "Releases on hosts").
+# Layout on every host (docs/architecture.md, "On each host").
 HOST_LAYOUT = {
     "pli_user": "private-llm",
     "pli_root": "/opt/private-llm",

@@ -145,7 +145,7 @@ def add_to_bundle(inv: Inventory, debs_dir: Path) -> list[dict[str, str]]:
         raise BundleError(
             f"gpu.packages_dir {src} has no .deb files",
             ["download the driver, CUDA toolkit, NCCL and fabric manager .debs from NVIDIA's CUDA "
-             "repository on a connected machine into it (see README, GPU hosts)"],
+             "repository on a connected machine into it (see docs/gpu.md)"],
         )
     scratch = debs_dir.parent / ".gpu-check"
     shutil.rmtree(scratch, ignore_errors=True)

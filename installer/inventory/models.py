@@ -84,10 +84,9 @@ class Engine(_Strict):
     cpu_omp_threads_bind: Annotated[str, Field(pattern=r"^(auto|nobind|[0-9,|-]+)$")] = "auto"
     extra_args: list[str] = Field(default_factory=list)
     # fp8: online fp8 weights on GPUs that have fp8 (Hopper and later), for a bf16/fp16
-    # checkpoint. On H200s it was the one setting past 1.10x output tok/s (1.25-1.28x side by
-    # side), but it changes the model's numerics and made TTFT p99 11-30% worse, so it is the
-    # user's choice, never derived
-    # (installer/gpu/tuner.py FP8_WHY). None: the weights stay as the checkpoint has them.
+    # checkpoint. Faster on the H200 (docs/benchmarks.md), but it changes the model's numerics,
+    # so it is the user's choice, never derived (installer/gpu/tuner.py FP8_WHY). None: the
+    # weights stay as the checkpoint has them.
     quantization: Literal["fp8"] | None = None
 
 

@@ -1,5 +1,5 @@
-"""Role hygiene from CONVENTIONS.md, checked on every role: documented options, FQCN modules,
-changed_when on commands, prefixed variables."""
+"""Role conventions (docs/architecture.md, "The roles"), checked on every role: documented
+options, FQCN modules, changed_when on commands, prefixed variables."""
 
 from pathlib import Path
 
