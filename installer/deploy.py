@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from installer import engines, keys, tls
+from installer import inventory_checks, keys, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
@@ -134,7 +134,7 @@ def prepare(
     """validate -> provision -> bundle -> preflight -> push. Nothing here changes how a host
     serves: the bundle lands in its own directory next to the running release."""
     inv = load_inventory(inventory_path)
-    engines.tuned(inv)  # GPUs described in the inventory: the model must fit them (TuneError)
+    inventory_checks.check_inventory(inv)  # what `validate` checks; the model must fit the GPUs
     log = RunLog(command, inv.deployment)
     on_runlog(log)
     log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")

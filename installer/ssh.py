@@ -10,6 +10,12 @@ from pathlib import Path
 from installer.inventory import Host, Inventory
 
 
+def known_hosts_option(path: Path) -> str:
+    """`UserKnownHostsFile=` for `-o`, quoted: ssh reads its value as a list of files split at
+    spaces, so a path with a space would name files that do not exist and fail host key checks."""
+    return f'UserKnownHostsFile="{path}"'
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -27,13 +33,14 @@ class Target:
             "-o", "ServerAliveInterval=15",
         ]
         if self.known_hosts:
-            opts += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
+            opts += ["-o", known_hosts_option(self.known_hosts)]
         if self.private_key:
             opts += ["-o", "IdentitiesOnly=yes", "-i", str(self.private_key)]
         return opts
 
     def ssh_argv(self, command: str | None = None) -> list[str]:
-        argv = ["ssh", *self.ssh_options(), "-p", str(self.port), f"{self.user}@{self.address}"]
+        # -l and `--`: neither the user nor the address can ever be read as an ssh option.
+        argv = ["ssh", *self.ssh_options(), "-p", str(self.port), "-l", self.user, "--", self.address]
         return [*argv, command] if command else argv
 
 

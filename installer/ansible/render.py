@@ -1,5 +1,6 @@
 """Render Ansible's inventory and group_vars from the typed inventory (never hand-kept)."""
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Host, Inventory
-from installer.ssh import target
+from installer.ssh import known_hosts_option, target
 from installer.tls import store as tls_store
 
 # Layout on every host (docs/architecture.md, "On each host").
@@ -32,12 +33,13 @@ def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
         t = target(inv, host)
         ssh_args = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
         if t.known_hosts:
-            ssh_args += ["-o", f"UserKnownHostsFile={t.known_hosts}"]
+            ssh_args += ["-o", known_hosts_option(t.known_hosts)]
         entry: dict[str, Any] = {
             "ansible_host": t.address,
             "ansible_user": t.user,
             "ansible_port": t.port,
-            "ansible_ssh_common_args": " ".join(ssh_args),
+            # Ansible shlex-splits this: quoted, a path with a space stays one argument.
+            "ansible_ssh_common_args": shlex.join(ssh_args),
         }
         if t.private_key:
             entry["ansible_ssh_private_key_file"] = str(t.private_key)

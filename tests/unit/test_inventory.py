@@ -1,14 +1,19 @@
 """Inventory errors: each fixture's first line says the line number and message it must produce."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from installer.errors import InventoryError
-from installer.inventory import load_inventory
+from installer.gpu import planner
+from installer.inventory import Inventory, load_inventory
+from installer.inventory_checks import check_inventory
 
+REPO = Path(__file__).parents[2]
 FIXTURES = Path(__file__).parent / "fixtures" / "inventory"
 
 
@@ -18,14 +23,22 @@ def _materialize(fixture: Path, tmp_path: Path) -> Path:
     model.mkdir()
     (model / "config.json").write_text("{}")
     dest = tmp_path / fixture.name
-    dest.write_text(fixture.read_text().replace("MODEL", str(model)))
+    # bytes: some fixtures are deliberately not UTF-8
+    dest.write_bytes(fixture.read_bytes().replace(b"MODEL", str(model).encode()))
     return dest
 
 
 def _expectation(fixture: Path) -> str:
-    first = fixture.read_text().splitlines()[0]
+    first = fixture.read_bytes().splitlines()[0].decode()
     assert first.startswith("# expect: "), f"{fixture.name} must start with '# expect: '"
     return first.removeprefix("# expect: ")
+
+
+def _validate(path: Path) -> Inventory:
+    """What `installer validate` and `installer up` both run."""
+    inv = load_inventory(path)
+    check_inventory(inv)
+    return inv
 
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.yml")), ids=lambda p: p.stem)
@@ -33,12 +46,12 @@ def test_inventory_fixture(fixture: Path, tmp_path: Path) -> None:
     path = _materialize(fixture, tmp_path)
     expect = _expectation(fixture)
     if expect == "ok":
-        inv = load_inventory(path)
+        inv = _validate(path)
         assert inv.hosts[1].ssh.port == 2222
         return
     line, message = expect.split(" ", 1)
     with pytest.raises(InventoryError) as err:
-        load_inventory(path)
+        _validate(path)
     text = "\n".join([str(err.value), *err.value.details])
     assert f"{path}:{line}: " in text, text
     assert message in text, text
@@ -85,3 +98,44 @@ def test_cli_validate_ok(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "OK" in proc.stdout
+
+
+def _cli_validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from installer.cli import main; main()", "validate", "-i", str(path)],
+        capture_output=True, text=True, check=False,
+    )
+
+
+def test_cli_validate_runs_the_fit_check_up_runs(tmp_path: Path) -> None:
+    path = _materialize(FIXTURES / "ok.yml", tmp_path)
+    (tmp_path / "weights" / "config.json").write_text(json.dumps(planner.PRESETS["deepseek-v3"]))
+    path.write_text(path.read_text().replace("device: cpu", "device: gpu") + "gpu: {type: h100, count: 4}\n")
+    proc = _cli_validate(path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "hosts of 4 x h100" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_validate_refuses_a_binary_file_without_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yml"
+    path.write_bytes(b"deployment: demo\n\x89PNG\r\n\x1a\n\x00\x00")
+    proc = _cli_validate(path)
+    assert proc.returncode == 1
+    assert f"{path}:2: not UTF-8 text (byte 0x89)" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "inventory").glob("*.example.yml")), ids=lambda p: p.name)
+def test_example_inventories_pass_validate(example: Path, tmp_path: Path) -> None:
+    # The examples name files on the reader's machine; point them at real ones here.
+    data = yaml.safe_load(example.read_text())
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text(json.dumps(planner.PRESETS["deepseek-r1-distill-qwen-7b"]))
+    (tmp_path / "id_ed25519").write_text("key")
+    (tmp_path / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA user@host\n")
+    data["model"]["path"] = "weights"
+    data["ssh"]["private_key"] = "id_ed25519"
+    if "cloud" in data:
+        data["cloud"]["ssh_public_key"] = "id_ed25519.pub"
+    path = tmp_path / example.name
+    path.write_text(yaml.safe_dump(data))
+    _validate(path)

@@ -1,0 +1,49 @@
+"""Checks across an inventory's sections, run alike by `installer validate` and `installer up`.
+
+The loader checks each setting on its own and the files it names; these check that the
+settings agree with each other and with the model's weights, so `validate` refuses whatever
+`up` would refuse before it touches a host.
+"""
+
+from collections.abc import Iterator
+
+from installer import engines
+from installer.errors import InventoryError
+from installer.inventory import Inventory
+
+
+def _gpus_per_host(inv: Inventory) -> tuple[int, str] | None:
+    """(GPUs each host has, the setting that says so), when the inventory says."""
+    if inv.gpu.count is not None:
+        return inv.gpu.count, "gpu.count"
+    if inv.cloud is not None and inv.cloud.gpu is not None:
+        return inv.cloud.gpu.count, "cloud.gpu.count"
+    return None
+
+
+def _parallel(inv: Inventory) -> Iterator[str]:
+    tp = inv.engine.tensor_parallel_size
+    if tp == 1:
+        return
+    where = inv.where("engine", "tensor_parallel_size")
+    if inv.engine.device == "cpu":
+        yield f"{where}: {tp} with device cpu; a CPU engine is one process: set it to 1 or remove it"
+        return
+    known = _gpus_per_host(inv)
+    if known is not None and tp > known[0]:
+        count, key = known
+        line = inv.line(*key.split("."))
+        yield (
+            f"{where}: {tp} is more than the {count} GPU(s) per host of {key}"
+            + (f" (line {line})" if line else "")
+            + f"; an engine's tensor parallel group stays on one host: set it to at most {count}"
+        )
+
+
+def check_inventory(inv: Inventory) -> None:
+    """Raise InventoryError (settings that contradict each other, with file:line) or
+    tuner.TuneError (the model does not fit the GPUs the inventory describes)."""
+    problems = list(_parallel(inv))
+    if problems:
+        raise InventoryError(f"{len(problems)} problem(s) in the inventory", problems)
+    engines.tuned(inv)
