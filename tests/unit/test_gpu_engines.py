@@ -125,6 +125,13 @@ def test_cpu_unit_is_rendered_as_before(tmp_path: Path) -> None:
     assert "VLLM_HOST_IP=127.0.0.1\n" in files["engine.env"]
 
 
+def test_extra_args_reach_vllm_literally(tmp_path: Path) -> None:
+    # systemd would expand %n and $HOME in ExecStart, quoted or not (#18: inventory strings in unit files)
+    files = _render_role(tmp_path, {"engine_extra_args": ["--served-model-name=%n", "$HOME"]}, "cpu")
+    exec_line = next(line for line in files["private-llm-engine"].splitlines() if line.startswith("ExecStart="))
+    assert "--served-model-name=%%n '$$HOME'" in exec_line
+
+
 def test_tuned_units_carry_devices_affinity_and_the_tuners_flags(tmp_path: Path) -> None:
     inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8, numa_nodes=2)
     files = _render_role(tmp_path, render.hosts_yaml(inv)["all"]["hosts"]["h0"], "gpu")
