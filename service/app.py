@@ -2,18 +2,18 @@
 
 import asyncio
 import contextlib
-import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic.json_schema import models_json_schema
 from starlette.responses import Response
 
+from service import metrics_port, scrape_auth
 from service.accesslog import AccessLog, AccessLogMiddleware
 from service.auth import KeyRing
 from service.config import Settings
@@ -26,6 +26,7 @@ from service.metrics import Metrics, scrape_registry
 from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
 from service.proxy import Upstream
 from service.routing import Router
+from service.scrape_auth import ScrapeToken
 from service.shared import SharedLimiter, SharedState
 from service.state import Gateway
 from service.tls import client_context, server_context
@@ -56,6 +57,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         gateway.server_ssl = server_context(settings.tls, metrics.cert_expiry)
         gateway.client_ssl = client_context(settings.tls)
     access_log = AccessLog(settings.access_log)
+    # Read once: a missing, unreadable or short token file fails start-up, loudly.
+    scrape_token = ScrapeToken(settings.metrics_token_file) if settings.metrics_token_file else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -88,17 +91,9 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             await asyncio.wait_for(gateway.health.started.wait(), timeout=15)
         metrics_server = None
         if settings.metrics_host and settings.metrics_port and (shared is None or shared.index == 0):
-            # A thread of its own: scrapes never wait behind the event loop.
-            # Over TLS like the API port when the gateway has a certificate (loaded once here:
-            # a renewal reaches this port at the next restart; the API port reloads live).
-            tls_args: dict[str, Any] = (
-                {"certfile": str(settings.tls.certfile), "keyfile": str(settings.tls.keyfile),
-                 "tls_min_version": ssl.TLSVersion.TLSv1_2}
-                if settings.tls is not None else {}
-            )
-            metrics_server, _ = start_http_server(
-                settings.metrics_port, settings.metrics_host, registry=scrape_registry(metrics.registry),
-                **tls_args,
+            metrics_server = metrics_port.start(
+                settings.metrics_host, settings.metrics_port, scrape_registry(metrics.registry),
+                scrape_token, settings.tls,
             )
         try:
             yield
@@ -111,16 +106,27 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             access_log.close()
             if metrics_server is not None:
                 metrics_server.shutdown()
+                metrics_server.server_close()
 
-    app = FastAPI(title="private-llm gateway", version="1", lifespan=lifespan)
+    # The documents are off unless asked for (`docs: true`): they map the whole surface.
+    docs = settings.docs
+    app = FastAPI(
+        title="private-llm gateway", version="1", lifespan=lifespan,
+        openapi_url="/openapi.json" if docs else None,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+    )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.state.gateway = gateway
     install_error_handlers(app)
     app.include_router(probes)
     app.include_router(api)
-    if settings.metrics_port is None:
-        app.add_api_route("/metrics", _metrics, include_in_schema=False)
-        app.include_router(engine_metrics)  # Prometheus reaches loopback engines through this
+    if scrape_token is not None and settings.metrics_port is None:
+        # Only for Prometheus: no route at all without a token configured (404, not 401).
+        scraper = [Depends(scrape_auth.require(scrape_token))]
+        app.add_api_route("/metrics", _metrics, include_in_schema=False, dependencies=scraper)
+        # Prometheus reaches loopback engines through this
+        app.include_router(engine_metrics, dependencies=scraper)
     # Last added is outermost: the access log sees what admission refuses, and admission
     # (in-flight cap, body size) runs before the API routes.
     app.add_middleware(OpenAIRoutes, gateway=gateway)

@@ -2,6 +2,7 @@
 PLI_GATEWAY_* environment variables (nested with `__`). Unknown keys and unsafe combinations
 are errors, so a typo never silently becomes a default."""
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -79,9 +80,14 @@ class Settings(BaseSettings):
     # Engines the operator took out of rotation (service/drain.py); None: never drained.
     drain_file: Path | None = None
     health_interval_s: Seconds = 5.0
-    # /metrics on its own address (e.g. a private one) instead of the public port.
+    # Metrics name every API key: /metrics and /metrics/engines/* answer only Prometheus's
+    # bearer token (service/scrape_auth.py), read from this file; None: not served at all.
+    metrics_token_file: Path | None = None
+    # The gateway's /metrics on an address of its own instead of the API port (no engine relay
+    # there); an address other than loopback needs metrics_token_file.
     metrics_host: str | None = None
     metrics_port: Port | None = None
+    docs: bool = Field(default=False, description="serve /docs, /redoc and /openapi.json")
     session_header: str | None = Field(
         default=None, description="header whose value pins a client session to one engine"
     )
@@ -104,6 +110,11 @@ class Settings(BaseSettings):
             raise ValueError("set either keys_file or allow_anonymous, not both")
         if (self.metrics_host is None) != (self.metrics_port is None):
             raise ValueError("metrics_host and metrics_port go together")
+        if self.metrics_host and self.metrics_token_file is None and not _loopback(self.metrics_host):
+            raise ValueError(
+                f"metrics_host {self.metrics_host} is not a loopback address: set metrics_token_file "
+                "so that other hosts need the scrape token, or use 127.0.0.1"
+            )
         if self.tls is None and any(e.url.startswith("https://") for e in self.engines):
             raise ValueError("https:// engines need the tls section (ca_file to verify them)")
         names = [e.name for e in self.engines]
@@ -128,6 +139,13 @@ class Settings(BaseSettings):
             else:
                 sources.append(JsonConfigSettingsSource(settings_cls, json_file=path))
         return tuple(sources)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost may resolve anywhere
+        return False
 
 
 def load_settings() -> Settings:

@@ -1,11 +1,12 @@
 """`GET /metrics/engines/{name}`: the gateway relays a configured engine's Prometheus metrics.
 
 Engines listen on loopback only (their API has no authentication), so Prometheus on the
-monitoring host cannot scrape them directly. The gateway already sits next to them and exposes
-its own /metrics on the public port; relaying each engine's /metrics there gives Prometheus
-every engine without opening the engine port to the network. Only engines named in the
-gateway's configuration can be fetched (no open proxy), only their /metrics path, read-only.
-An engine that does not answer turns into a 503, so Prometheus records `up == 0` for it.
+monitoring host cannot scrape them directly. The gateway already sits next to them and serves
+its own /metrics on the API port; relaying each engine's /metrics there gives Prometheus
+every engine without opening the engine port to the network. Like /metrics, it answers only
+Prometheus's scrape token (service/scrape_auth.py; app.py adds that check). Only engines named
+in the gateway's configuration can be fetched (no open proxy), only their /metrics path,
+read-only. An engine that does not answer turns into a 503, so Prometheus records `up == 0`.
 """
 
 import aiohttp

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from installer import engines, redis_auth
+from installer import engines, metrics_token, redis_auth
 from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
@@ -85,6 +85,10 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "gateway_upstream_timeout_s": inv.gateway.upstream_timeout_s,
         "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
         "gateway_workers": inv.gateway.workers,
+        "gateway_docs": inv.gateway.docs,
+        # The gateways ask Prometheus for it on /metrics; a path on this machine, never the
+        # token: the roles read it in no_log tasks. write() makes the file.
+        "pli_metrics_token_src": str(metrics_token.token_file(inv.deployment)),
         "healthcheck_model": inv.model.served_name,
         **_tls_vars(inv),
         **_redis_vars(inv),
@@ -236,6 +240,7 @@ def write(
     inv: Inventory, man: Manifest, dest: Path, keys_json: str, extra_vars: dict[str, Any] | None = None
 ) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
+    metrics_token.ensure_token(inv.deployment)  # what the roles' file lookup reads
     inv_dir = dest / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv, man), sort_keys=False))

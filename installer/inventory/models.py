@@ -262,6 +262,8 @@ class Gateway(_Strict):
     # 1 to 8 — one event loop relays a few thousand tokens/s; the rest of the CPUs are the
     # engines' (their schedulers, tokenizers and API servers).
     workers: Annotated[int | str, BeforeValidator(_workers)] = "auto"
+    # The API's documents (/docs, /redoc, /openapi.json) on the API port: off unless asked for.
+    docs: bool = False
 
 
 class Ports(_Strict):

@@ -45,6 +45,12 @@ def _served_cert(address: str, port: int, ca_file: Path, client: tls.store.HostF
         return x509.load_der_x509_certificate(s.getpeercert(binary_form=True))
 
 
+def _scrape_headers(e2e_state: Path, inv: Inventory) -> dict[str, str]:
+    """Prometheus's token for the gateways' metrics, as `installer up` generated it."""
+    token = (e2e_state / "metrics" / f"{inv.deployment}.token").read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
+
+
 @pytest.fixture(scope="module")
 def exported_ca(deployed: Run, lab_hosts, tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = installer("ca", "export", "--inventory", str(lab_hosts.inventory_path))
@@ -93,7 +99,7 @@ def test_wrong_host_name_and_plain_http_are_refused(deployed: Run, lab_hosts, ex
 
 
 def test_gateways_route_to_the_other_hosts_engine_over_mutual_tls(deployed: Run, lab_hosts, api_key: str,
-                                                                   exported_ca: Path) -> None:
+                                                                   exported_ca: Path, e2e_state: Path) -> None:
     inv = _inv(lab_hosts)
     h1, h2 = lab_hosts.hosts[:2]
     client_files = tls.host_files(inv, h2.name)
@@ -112,7 +118,9 @@ def test_gateways_route_to_the_other_hosts_engine_over_mutual_tls(deployed: Run,
                     json={"model": "tiny-llama", "prompt": "hi", "max_tokens": 2})
         assert r.status_code == 200, r.text
     assert served_by_h2() - before >= 3
-    metrics = gw.get(f"https://{h1.address}:8080/metrics").text
+    # Metrics answer Prometheus's token only, not a client's API key.
+    assert gw.get(f"https://{h1.address}:8080/metrics").status_code == 401
+    metrics = gw.get(f"https://{h1.address}:8080/metrics", headers=_scrape_headers(e2e_state, inv)).text
     assert f'pli_gateway_engine_healthy{{engine="{h2.name}",model="tiny-llama"}} 1.0' in metrics
 
 
@@ -121,6 +129,7 @@ def test_private_keys_stay_private(deployed: Run, lab_hosts, e2e_state: Path) ->
     root = e2e_state / "tls" / inv.deployment
     keys = [root / "ca.key", *(tls.host_files(inv, h.name).key for h in lab_hosts.hosts)]
     keys.append(e2e_state / "redis" / f"{inv.deployment}.password")
+    keys.append(e2e_state / "metrics" / f"{inv.deployment}.token")
     for path in keys:
         assert path.stat().st_mode & 0o777 == 0o600, path
     secrets = []
@@ -142,6 +151,13 @@ def test_private_keys_stay_private(deployed: Run, lab_hosts, e2e_state: Path) ->
             "644 root private-llm /etc/private-llm/tls/ca.pem",
             "700 root root /etc/private-llm/tls/.staged",
         ]
+        # The gateways' scrape token: readable by the gateway and, on the monitoring host, Prometheus.
+        tokens = "/etc/private-llm/metrics.token" + (
+            " /etc/prometheus/private-llm-scrape.token" if host == lab_hosts.hosts[0] else "")
+        assert _ssh(lab_hosts, host, f"stat -c '%a %U %G %n' {tokens}").split("\n")[:-1] == [
+            "640 root private-llm /etc/private-llm/metrics.token",
+            *(["640 root prometheus /etc/prometheus/private-llm-scrape.token"] if host == lab_hosts.hosts[0] else []),
+        ]
         # The CA's key never leaves the control machine; nor does it show in any host's journal.
         ca_line = secrets[0]
         # (Config, logs and home directories: the venvs and the model under /opt and /var/lib
@@ -151,10 +167,11 @@ def test_private_keys_stay_private(deployed: Run, lab_hosts, e2e_state: Path) ->
         assert found.strip() == "0", found
 
 
-def test_expiry_gauge_is_the_served_certificate(deployed: Run, lab_hosts, exported_ca: Path) -> None:
+def test_expiry_gauge_is_the_served_certificate(deployed: Run, lab_hosts, exported_ca: Path,
+                                                e2e_state: Path) -> None:
     inv = _inv(lab_hosts)
     for host in lab_hosts.hosts:
-        metrics = httpx.get(f"https://{host.address}:8080/metrics",
+        metrics = httpx.get(f"https://{host.address}:8080/metrics", headers=_scrape_headers(e2e_state, inv),
                             verify=ssl.create_default_context(cafile=exported_ca)).text
         value = float(re.search(r"^pli_tls_cert_expiry_timestamp_seconds (\S+)$", metrics, re.M).group(1))
         served = _served_cert(host.address, 8080, exported_ca)

@@ -4,6 +4,7 @@ stopped by its PID."""
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -198,3 +199,20 @@ class Keys:
 @pytest.fixture
 def keys(tmp_path: Path) -> Keys:
     return Keys(tmp_path)
+
+
+@dataclass
+class ScrapeToken:
+    """Prometheus's token for the gateway's metrics (service/scrape_auth.py), in a 0600 file."""
+
+    file: Path
+    headers: dict[str, str]
+
+
+@pytest.fixture
+def scrape_token(tmp_path: Path) -> ScrapeToken:
+    token = secrets.token_hex(32)
+    path = tmp_path / "metrics.token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return ScrapeToken(path, {"Authorization": f"Bearer {token}"})

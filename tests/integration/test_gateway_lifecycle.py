@@ -91,12 +91,13 @@ def test_drain_timeout_cuts_what_is_left(start_upstream: Any, start_gateway: Any
     assert events[-1] == "<cut>"
 
 
-def test_metrics(start_upstream: Any, start_gateway: Any, keys: Any) -> None:
+def test_metrics(start_upstream: Any, start_gateway: Any, keys: Any, scrape_token: Any) -> None:
     upstream = start_upstream()
     secret = keys.create("metered")
     gateway = start_gateway(
         {
             "keys_file": str(keys.hosts_file),
+            "metrics_token_file": str(scrape_token.file),
             "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
         }
     )
@@ -104,7 +105,7 @@ def test_metrics(start_upstream: Any, start_gateway: Any, keys: Any) -> None:
     httpx.post(gateway.url + "/v1/chat/completions", json=_chat(5, stream=True), headers=auth)
     httpx.post(gateway.url + "/v1/chat/completions", json=_chat(3), headers=auth)
     httpx.post(gateway.url + "/v1/chat/completions", json=_chat(3))
-    text = httpx.get(gateway.url + "/metrics").text  # no key needed
+    text = httpx.get(gateway.url + "/metrics", headers=scrape_token.headers).text  # Prometheus's token, no API key
     for line in (
         'pli_gateway_requests_total{key="metered",model="tiny",status="200"} 2.0',
         'pli_gateway_requests_total{key="-",model="-",status="401"} 1.0',

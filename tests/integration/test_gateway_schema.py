@@ -19,6 +19,7 @@ def gateway(start_upstream: Any, start_gateway: Any, keys: Any) -> tuple[str, st
     secret = keys.create("fuzz")
     gw = start_gateway({
         "keys_file": str(keys.hosts_file),
+        "docs": True,  # the schema is served only when asked for
         "health_interval_s": 60,
         "limits": {"max_body_bytes": 64 * 1024},
         "engines": [

@@ -168,8 +168,8 @@ def test_openai_client_with_the_ca_bundle_and_without(pki: PKI, tls_gateway: Any
     assert "CERTIFICATE_VERIFY_FAILED" in repr(err.value.__cause__)
 
 
-def test_tls_versions_ciphers_and_the_expiry_gauge(pki: PKI, tls_gateway: Any) -> None:
-    gw = tls_gateway()
+def test_tls_versions_ciphers_and_the_expiry_gauge(pki: PKI, tls_gateway: Any, scrape_token: Any) -> None:
+    gw = tls_gateway(metrics_token_file=str(scrape_token.file))
     ctx = ssl.create_default_context(cafile=str(pki.ca_file))
     with socket.create_connection(("127.0.0.1", gw["port"])) as raw, \
             ctx.wrap_socket(raw, server_hostname="localhost") as tls:
@@ -187,7 +187,8 @@ def test_tls_versions_ciphers_and_the_expiry_gauge(pki: PKI, tls_gateway: Any) -
     weak.maximum_version = ssl.TLSVersion.TLSv1_2
     with socket.create_connection(("127.0.0.1", gw["port"])) as raw, pytest.raises(ssl.SSLError):
         weak.wrap_socket(raw, server_hostname="localhost")
-    metrics = httpx.get(gw["url"] + "/metrics", verify=ssl.create_default_context(cafile=pki.ca_file)).text
+    metrics = httpx.get(gw["url"] + "/metrics", verify=ssl.create_default_context(cafile=pki.ca_file),
+                        headers=scrape_token.headers).text
     expected = x509.load_pem_x509_certificate(gw["cert"].read_bytes()).not_valid_after_utc.timestamp()
     line = next(x for x in metrics.splitlines() if x.startswith("pli_tls_cert_expiry_timestamp_seconds "))
     assert float(line.split()[1]) == expected
@@ -199,11 +200,13 @@ def test_plain_http_to_the_https_port_gets_no_answer(tls_gateway: Any) -> None:
         httpx.get(f"http://127.0.0.1:{gw['port']}/readyz", timeout=3)
 
 
-def test_a_separate_metrics_port_follows_the_tls_setting(pki: PKI, tls_gateway: Any) -> None:
+def test_a_separate_metrics_port_follows_the_tls_setting(pki: PKI, tls_gateway: Any, scrape_token: Any) -> None:
     port = free_port()
-    tls_gateway(metrics_host="127.0.0.1", metrics_port=port)
-    text = httpx.get(f"https://localhost:{port}/metrics", verify=ssl.create_default_context(cafile=pki.ca_file)).text
+    tls_gateway(metrics_host="127.0.0.1", metrics_port=port, metrics_token_file=str(scrape_token.file))
+    verify = ssl.create_default_context(cafile=pki.ca_file)
+    text = httpx.get(f"https://localhost:{port}/metrics", verify=verify, headers=scrape_token.headers).text
     assert "pli_tls_cert_expiry_timestamp_seconds" in text
+    assert httpx.get(f"https://localhost:{port}/metrics", verify=verify).status_code == 401
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=3)
 

@@ -29,13 +29,14 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
-def test_workers_share_limits_counts_and_metrics(start_upstream: Any, start_gateway: Any, keys: Any) -> None:
+def test_workers_share_limits_counts_and_metrics(start_upstream: Any, start_gateway: Any, keys: Any,
+                                                 scrape_token: Any) -> None:
     upstream = start_upstream()
     slow = start_upstream("--delay-ms", "200", model="slow")
     limited = keys.create("rpm4", rpm=4)
     free = keys.create("free")
     gateway = start_gateway({
-        "workers": 2, "keys_file": str(keys.hosts_file),
+        "workers": 2, "keys_file": str(keys.hosts_file), "metrics_token_file": str(scrape_token.file),
         "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"},
                     {"name": "slow", "url": slow.url, "model": "slow"}],
     })
@@ -56,7 +57,7 @@ def test_workers_share_limits_counts_and_metrics(start_upstream: Any, start_gate
 
     # Whichever worker answers a scrape, the counters are the sum of all workers'.
     for _ in range(6):
-        text = httpx.get(gateway.url + "/metrics", headers=CLOSE).text
+        text = httpx.get(gateway.url + "/metrics", headers={**CLOSE, **scrape_token.headers}).text
         assert 'pli_gateway_requests_total{key="free",model="tiny",status="200"} 40.0' in text
         assert 'pli_gateway_requests_total{key="rpm4",model="tiny",status="429"} 8.0' in text
 

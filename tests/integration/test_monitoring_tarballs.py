@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from installer import metrics_token
 from installer.ansible import render
 from installer.ansible.runner import run_playbook
 from installer.bundle import monitoring_tarballs
@@ -140,6 +141,7 @@ def test_the_role_installs_and_runs_upstream_tarballs(lab_host, tmp_path: Path) 
     group_vars = {
         **render.HOST_LAYOUT, **render._monitoring_vars(inv), "pli_deployment": inv.deployment,
         "pli_bundle_dir": BUNDLE_ON_HOST, "engine_device": "cpu", "gateway_port": inv.ports.gateway,
+        "pli_metrics_token_src": str(metrics_token.ensure_token(inv.deployment)),
     }
     (inventory_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars))
     assert group_vars["monitoring_install_from"] == "tarballs"

@@ -29,7 +29,9 @@ def _jobs(text: str) -> dict[str, list[dict]]:
 
 
 def test_scrape_config_covers_every_host_and_passes_promtool(tmp_path: Path) -> None:
-    variables = inventory_vars(SERVING, ["mon"])
+    token = tmp_path / "scrape.token"
+    token.write_text("t" * 64)  # promtool checks that the credentials file exists
+    variables = inventory_vars(SERVING, ["mon"], _monitoring_token_file=str(token))
     variables["hostvars"]["mon"] = {"ansible_host": "10.0.0.5"}
     variables["groups"]["monitoring"] = ["mon"]
     text = render("prometheus.yml.j2", **variables)
@@ -59,9 +61,11 @@ def test_scrape_config_covers_every_host_and_passes_promtool(tmp_path: Path) -> 
 def test_https_gateways_are_scraped_with_the_deployment_ca_and_gpus_get_a_job(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("not read by a config check")
+    token = tmp_path / "scrape.token"
+    token.write_text("t" * 64)
     variables = inventory_vars(
         {"gpu1": "10.0.0.11"}, ["gpu1"], pli_gateway_scheme="https", monitoring_gpu_exporter="nvml",
-        _monitoring_ca_file=str(ca),
+        _monitoring_ca_file=str(ca), _monitoring_token_file=str(token),
     )
     text = render("prometheus.yml.j2", **variables)
     (tmp_path / "prometheus.yml").write_text(text)

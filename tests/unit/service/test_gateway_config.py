@@ -36,6 +36,10 @@ def _load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, obj
             "engines.0.url",
         ),
         ({"engines": [ENGINE], "allow_anonymous": True, "metrics_port": 9100}, "go together"),
+        (
+            {"engines": [ENGINE], "allow_anonymous": True, "metrics_host": "0.0.0.0", "metrics_port": 9100},
+            "metrics_host 0.0.0.0 is not a loopback address: set metrics_token_file",
+        ),
     ],
 )
 def test_refused(

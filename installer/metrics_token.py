@@ -1,0 +1,24 @@
+"""The scrape token Prometheus shows the gateways for their metrics (service/scrape_auth.py),
+kept on the control machine.
+
+Generated once (0600 under the state directory); the serving hosts' gateways and the monitoring
+hosts' Prometheus get it in 0640 files written by no_log tasks, read by Ansible with a file
+lookup so it never lands in the run directory.
+"""
+
+import secrets
+from pathlib import Path
+
+from installer.keys import _write_private
+from installer.paths import state_dir
+
+
+def token_file(deployment: str) -> Path:
+    return state_dir() / "metrics" / f"{deployment}.token"
+
+
+def ensure_token(deployment: str) -> Path:
+    path = token_file(deployment)
+    if not path.is_file():
+        _write_private(path, secrets.token_hex(32))
+    return path
