@@ -1,7 +1,9 @@
 """`installer up`: validate -> provision -> bundle -> preflight -> push -> configure -> report.
 
 Everything that can be checked is checked before the first host is touched: the inventory, the
-bundle's checksums, and every host's fitness. A failure in those phases changes nothing.
+bundle's signature and checksums (a prebuilt bundle's before provisioning, which runs its
+terraform), every host's fitness, and that the hosts run nothing this state does not know. A
+failure in those phases changes nothing.
 """
 
 import time
@@ -84,6 +86,7 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
         model_bytes=model,
         min_memory_bytes=min_mem,
         bundle_dir=bundle_push.host_dir(man),
+        release_file=revisions.HOST_RELEASE_FILE,
     )
 
 
@@ -118,6 +121,39 @@ class Prepared:
     signature: str
     log: RunLog
     pushed: list[bundle_push.PushResult] = field(default_factory=list)
+    adopted_above: int = 0  # `up --adopt`: the highest revision the adopted hosts reported
+
+
+def open_verified(
+    bundle_path: Path,
+    trusted_keys: tuple[Path, ...] = (),
+    insecure: bool = False,
+    note: Callable[[str], None] = lambda _m: None,
+) -> bundle_build.OpenedBundle:
+    """A prebuilt bundle, its signature then every byte checked here, before anything in it runs
+    on this machine (a cloud inventory's terraform) or reaches a host."""
+    opened = bundle_build.open_bundle(bundle_path, bundle_sign.Trust(tuple(trusted_keys), insecure))
+    signature = opened.signature.describe
+    note(f"[bold red]{signature}[/]" if opened.signature.trusted_key is None else signature)
+    return opened
+
+
+def _refuse_unknown_revisions(
+    inv: Inventory, reports: list[HostReport], adopt: bool, reporter: Reporter, log: RunLog
+) -> int:
+    """Stop before any change when the hosts ran revisions this state never made (`up` from the
+    wrong folder); with --adopt, go on and say so. Returns the highest revision they reported."""
+    unknown = revisions.unknown_on_hosts(
+        inv.deployment, {r.name: r.facts.get("release_json", "") for r in reports}
+    )
+    if not unknown:
+        return 0
+    if not adopt:
+        raise revisions.unknown_state_error(inv.deployment, unknown)
+    for u in unknown:
+        reporter.note(f"[yellow]adopting {u.host}[/]: {u.reason}")
+        log.log(f"adopted {u.host}: {u.reason}")
+    return max(u.revision for u in unknown)
 
 
 def prepare(
@@ -129,49 +165,48 @@ def prepare(
     trusted_keys: tuple[Path, ...] = (),
     insecure: bool = False,
     check: bool = False,
+    adopt: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> Prepared:
-    """validate -> provision -> bundle -> preflight -> push. Nothing here changes how a host
-    serves: the bundle lands in its own directory next to the running release."""
+    """validate -> bundle check -> provision -> bundle build -> preflight -> push. Nothing here
+    changes how a host serves: the bundle lands in its own directory next to the running release.
+
+    A prebuilt bundle is verified before provisioning: a cloud inventory's terraform comes from
+    it and runs with the cloud credentials, so provisioning only ever sees the verified copy."""
     inv = load_inventory(inventory_path)
     inventory_checks.check_inventory(inv)  # what `validate` checks; the model must fit the GPUs
     log = RunLog(command, inv.deployment)
     on_runlog(log)
     log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")
 
+    opened = None
+    signature = "built here"
+    playbooks_dir = PLAYBOOKS_DIR
+    if bundle_path:
+        with timed(log, reporter, "bundle"):
+            opened = open_verified(bundle_path, trusted_keys, insecure, reporter.note)
+            signature = opened.signature.describe
+            log.log(f"bundle {bundle_path}: {signature}")
+            # Configure with the bundle's own (verified, signed) playbooks, not this checkout's.
+            playbooks_dir = bundle_build.playbooks_of(opened.root)
+
     with timed(log, reporter, "provision"):
         if inv.provider == "baremetal":
             reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
         else:
             # Cloud hosts come from Terraform; --check reads them from the state, changing nothing.
-            inv = provision.provision(
-                inv, apply_changes=not check, bundle=bundle_path, note=reporter.note
-            )
+            inv = provision.provision(inv, apply_changes=not check, bundle=opened, note=reporter.note)
             log.log(f"provisioned {len(inv.hosts)} {inv.provider} host(s)")
 
-    with timed(log, reporter, "bundle"):
-        signature = "built here"
-        playbooks_dir = PLAYBOOKS_DIR
-        if bundle_path:
-            # Signature, then every byte, on this machine before any host is touched.
-            opened = bundle_build.open_bundle(
-                bundle_path, bundle_sign.Trust(tuple(trusted_keys), insecure)
-            )
-            root, man, built = opened.root, opened.manifest, False
-            # Configure with the bundle's own (verified, signed) playbooks, not this checkout's.
-            playbooks_dir = bundle_build.playbooks_of(root)
-            signature = opened.signature.describe
-            if opened.signature.trusted_key is None:
-                reporter.note(f"[bold red]{signature}[/]")
-            else:
-                reporter.note(signature)
-            log.log(f"bundle {bundle_path}: {signature}")
-        else:
+    if opened is not None:
+        root, man, built = opened.root, opened.manifest, False
+    else:
+        with timed(log, reporter, "bundle"):
             root, man, built = bundle_build.build(inv, progress=lambda m: reporter.note(f"fetching {m}"))
-        reporter.note(
-            f"{'built' if built else 'cached'} bundle {man.bundle_id[:12]}: "
-            f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
-        )
+    reporter.note(
+        f"{'built' if built else 'cached'} bundle {man.bundle_id[:12]}: "
+        f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
+    )
 
     with timed(log, reporter, "preflight"):
         reports: list[HostReport] = run_preflight(inv, needs_for(inv, man))
@@ -180,8 +215,9 @@ def prepare(
                 f"{r.name}: {r.facts.get('os_id')} {r.facts.get('os_version')}, "
                 f"{r.facts.get('cpus')} CPUs, {int(r.facts.get('mem_total_kib', 0)) / 1024**2:.1f} GiB"
             )
+        adopted_above = _refuse_unknown_revisions(inv, reports, adopt, reporter, log)
 
-    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log)
+    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, adopted_above=adopted_above)
     if not check:
         with timed(log, reporter, "push"):
             prepared.pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
@@ -236,15 +272,18 @@ def up(
     insecure: bool = False,
     check: bool = False,
     prune: bool = False,
+    adopt: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> UpResult:
     p = prepare(
         inventory_path, reporter, bundle_path=bundle_path, trusted_keys=trusted_keys,
-        insecure=insecure, check=check, on_runlog=on_runlog,
+        insecure=insecure, check=check, adopt=adopt, on_runlog=on_runlog,
     )
     inv, man, log = p.inv, p.manifest, p.log
     result = UpResult(inv, man, p.built, log.dir)
-    revision = None if check else revisions.next_revision(inv, man, p.root, p.playbooks_dir)
+    revision = (
+        None if check else revisions.next_revision(inv, man, p.root, p.playbooks_dir, above=p.adopted_above)
+    )
     if prune and not check:
         with timed(log, reporter, "prune"):
             pruned = uninstall.prune(inv, log.dir / "prune", reporter.note, reporter.task)

@@ -33,6 +33,7 @@ echo "disk_var_lib=$(df -B1 --output=avail /var/lib | tail -1 | tr -d ' ')"
 echo "disk_opt=$(df -B1 --output=avail /opt | tail -1 | tr -d ' ')"
 echo "same_fs=$([ "$(stat -c %d /opt)" = "$(stat -c %d /var/lib)" ] && echo yes || echo no)"
 echo "bundle_present=$([ -f "$PLI_BUNDLE_DIR/manifest.json" ] && echo yes || echo no)"
+echo "release_json=$({ cat "$PLI_RELEASE_FILE" || sudo -n cat "$PLI_RELEASE_FILE"; } 2>/dev/null | tr -d '\n')"
 echo "now=$(date +%s)"
 """
 
@@ -46,6 +47,9 @@ class Needs:
     model_bytes: int
     min_memory_bytes: int
     bundle_dir: str
+    # What the host says it runs (its release.json, on one line; "" when it has none), read so
+    # that `up` can refuse a control-machine state that does not know that revision.
+    release_file: str
 
 
 @dataclass
@@ -108,12 +112,19 @@ def _judge(facts: dict[str, str], needs: Needs, skew: float) -> list[str]:
     return problems
 
 
+def parse_facts(stdout: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+
 def check_host(t: Target, needs: Needs) -> HostReport:
     report = HostReport(t.name, t.address)
     try:
         with _connect(t) as conn:
             before = time.time()
-            command = f"PLI_BUNDLE_DIR={shlex.quote(needs.bundle_dir)} sh -c {shlex.quote(_PROBE)}"
+            command = (
+                f"PLI_BUNDLE_DIR={shlex.quote(needs.bundle_dir)} "
+                f"PLI_RELEASE_FILE={shlex.quote(needs.release_file)} sh -c {shlex.quote(_PROBE)}"
+            )
             result = conn.run(command, hide=True, warn=True, in_stream=False)
             after = time.time()
     except paramiko.BadHostKeyException:
@@ -128,7 +139,7 @@ def check_host(t: Target, needs: Needs) -> HostReport:
     except OSError as exc:
         report.problems.append(f"SSH unreachable at {t.address}:{t.port}: {exc.strerror or exc}")
         return report
-    facts = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    facts = parse_facts(result.stdout)
     report.facts = facts
     skew = float(facts.get("now") or 0) - (before + after) / 2
     report.problems = _judge(facts, needs, skew)

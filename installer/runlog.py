@@ -1,4 +1,8 @@
-"""One folder per run under .installer/runs/: the Ansible artifacts, phase timings, the summary."""
+"""One folder per run under <state>/runs/: the Ansible artifacts, phase timings, the summary.
+
+Run folders hold rendered inventories, host facts and task output: runs/ and every run folder
+are 0700, and so is the state folder that holds them.
+"""
 
 import json
 import time
@@ -6,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from installer.paths import state_dir
+from installer.paths import private_dir, state_dir
 
 
 @dataclass
@@ -19,12 +23,17 @@ class RunLog:
 
     def __post_init__(self) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.started))
-        base = state_dir() / "runs" / f"{stamp}-{self.command}-{self.deployment}"
+        state = private_dir(state_dir())
+        base = private_dir(state / "runs") / f"{stamp}-{self.command}-{self.deployment}"
         path, n = base, 1
-        while path.exists():  # two runs in one second still get their own folder
-            n += 1
-            path = base.with_name(f"{base.name}-{n}")
-        path.mkdir(parents=True)
+        while True:  # two runs in one second still get their own folder
+            try:
+                path.mkdir(mode=0o700)
+                break
+            except FileExistsError:
+                n += 1
+                path = base.with_name(f"{base.name}-{n}")
+        path.chmod(0o700)  # mkdir applies the umask to its mode: make it exactly 0700
         self.dir = path
 
     def log(self, line: str) -> None:

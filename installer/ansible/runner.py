@@ -1,15 +1,16 @@
 """Run a playbook through ansible-runner and read its events and per-host stats (no text scraping)."""
 
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
+from ansible_runner.interface import init_runner
 
-from installer.paths import PLAYBOOKS_DIR, control_socket_dir
+from installer.paths import PLAYBOOKS_DIR, control_socket_dir, private_dir
 
 # (host, task name, status) for each finished task on a host; status: ok/changed/failed/skipped/unreachable
 TaskEvent = Callable[[str, str, str], None]
@@ -74,6 +75,31 @@ def _failure_text(res: dict[str, Any]) -> str:
     return msg.strip() or "failed"
 
 
+# What ansible-playbook and ssh need from this process's environment; everything else (cloud
+# credentials, tokens, the operator's own settings) stays out of Ansible and its artifacts.
+_INHERITED = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "SSH_AUTH_SOCK"}
+_INHERITED_PREFIXES = ("LC_",)
+_SECRET = re.compile(
+    r"SECRET|TOKEN|PASSW|CREDENTIAL|ACCESS_KEY|PRIVATE_KEY(?!_FILE)|^(AWS|TENCENTCLOUD|JDCLOUD)_", re.I
+)
+
+
+def ansible_env(env: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
+    """The environment ansible-playbook runs with: from `inherited` (this process's), only the
+    allow-listed names; whatever ansible-runner or we set on top of it; never a secret-looking
+    name. This interpreter's bin directory leads PATH, where ansible-playbook is."""
+    out = {}
+    for name, value in env.items():
+        ours = inherited.get(name) != value  # set (or changed) by ansible-runner or run_playbook
+        allowed = name in _INHERITED or name.startswith(_INHERITED_PREFIXES)
+        if (ours or allowed) and not _SECRET.search(name):
+            out[name] = value
+    bin_dir = str(Path(sys.executable).parent)
+    path = out.get("PATH", os.defpath).split(os.pathsep)
+    out["PATH"] = os.pathsep.join([bin_dir, *(d for d in path if d != bin_dir)])
+    return out
+
+
 def run_playbook(
     playbook: str,
     inventory_dir: Path,
@@ -108,14 +134,9 @@ def run_playbook(
             on_task(host, task, status)
         return True  # keep the event in the artifacts
 
-    # ansible-runner starts `ansible-playbook` by name: make this interpreter's tools visible.
-    bin_dir = str(Path(sys.executable).parent)
-    env_path = os.environ.get("PATH", "")
-    if bin_dir not in env_path.split(os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + env_path
     cmdline = " ".join(x for x in ("--check --diff" if check else "", extra_cmdline) if x)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    r = ansible_runner.run(
+    private_dir(run_dir)
+    r = init_runner(
         private_data_dir=str(run_dir),
         project_dir=str(playbooks_dir),
         playbook=playbook,
@@ -134,6 +155,14 @@ def run_playbook(
         quiet=True,
         suppress_env_files=True,
     )
+    # ansible-runner starts from a copy of this process's environment (cloud keys included) and
+    # writes it into artifacts/<id>/command: give it only what Ansible needs, then drop that file.
+    r.config.env = ansible_env(r.config.env, os.environ)
+    try:
+        r.run()
+    finally:
+        if r.config.artifact_dir:
+            Path(r.config.artifact_dir, "command").unlink(missing_ok=True)
     stats = r.stats or {}
     for key, attr in (
         ("ok", "ok"), ("changed", "changed"), ("failures", "failed"),

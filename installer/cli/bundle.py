@@ -108,12 +108,20 @@ def verify_cmd(
 def keygen_cmd(
     directory: Annotated[
         Path | None,
-        typer.Option("--dir", help="Where to write the key pair. Default: .installer/keys/."),
+        typer.Option("--dir", help="Where to write the key pair. Default: the state's keys/ (.installer/keys/)."),
     ] = None,
     name: Annotated[str, typer.Option(help="File name of the pair (NAME.key, NAME.pub).")] = (
         sign.KEY_NAME
     ),
     force: Annotated[bool, typer.Option("--force", help="Replace an existing key pair.")] = False,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory", "-i",
+            help="Default --dir: the keys/ of this deployment's state (next to the inventory), "
+            "where `bundle build -i` and `up -i` look.",
+        ),
+    ] = None,
 ) -> None:
     """Make an ed25519 key pair to sign bundles with (private key 0600, public key to share)."""
     pair = sign.keygen(directory, name, force=force)

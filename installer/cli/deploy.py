@@ -58,6 +58,14 @@ def up(
         bool,
         typer.Option("--prune", help="Drain and remove private-llm from hosts no longer in the inventory."),
     ] = False,
+    adopt: Annotated[
+        bool,
+        typer.Option(
+            "--adopt",
+            help="Go on when hosts run revisions this state does not know: they get this state's "
+            "client keys, CA and Redis password. Default: refuse.",
+        ),
+    ] = False,
 ) -> None:
     """Validate, bundle, preflight, push and configure: bring every host to a serving state."""
     inv = load_inventory(inventory)
@@ -69,7 +77,7 @@ def up(
         )
     result = deploy.up(
         inventory, reporter, bundle_path=bundle, check=check, prune=prune,
-        trusted_keys=tuple(trusted_key or ()), insecure=insecure,
+        trusted_keys=tuple(trusted_key or ()), insecure=insecure, adopt=adopt,
     )
     # The gpu column only where a host ran the GPU checks: CPU deployments keep their table.
     gpu = any(h.gpu for h in result.hosts)

@@ -64,7 +64,12 @@ def create_cmd(
 
 
 @keys_app.command("list")
-def list_cmd() -> None:
+def list_cmd(
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help="List this deployment's keys (its state is next to the inventory)."),
+    ] = None,
+) -> None:
     """List keys with their limits and status (never a secret)."""
     now = datetime.now(UTC)
     rows = [

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from installer import deploy
 from installer.cli import app
 from installer.cli import deploy as deploy_cli
 from installer.cli.gpu import print_fit_section
@@ -24,6 +25,22 @@ InventoryOpt = deploy_cli.InventoryOpt
 BundleOpt = Annotated[
     Path | None,
     typer.Option(help="Bundle that carries terraform and its providers (offline machines)."),
+]
+TrustedKeyOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--trusted-key",
+        help="Public key (.pub) whose bundle signatures are accepted; repeatable. "
+        "Default: every *.pub in the state's keys/.",
+        show_default=False,
+    ),
+]
+InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure",
+        help="Accept an unsigned or untrusted --bundle, and run its terraform here. Unsafe.",
+    ),
 ]
 # Changes that bring up new machines: Ansible has nothing to compare them with yet.
 _NEW_MACHINE = ("create", "replace")
@@ -43,13 +60,21 @@ def _print_changes(title: str, summary: ChangeSummary) -> None:
 
 
 @app.command()
-def plan(inventory: InventoryOpt, bundle: BundleOpt = None) -> None:
+def plan(
+    inventory: InventoryOpt,
+    bundle: BundleOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    insecure: InsecureOpt = False,
+) -> None:
     """Show what `installer up` would change: cloud resources (Terraform), then hosts (Ansible)."""
     inv = load_inventory(inventory)
     # Does the model fit the GPUs at all? Cheap, offline, and worth knowing before anything else.
     print_fit_section(inv)
+    trusted = tuple(trusted_key or ())
     if inv.provider != "baremetal":
-        ws = provision.prepare(inv, bundle=bundle, note=_note)
+        # The bundle's terraform runs here with the cloud credentials: its signature first.
+        opened = deploy.open_verified(bundle, trusted, insecure, _note) if bundle else None
+        ws = provision.prepare(inv, bundle=opened, note=_note)
         summary, plan_file = provision.plan(ws)
         plan_file.unlink(missing_ok=True)  # `up` plans again: the state may move meanwhile
         _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", summary)
@@ -64,7 +89,7 @@ def plan(inventory: InventoryOpt, bundle: BundleOpt = None) -> None:
             )
             return
     # The hosts exist: Ansible's check mode tells what it would change on them.
-    deploy_cli.up(inventory=inventory, bundle=bundle, check=True)
+    deploy_cli.up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True)
 
 
 @app.command()

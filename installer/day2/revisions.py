@@ -4,8 +4,8 @@ A revision is one (bundle, inventory) pair that `installer up`/`upgrade` applied
 or any inventory change (a vLLM setting, a gateway limit, a host added) is a new revision; the
 same pair again is the same revision, so re-running `installer up` does not grow the history.
 
-Control machine: `.installer/state.json` (every revision of every deployment, which revision
-each host runs, every run) and a snapshot per revision under `.installer/revisions/` -- the
+Control machine: `state.json` in the state folder (every revision of every deployment, which
+revision each host runs, every run) and a snapshot per revision under `revisions/` there -- the
 validated inventory (paths resolved), the bundle manifest and the playbooks -- which is all a
 rollback needs besides the bundle, still held on the hosts. Hosts: `release.json` (written by
 the `release` role) says what each host runs; `installer status` compares the two.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from installer.bundle.manifest import Manifest
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
-from installer.paths import state_dir
+from installer.paths import STATE_DIR_NAME, resolve_state_dir, state_dir
 
 if TYPE_CHECKING:
     from installer.runlog import RunLog
@@ -159,8 +159,13 @@ def get(deployment: str, number: int) -> Revision:
     )
 
 
-def next_revision(inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path) -> Revision:
-    """The revision for this (bundle, inventory): the existing one, or a new one with a snapshot."""
+def next_revision(
+    inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path, *, above: int = 0
+) -> Revision:
+    """The revision for this (bundle, inventory): the existing one, or a new one with a snapshot.
+
+    `above`: the highest revision adopted hosts reported (`up --adopt`), so a new number never
+    repeats one those hosts already ran."""
     digest = config_digest(inv)
     with _locked() as data:
         dep = _deployment(data, inv.deployment)
@@ -169,7 +174,7 @@ def next_revision(inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path
                 rev = Revision(**entry)
                 if (rev.snapshot / "inventory.json").is_file():
                     return rev
-        number = max((r["number"] for r in dep["revisions"]), default=0) + 1
+        number = max([above, *(r["number"] for r in dep["revisions"])]) + 1
         rev = Revision(
             deployment=inv.deployment, number=number, bundle_id=man.bundle_id,
             release_id=man.release_id, config_digest=digest,
@@ -218,3 +223,77 @@ def forget_hosts(deployment: str, names: list[str]) -> None:
         dep = _deployment(data, deployment)
         for name in names:
             dep["hosts"].pop(name, None)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A host whose release.json names a revision this control machine's state does not hold."""
+
+    host: str
+    reason: str
+    revision: int = 0
+
+
+def unknown_on_hosts(deployment: str, on_hosts: dict[str, str]) -> list[Unknown]:
+    """Judge what each host says it runs (release.json's text, "" for none) against the state.
+
+    A host that ran a revision this state never made means the state is not this deployment's
+    (another folder, another machine): deploying from it would replace the hosts' client keys,
+    CA and Redis password with its own."""
+    known = {r.number: r for r in revisions(deployment)}
+    found = []
+    for host, text in sorted(on_hosts.items()):
+        if not text.strip():
+            continue  # never installed: nothing to lose
+        try:
+            record = json.loads(text)
+            number = int(record["revision"])
+        except (ValueError, TypeError, KeyError):
+            found.append(Unknown(host, f"its {HOST_RELEASE_FILE} is not a release record: {text[:60]!r}"))
+            continue
+        other = record.get("deployment")
+        bundle, config = str(record.get("bundle_id", "")), str(record.get("config", ""))
+        ours = known.get(number)
+        if other != deployment:
+            found.append(Unknown(host, f"runs deployment {other!r}, not {deployment!r}", number))
+        elif ours is None:
+            found.append(Unknown(host, f"runs revision {number} (bundle {bundle[:12]}), unknown here", number))
+        elif (ours.bundle_id, ours.config_digest) != (bundle, config):
+            found.append(Unknown(
+                host,
+                f"runs revision {number} of bundle {bundle[:12]} (config {config}); revision "
+                f"{number} here is bundle {ours.bundle_id[:12]} (config {ours.config_digest})",
+                number,
+            ))
+    return found
+
+
+def _working_directory_state(deployment: str) -> Path | None:
+    """./.installer when it is not the state in use and holds the deployment: where state was
+    kept before it moved next to the inventory, and the usual misplaced one."""
+    folder = Path(STATE_DIR_NAME).resolve()
+    if folder == resolve_state_dir()[0] or not (folder / "state.json").is_file():
+        return None
+    try:
+        data = json.loads((folder / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return folder if data.get("deployments", {}).get(deployment, {}).get("revisions") else None
+
+
+def unknown_state_error(deployment: str, unknown: list[Unknown]) -> StateError:
+    folder, why = resolve_state_dir()
+    fixes = [
+        f"this state ({folder}, chosen by {why}) would replace their client keys, CA and Redis "
+        "password with its own: every client key would stop working",
+        *([f"{other} knows deployment {deployment}: `installer --state-dir {other} up ...`"]
+          if (other := _working_directory_state(deployment)) else []),
+        "use this deployment's state: run with the inventory that sits next to it, or pass "
+        "`installer --state-dir DIR ...` (or INSTALLER_STATE_DIR)",
+        "or, to take these hosts over with this state anyway: `installer up --adopt ...`",
+    ]
+    return StateError(
+        f"{len(unknown)} host(s) run a revision the state in {folder} does not know; "
+        "nothing was changed",
+        [f"{u.host}: {u.reason}" for u in unknown] + fixes,
+    )

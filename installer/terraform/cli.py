@@ -93,7 +93,12 @@ class Terraform:
         proc = self._run("version", "-json", timeout=60)
         if proc.returncode != 0:
             raise TerraformError("`terraform version` failed", _tail(proc.stderr))
-        return str(json.loads(proc.stdout)["terraform_version"])
+        try:
+            return str(json.loads(proc.stdout)["terraform_version"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TerraformError(
+                f"`{self.binary} version -json` printed no version; is it terraform?", _tail(proc.stdout)
+            ) from exc
 
     def init(self) -> None:
         proc = self._run("init", "-input=false", "-no-color")

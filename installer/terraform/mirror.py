@@ -5,27 +5,24 @@ Bundle layout (next to wheels/, model/, ... and listed in manifest.json like eve
     terraform/plugins/registry.terraform.io/<namespace>/<type>/<version>/<os>_<arch>/...
 The plugins tree is Terraform's "unpacked" filesystem-mirror layout, so the CLI config we
 write points `provider_installation { filesystem_mirror { path = ... } }` at it and nothing is
-downloaded. The bundle builder calls `add_to_bundle`; `installer up --bundle` calls
-`tools_from_bundle`, which verifies those files against the manifest before running any of them.
+downloaded. The bundle builder calls `add_to_bundle`; `installer up|plan --bundle` call
+`tools_from_bundle` with the bundle only after its signature and every byte were verified.
 """
 
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from installer.bundle.manifest import MANIFEST, Manifest
 from installer.hashing import sha256_file
-from installer.paths import state_dir
 from installer.terraform.cli import Terraform
-from installer.terraform.errors import TerraformError
 
 if TYPE_CHECKING:
+    from installer.bundle.build import OpenedBundle  # bundle.build imports this module
     from installer.inventory import Inventory
 
 BUNDLE_DIR = "terraform"
@@ -111,43 +108,14 @@ def add_to_bundle(
     return versions
 
 
-def tools_from_bundle(bundle: Path) -> TerraformTools | None:
-    """Terraform from a bundle (directory or tar), checked against its manifest; None if absent."""
-    if bundle.is_dir():
-        man = Manifest.from_json((bundle / MANIFEST).read_text())
-        entries = [f for f in man.files if f.path.startswith(BUNDLE_DIR + "/")]
-        if not entries:
-            return None
-        for f in entries:
-            if sha256_file(bundle / f.path) != f.sha256:
-                raise TerraformError(f"bundle file {f.path} does not match its manifest checksum")
-        root: Path | None = bundle / BUNDLE_DIR
-    else:
-        root = _unpack_from_tar(bundle)
-    if root is None:
+def tools_from_bundle(bundle: "OpenedBundle") -> TerraformTools | None:
+    """Terraform from a bundle that bundle.build.open_bundle verified (signature, then every
+    byte); None if it carries none. Only such a bundle is accepted: its manifest alone is no
+    proof, since whoever changed a file could have changed the manifest too."""
+    if not any(f.path.startswith(BUNDLE_DIR + "/") for f in bundle.manifest.files):
         return None
+    root = bundle.root / BUNDLE_DIR
     return TerraformTools(str(root / "bin" / "terraform"), root / "plugins")
-
-
-def _unpack_from_tar(bundle: Path) -> Path | None:
-    try:
-        with tarfile.open(bundle) as tar:
-            member = tar.extractfile(MANIFEST)
-            if member is None:
-                raise TerraformError(f"{bundle} has no {MANIFEST}")
-            man = Manifest.from_json(member.read().decode())
-            wanted = {f.path: f for f in man.files if f.path.startswith(BUNDLE_DIR + "/")}
-            if not wanted:
-                return None
-            target = state_dir() / "terraform" / "bundles" / man.bundle_id[:12]
-            members = [m for m in tar.getmembers() if m.name in wanted]
-            tar.extractall(target, members=members, filter="data")
-    except (tarfile.TarError, KeyError, OSError) as exc:
-        raise TerraformError(f"cannot read terraform from bundle {bundle}: {exc}") from exc
-    for path, entry in wanted.items():
-        if not (target / path).is_file() or sha256_file(target / path) != entry.sha256:
-            raise TerraformError(f"bundle file {path} does not match its manifest checksum")
-    return target / BUNDLE_DIR
 
 
 def _tools_for(inv: "Inventory", env: Mapping[str, str]) -> TerraformTools:

@@ -4,17 +4,22 @@ Every check that needs no API call runs first: the inventory (formats, regions, 
 validated by the loader, credentials are looked for here, and only then does terraform run.
 """
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from installer.inventory import Host, Inventory
 from installer.lab.sshkeys import KEY_NAME, ensure_lab_key, known_hosts_lines
-from installer.paths import state_dir
+from installer.paths import STATE_DIR_NAME, state_dir
 from installer.terraform import contract, credentials, mirror, tfvars
 from installer.terraform.cli import ChangeSummary, Event, Terraform
 from installer.terraform.errors import TerraformError
+
+if TYPE_CHECKING:
+    from installer.bundle.build import OpenedBundle
 
 Note = Callable[[str], None]
 # Providers whose module can install a host key we generated (cloud-init user data); the
@@ -40,17 +45,21 @@ class Workspace:
 def prepare(
     inv: Inventory,
     *,
-    bundle: Path | None = None,
+    bundle: "OpenedBundle | None" = None,
     env: Mapping[str, str] = os.environ,
     note: Note = lambda _m: None,
 ) -> Workspace:
-    """Check credentials, write root module and tfvars, `terraform init` (offline with a mirror)."""
+    """Check credentials, write root module and tfvars, `terraform init` (offline with a mirror).
+
+    `bundle` is one that bundle.build.open_bundle verified: its terraform runs here with the
+    cloud credentials in its environment, so an unchecked path is never accepted."""
     if inv.provider == "baremetal" or inv.cloud is None:
         raise TerraformError("provider baremetal has no cloud resources; Terraform is not used")
     extra_env = credentials.check(inv.provider, env)  # before anything can reach an API
     wd = workdir(inv)
+    _refuse_a_second_fleet(inv, wd)
     wd.mkdir(parents=True, exist_ok=True)
-    tools = (mirror.tools_from_bundle(bundle) if bundle else None) or mirror.locate(wd, env)
+    tools = (mirror.tools_from_bundle(bundle) if bundle is not None else None) or mirror.locate(wd, env)
     host_key = None
     if inv.provider in PINS_HOST_KEYS:
         key = ensure_lab_key(wd / "host-key", f"{inv.deployment} host key")  # an ed25519 pair
@@ -63,6 +72,32 @@ def prepare(
     tf.init()
     mirror.remember(wd, tools)
     return Workspace(inv, wd, tf)
+
+
+def _resources(state_file: Path) -> int:
+    try:
+        return len(json.loads(state_file.read_text()).get("resources") or [])
+    except (OSError, ValueError):
+        return 0
+
+
+def _refuse_a_second_fleet(inv: Inventory, wd: Path) -> None:
+    """No Terraform state here but one in ./.installer (where state lived before it moved next
+    to the inventory, or the folder `up` used to be run from): applying would create the whole
+    fleet a second time, so say where the state is instead."""
+    if _resources(wd / "terraform.tfstate"):
+        return
+    other = Path(STATE_DIR_NAME).resolve() / "terraform" / inv.deployment
+    if other != wd and _resources(other / "terraform.tfstate"):
+        raise TerraformError(
+            f"deployment {inv.deployment} has no Terraform state in {wd}, but {other} has one; "
+            "nothing was changed",
+            [
+                f"use that state: `installer --state-dir {other.parent.parent} ...`, or move "
+                f"{other.parent.parent} next to the inventory",
+                "with this empty state Terraform would create every machine a second time",
+            ],
+        )
 
 
 def describe(summary: ChangeSummary) -> str:
@@ -125,7 +160,7 @@ def provision(
     inv: Inventory,
     *,
     apply_changes: bool = True,
-    bundle: Path | None = None,
+    bundle: "OpenedBundle | None" = None,
     note: Note = lambda _m: None,
 ) -> Inventory:
     """`installer up`'s provision phase: plan, apply, read the hosts back.

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from installer.bundle.manifest import MANIFEST, Manifest, scan
+from installer.bundle import build, sign
+from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest, scan
+from installer.errors import BundleError
 from installer.terraform import contract, mirror
 from installer.terraform.cli import Terraform
-from installer.terraform.errors import TerraformError
 from installer.terraform.tfvars import MODULES_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -37,8 +38,13 @@ def test_bundle_carries_terraform_and_a_mirror_that_inits_offline(tmp_path: Path
     assert versions["hashicorp/aws"] == "5.100.0" and versions["terraform"].startswith("1.")
     man = Manifest(target={}, components=versions, packages=[], files=scan(bundle))
     (bundle / MANIFEST).write_text(man.to_json())
+    (bundle / CHECKSUMS).write_text(man.checksums_text())
+    keys = sign.keygen(tmp_path / "keys")
+    signature = sign.signature_for((bundle / MANIFEST).read_bytes(), sign.load_private_key(keys.private_key))
+    (bundle / SIGNATURE).write_bytes(signature)
+    trust = sign.Trust((keys.public_key,))
 
-    tools = mirror.tools_from_bundle(bundle)
+    tools = mirror.tools_from_bundle(build.open_bundle(bundle, trust))
     assert tools is not None and tools.plugin_mirror == bundle / "terraform" / "plugins"
     work = tmp_path / "work"
     shutil.copytree(MODULES_DIR / "aws", work)
@@ -47,10 +53,11 @@ def test_bundle_carries_terraform_and_a_mirror_that_inits_offline(tmp_path: Path
     lock = (work / ".terraform.lock.hcl").read_text()
     assert 'provider "registry.terraform.io/hashicorp/aws"' in lock and '"5.100.0"' in lock
 
-    # A tampered binary is refused before it ever runs.
+    # A tampered binary is refused before it ever runs: only a verified bundle gives tools.
     (bundle / "terraform" / "bin" / "terraform").write_bytes(b"#!/bin/sh\necho pwned\n")
-    with pytest.raises(TerraformError, match="does not match its manifest checksum"):
-        mirror.tools_from_bundle(bundle)
+    with pytest.raises(BundleError, match="failed verification") as err:
+        build.open_bundle(bundle, trust)
+    assert any("terraform/bin/terraform" in line for line in err.value.details)
 
 
 def test_baremetal_module_passes_hosts_through_the_contract(tmp_path: Path) -> None:

@@ -93,7 +93,9 @@ def test_plan_on_baremetal_is_ansible_check_mode(stubbed: dict[str, Any], tmp_pa
     site = _baremetal(tmp_path)
     result = runner.invoke(app, ["plan", "-i", str(site)])
     assert result.exit_code == 0, result.output
-    assert stubbed["checked"] == {"inventory": site, "bundle": None, "check": True}
+    assert stubbed["checked"] == {
+        "inventory": site, "bundle": None, "trusted_key": [], "insecure": False, "check": True
+    }
 
 
 def test_down_on_baremetal_asks_before_removing_and_never_runs_terraform(
