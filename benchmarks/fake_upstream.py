@@ -3,9 +3,12 @@
     python benchmarks/fake_upstream.py --port 9001 --model tiny [--chunks 16] [--delay-ms 0]
 
 Each completion streams `chunks` one-word tokens. A request may steer its own answer with an
-`x_fake` object: {"chunks": N, "delay_ms": D, "status": S}. GET /_stats reports what the
-server saw (requests, streams started/completed/aborted, the last body), so tests can check
-what the gateway sent and that it closed a stream when its client left.
+`x_fake` object: {"chunks": N, "delay_ms": D, "status": S}, and misbehave as an engine might
+(tests/integration/test_gateway_upstream_faults.py): "body" (answer this JSON with `status`),
+"usage" (report this usage object), "tail" (raw SSE text sent after the tokens), "no_done"
+(end the stream without [DONE]), "not_http" (answer bytes that are not HTTP). GET /_stats
+reports what the server saw (requests, streams started/completed/aborted, the last body), so
+tests can check what the gateway sent and that it closed a stream when its client left.
 """
 
 import argparse
@@ -71,6 +74,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     stats["last_body"] = raw.decode()
     body = json.loads(raw)
     fake = body.get("x_fake", {})
+    if fake.get("not_http"):
+        assert request.transport is not None
+        request.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n")
+        request.transport.close()
+        return web.Response()  # not sent: the connection is closed
+    if "body" in fake:
+        return web.json_response(fake["body"], status=fake.get("status", 200))
     if status := fake.get("status", opts.status):
         return web.json_response(
             {"error": {"message": "fake failure", "type": "server_error", "code": None}},
@@ -90,7 +100,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     kind = "chat" if request.path.endswith("chat/completions") else "text"
     chunks = min(fake.get("chunks", opts.chunks), body.get("max_tokens") or 1 << 30)
     delay = fake.get("delay_ms", opts.delay_ms) / 1000
-    usage = {
+    usage = fake.get("usage") or {
         "prompt_tokens": _prompt_tokens(body),
         "completion_tokens": chunks,
         "total_tokens": _prompt_tokens(body) + chunks,
@@ -135,7 +145,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 "usage": usage,
             }
             await resp.write(b"data: " + json.dumps(tail).encode() + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
+        for raw in fake.get("tail", ()):
+            await resp.write(raw.encode())
+        if not fake.get("no_done"):
+            await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
         stats["streams_aborted"] += 1

@@ -36,6 +36,7 @@ def serve(settings: Settings, sock: "socket.socket | None", shared: "SharedState
     import uvicorn
 
     from service.app import create_app
+    from service.connections import guarded_protocol
     from service.state import Gateway
 
     class DrainingServer(uvicorn.Server):
@@ -77,12 +78,16 @@ def serve(settings: Settings, sock: "socket.socket | None", shared: "SharedState
     except (ConfigError, OSError, ValueError) as exc:
         print(f"pli-gateway: {exc}", file=sys.stderr)
         sys.exit(2)
+    limits = settings.limits
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # httptools with a deadline and a size cap on request heads and a per-address cap.
+        http=guarded_protocol(limits.header_timeout_s, limits.max_connections_per_client),
+        ws="none",  # no WebSocket routes: an upgrade is refused, not handed to another protocol
+        timeout_keep_alive=limits.keepalive_timeout_s,
         lifespan="on",
         access_log=False,  # ours is the JSON one
         server_header=False,

@@ -18,6 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import Metrics
 
+CLIENT_CLOSED = 499  # nginx's status for a client that closed the connection before the answer
+
 
 @dataclass(slots=True)
 class RequestInfo:
@@ -96,7 +98,7 @@ class AccessLogMiddleware:
             return
         info = RequestInfo(request_id=uuid.uuid4().hex, start=time.perf_counter())
         scope.setdefault("state", {})["info"] = info
-        status = 500
+        status: int | None = None
         rid_header = (b"x-request-id", info.request_id.encode())
 
         async def send_with_id(message: Message) -> None:
@@ -109,18 +111,14 @@ class AccessLogMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            if status is None:
+                # No answer started: a client that left is nginx's 499, not a gateway failure
+                # (uvicorn answers 500 to the others).
+                status = CLIENT_CLOSED if info.error == "client_disconnected" else 500
             self._record(scope, info, status)
 
     def _record(self, scope: Scope, info: RequestInfo, status: int) -> None:
         elapsed = time.perf_counter() - info.start
-        m = self.metrics
-        m.requests.labels(info.model, info.key_name, str(status)).inc()
-        if status < 400:
-            m.request_seconds.labels(info.model).observe(elapsed)
-        if info.prompt_tokens:
-            m.prompt_tokens.labels(info.model, info.key_name).inc(info.prompt_tokens)
-        if info.completion_tokens:
-            m.completion_tokens.labels(info.model, info.key_name).inc(info.completion_tokens)
         record: dict[str, Any] = {
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "request_id": info.request_id,
@@ -142,3 +140,11 @@ class AccessLogMiddleware:
         if info.prompt is not None:
             record["prompt"] = info.prompt
         self.log.emit(record)
+        m = self.metrics
+        m.requests.labels(info.model, info.key_name, str(status)).inc()
+        if status < 400:
+            m.request_seconds.labels(info.model).observe(elapsed)
+        if info.prompt_tokens:
+            m.prompt_tokens.labels(info.model, info.key_name).inc(info.prompt_tokens)
+        if info.completion_tokens:
+            m.completion_tokens.labels(info.model, info.key_name).inc(info.completion_tokens)

@@ -128,12 +128,14 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         # Prometheus reaches loopback engines through this
         app.include_router(engine_metrics, dependencies=scraper)
     # Last added is outermost: the access log sees what admission refuses, and admission
-    # (in-flight cap, body size) runs before the API routes.
+    # (in-flight cap, API key, then the body) runs before the API routes.
     app.add_middleware(OpenAIRoutes, gateway=gateway)
     app.add_middleware(
         AdmissionMiddleware,
         admission=gateway.admission,
+        keys=gateway.keys,
         max_body_bytes=limits.max_body_bytes,
+        body_timeout_s=limits.body_timeout_s,
         metrics=metrics,
     )
     app.add_middleware(AccessLogMiddleware, log=access_log, metrics=metrics)

@@ -41,6 +41,12 @@ class EngineConfig(_Strict):
 class LimitsConfig(_Strict):
     max_in_flight: int = Field(default=256, ge=1, description="global cap; 503 above it")
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, description="413 above it")
+    # Client connections (service/connections.py): a stalled or idle client is closed after
+    # these, and one address holds at most this many connections per gateway worker process.
+    header_timeout_s: Seconds = Field(default=10.0, description="until a request's headers are in")
+    body_timeout_s: Seconds = Field(default=30.0, description="until its whole body is in; 408")
+    keepalive_timeout_s: int = Field(default=5, ge=1, description="idle between two requests")
+    max_connections_per_client: int = Field(default=128, ge=1, description="429 and closed above it")
     connect_timeout_s: Seconds = 3.0
     # Waiting for the upstream's response headers, and between two chunks of a stream: a long
     # generation is fine as long as tokens keep coming.

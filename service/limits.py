@@ -6,6 +6,7 @@ given back (or taken). With `redis_url` the buckets live in Redis instead (redis
 so every gateway of a deployment shares them.
 """
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -13,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import ApiKey
+from service.accesslog import RequestInfo
+from service.auth import ApiKey, KeyRing
 from service.errors import GatewayError, send_error
 from service.schemas import ChatMessage
 
@@ -143,84 +145,121 @@ class Admission:
 
 
 class AdmissionMiddleware:
-    """For /v1/*: 503 while draining or saturated, 413 for bodies over the limit (checked on
-    Content-Length first, then while reading), and the in-flight count the drain waits on."""
+    """For /v1/*, before any byte of the body is read: 503 while draining or saturated, 401
+    without a valid key. Then the body, under a size limit (413, on Content-Length first, then
+    while reading) and a deadline (408). A request counts as in flight (the cap, and what the
+    drain waits on) from the moment its body is being read, so slow senders are bounded by the
+    cap too. An answer given before the body was read closes the connection: the unread rest is
+    never read, and the connection cannot be held open by sending it."""
 
     def __init__(
-        self, app: ASGIApp, admission: Admission, max_body_bytes: int, metrics: "Metrics"
+        self,
+        app: ASGIApp,
+        admission: Admission,
+        keys: KeyRing,
+        max_body_bytes: int,
+        body_timeout_s: float,
+        metrics: "Metrics",
     ) -> None:
         self.app = app
         self.admission = admission
+        self.keys = keys
         self.max_body = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
+        info: RequestInfo = scope["state"]["info"]
+        try:
+            key = self._admit(scope)
+        except GatewayError as exc:
+            await self._refuse(scope, send, info, exc)
+            return
+        info.key_name = key.name
+        scope["state"]["key"] = key  # for the routes: the key is checked once
         adm = self.admission
-        if adm.draining:
-            await send_error(
-                send,
-                GatewayError(
-                    503,
-                    "The gateway is shutting down.",
-                    "server_error",
-                    "shutting_down",
-                    {"Retry-After": "1", "Connection": "close"},
-                ),
-            )
-            return
-        if adm.in_flight >= adm.max_in_flight:
-            await send_error(
-                send,
-                GatewayError(
-                    503,
-                    "The gateway is at capacity.",
-                    "server_error",
-                    "overloaded",
-                    {"Retry-After": "1"},
-                ),
-            )
-            return
-        if scope["method"] == "POST":
-            body = await self._read_body(scope, receive)
-            if body is None:
-                await send_error(
-                    send,
-                    GatewayError(
-                        413,
-                        f"Request body is larger than {self.max_body} bytes.",
-                        code="request_too_large",
-                    ),
-                )
-                return
-            receive = _replay(body, receive)
         adm.in_flight += 1
         self.metrics.in_flight.set(adm.in_flight)
         try:
+            if scope["method"] == "POST":
+                try:
+                    async with asyncio.timeout(self.body_timeout_s):
+                        body = await self._read_body(scope, receive)
+                except TimeoutError:
+                    late = GatewayError(
+                        408,
+                        f"The request body did not arrive within {self.body_timeout_s:g} s.",
+                        code="request_timeout",
+                    )
+                    await self._refuse(scope, send, info, late)
+                    return
+                except GatewayError as exc:
+                    await self._refuse(scope, send, info, exc)
+                    return
+                if body is None:  # the client left; nobody to answer (logged as 499)
+                    info.error = "client_disconnected"
+                    return
+                receive = _replay(body, receive)
             await self.app(scope, receive, send)
         finally:
             adm.in_flight -= 1
             self.metrics.in_flight.set(adm.in_flight)
 
+    def _admit(self, scope: Scope) -> ApiKey:
+        adm = self.admission
+        if adm.draining:
+            raise GatewayError(
+                503, "The gateway is shutting down.", "server_error", "shutting_down",
+                {"Retry-After": "1"},
+            )
+        if adm.in_flight >= adm.max_in_flight:
+            raise GatewayError(
+                503, "The gateway is at capacity.", "server_error", "overloaded", {"Retry-After": "1"}
+            )
+        return self.keys.authenticate(header(scope, b"authorization"))
+
+    async def _refuse(self, scope: Scope, send: Send, info: RequestInfo, exc: GatewayError) -> None:
+        info.error = exc.code
+        if exc.code == "shutting_down" or _may_have_body(scope):
+            exc.headers = {**(exc.headers or {}), "Connection": "close"}
+        await send_error(send, exc)
+
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
-                return None
+        """The whole body; None if the client left; 413 above the limit."""
+        too_large = GatewayError(
+            413, f"Request body is larger than {self.max_body} bytes.", code="request_too_large"
+        )
+        length = header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            raise too_large
         parts: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                return b""  # the client left; the app will see the disconnect
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                return None
+                raise too_large
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _may_have_body(scope: Scope) -> bool:
+    length = header(scope, b"content-length")
+    return header(scope, b"transfer-encoding") is not None or (length is not None and length != "0")
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

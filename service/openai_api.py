@@ -79,8 +79,7 @@ class OpenAIRoutes:
         try:
             if scope["method"] != "POST":
                 raise GatewayError(405, f"Use POST for {scope['path']}.", code="method_not_allowed")
-            key = self.gw.keys.authenticate(_header(scope, b"authorization"))
-            info.key_name = key.name
+            key: ApiKey = scope["state"]["key"]  # checked by AdmissionMiddleware
             raw = await _read_body(receive)
             try:
                 body = model.model_validate_json(raw)

@@ -31,6 +31,7 @@ _RETRY_STATUS = frozenset({500, 502, 503, 504})
 _UNHEALTHY_STATUS = frozenset({503})
 _SSE_END = b"\n\n"
 _SSE_DONE = b"data: [DONE]\n\n"
+_MAX_TOKENS = 1 << 31
 
 
 @dataclass(slots=True)
@@ -49,24 +50,55 @@ class _Retry(Exception):
         self.error = error
 
 
-def _usage_in(obj: Any) -> dict[str, int] | None:
+def _usage_in(obj: Any) -> dict[str, Any] | None:
     usage = obj.get("usage") if isinstance(obj, dict) else None
     return usage if isinstance(usage, dict) else None
 
 
+def _count(value: Any) -> int | None:
+    """A token count as the engine should send it: a non-negative int of sane size."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_TOKENS:
+        return value
+    return None
+
+
+def _relayed_status(status: int) -> bool:
+    """What is relayed as the engine said it: success and client errors (a redirect, or a
+    code HTTP does not define, is an engine fault)."""
+    return 200 <= status < 300 or 400 <= status < 600
+
+
+def _content_type(resp: aiohttp.ClientResponse) -> bytes:
+    value = resp.headers.get("Content-Type", "")
+    return value.encode() if value and value.isascii() and value.isprintable() else b"application/json"
+
+
 def normalize_error(status: int, body: bytes) -> bytes:
-    """An engine's error body in OpenAI's shape (older vLLM answers {"message", "type", ...})."""
+    """Any engine error body in OpenAI's shape, with a string message and type whatever came:
+    OpenAI's own (kept as it is), older vLLM's {"message", "type", ...}, {"error": "text"},
+    fields missing or of the wrong type, HTML from a proxy, or nothing."""
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         obj = None
-    if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
-        return body
-    message = obj.get("message") if isinstance(obj, dict) else None
-    type_ = obj.get("type") if isinstance(obj, dict) else None
-    text = str(message or body[:500].decode(errors="replace") or f"engine answered HTTP {status}")
+    fields = obj if isinstance(obj, dict) else {}
+    error = fields.get("error")
+    if isinstance(error, dict):
+        if isinstance(error.get("message"), str) and isinstance(error.get("type"), str):
+            return body
+        fields = error
+    message = error if isinstance(error, str) else fields.get("message")
+    if not isinstance(message, str) or not message:
+        message = body[:500].decode(errors="replace").strip() or f"engine answered HTTP {status}"
+    type_ = fields.get("type")
+    if not isinstance(type_, str) or not type_:
+        type_ = "server_error" if status >= 500 else "invalid_request_error"
+    code, param = fields.get("code"), fields.get("param")
     return error_bytes(
-        text, str(type_ or ("server_error" if status >= 500 else "invalid_request_error")), None
+        message,
+        type_,
+        str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
+        param if isinstance(param, str) else None,
     )
 
 
@@ -178,7 +210,11 @@ class ProxyCall(Response):
         up = self.up
         try:
             resp = await up.session.post(
-                engine.url + self.path, data=self.body, headers=self.headers_out, timeout=up.timeout
+                engine.url + self.path,
+                data=self.body,
+                headers=self.headers_out,
+                timeout=up.timeout,
+                allow_redirects=False,  # an engine does not redirect; if it does, that is a fault
             )
         except aiohttp.SocketTimeoutError:
             # The engine accepted the request and is slow: retrying would double its load.
@@ -196,21 +232,22 @@ class ProxyCall(Response):
                     "upstream_unreachable",
                 )
             ) from exc
+        except aiohttp.ClientError as exc:
+            # An answer that is not HTTP (ClientResponseError: a bad status line or header).
+            self._engine_error(engine, "bad_response", down=False)
+            message = f"invalid response ({type(exc).__name__})"
+            raise _Retry(self._upstream_error(engine, message)) from exc
         try:
-            if resp.status in _RETRY_STATUS:
-                body = await resp.read()
+            if resp.status in _RETRY_STATUS or not _relayed_status(resp.status):
+                try:
+                    body = await resp.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    body = b""
                 self._engine_error(engine, f"http_{resp.status}", resp.status in _UNHEALTHY_STATUS)
                 message = json.loads(normalize_error(resp.status, body))["error"]["message"]
-                raise _Retry(
-                    GatewayError(
-                        502,
-                        f"Engine '{engine.name}' failed: {message}",
-                        "server_error",
-                        "upstream_error",
-                    )
-                )
+                raise _Retry(self._upstream_error(engine, message))
             engine.mark_ok()
-            content_type = resp.headers.get("Content-Type", "application/json").encode()
+            content_type = _content_type(resp)
             if resp.status == 200 and content_type.startswith(b"text/event-stream"):
                 await self._relay_stream(resp, engine, send, content_type)
             else:
@@ -221,6 +258,12 @@ class ProxyCall(Response):
             else:
                 resp.close()  # the engine sees the connection drop and aborts the request
 
+    @staticmethod
+    def _upstream_error(engine: Engine, message: str) -> GatewayError:
+        return GatewayError(
+            502, f"Engine '{engine.name}' failed: {message}", "server_error", "upstream_error"
+        )
+
     async def _relay_whole(
         self, resp: aiohttp.ClientResponse, engine: Engine, send: Send, content_type: bytes
     ) -> None:
@@ -229,17 +272,10 @@ class ProxyCall(Response):
         except aiohttp.SocketTimeoutError:
             await self._timed_out(engine, send)
             return
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+        except aiohttp.ClientError as exc:
             # Nothing was sent yet, so another engine may still answer.
             self._engine_error(engine, "body_broken", down=True)
-            raise _Retry(
-                GatewayError(
-                    502,
-                    f"Engine '{engine.name}' failed while answering.",
-                    "server_error",
-                    "upstream_error",
-                )
-            ) from exc
+            raise _Retry(self._upstream_error(engine, "the answer broke off")) from exc
         self.info.ttft_s = time.perf_counter() - self.info.start
         if resp.status == 200:
             self._account(self._tail_usage(data))
@@ -270,6 +306,8 @@ class ProxyCall(Response):
         )
         pending = b""
         last = 0.0
+        # Bytes were sent, so no retry: whatever cuts the stream, the client is told in-band
+        # with an error event (the openai client raises APIError on one) before it ends.
         try:
             async for chunk in resp.content.iter_any():
                 data = pending + chunk if pending else chunk
@@ -294,31 +332,47 @@ class ProxyCall(Response):
                 await send(
                     {"type": "http.response.body", "body": block, "more_body": not self.done}
                 )
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             # (A client disconnect arrives as CancelledError instead, see _watch.)
             if self.done:
                 return  # the client has its whole answer; only the connection's end was lost
-            # Bytes were sent, so no retry: tell the client in-band and end the stream.
             self._engine_error(engine, "stream_broken", down=True)
-            info.error = "upstream_stream_broken"
-            event = error_bytes(
+            await self._cut(
+                send,
+                "upstream_stream_broken",
                 f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
-                "server_error",
-                "upstream_error",
             )
-            self.done = True
-            await send({"type": "http.response.body", "body": b"data: " + event + _SSE_END})
+            return
+        except Exception:
+            log.exception("relaying a stream from engine %s failed", engine.name)
+            if not self.done:
+                await self._cut(
+                    send, "gateway_error", "The gateway failed while relaying the stream.", "internal_error"
+                )
             return
         if not self.done:
-            self.done = True
-            await send({"type": "http.response.body", "body": pending, "more_body": False})
+            # A clean end without [DONE] is an answer cut short all the same (an unfinished
+            # event in `pending` is dropped: half an event is not one).
+            self._engine_error(engine, "stream_incomplete", down=False)
+            await self._cut(
+                send, "upstream_stream_incomplete", f"Engine '{engine.name}' ended the stream early."
+            )
+
+    async def _cut(self, send: Send, reason: str, message: str, code: str = "upstream_error") -> None:
+        self.info.error = reason
+        self.done = True
+        event = error_bytes(message, "server_error", code)
+        await send({"type": "http.response.body", "body": b"data: " + event + _SSE_END})
 
     def _take_usage(self, block: bytes) -> bytes:
         """Record usage from the block's events; drop the usage-only event if not asked for."""
         kept = []
         for event in block.split(_SSE_END):
             if event.startswith(b"data: {") and b'"usage"' in event:
-                obj = json.loads(event[6:])
+                try:
+                    obj = json.loads(event[6:])
+                except (ValueError, RecursionError):
+                    obj = None  # relayed as it came: the client's parser will say what is wrong
                 usage = _usage_in(obj)
                 if usage:
                     self._account(usage)
@@ -328,7 +382,7 @@ class ProxyCall(Response):
         return _SSE_END.join(kept)
 
     @staticmethod
-    def _tail_usage(data: bytes) -> dict[str, int] | None:
+    def _tail_usage(data: bytes) -> dict[str, Any] | None:
         # OpenAI-style bodies end with "usage"; decoding only from there keeps a large
         # (embeddings) body from being parsed in full.
         at = data.rfind(b'"usage"')
@@ -337,14 +391,22 @@ class ProxyCall(Response):
         brace = data.find(b"{", at)
         try:
             usage, _ = json.JSONDecoder().raw_decode(data[brace:].decode())
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return usage if isinstance(usage, dict) else None
 
-    def _account(self, usage: dict[str, int] | None) -> None:
-        if usage:
-            self.info.prompt_tokens = usage.get("prompt_tokens")
-            self.info.completion_tokens = usage.get("completion_tokens")
+    def _account(self, usage: dict[str, Any] | None) -> None:
+        """Token counts from the engine's usage; a count that is not a count is dropped (and
+        counted as an engine fault), never carried into the log, metrics or limits."""
+        if not usage:
+            return
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        self.info.prompt_tokens, self.info.completion_tokens = _count(prompt), _count(completion)
+        if (prompt is not None and self.info.prompt_tokens is None) or (
+            completion is not None and self.info.completion_tokens is None
+        ):
+            log.warning("engine %s sent usage that is not token counts", self.info.engine)
+            self.up.metrics.upstream_errors.labels(self.info.engine or "-", "bad_usage").inc()
 
     async def _settle(self) -> None:
         """Give back (or take) the difference between the reservation and the real usage."""

@@ -82,6 +82,7 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "gateway_keys_json": keys_json,
         "gateway_max_in_flight": inv.gateway.max_in_flight,
         "gateway_max_body_bytes": inv.gateway.max_body_bytes,
+        "gateway_max_connections_per_client": inv.gateway.max_connections_per_client,
         "gateway_upstream_timeout_s": inv.gateway.upstream_timeout_s,
         "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
         "gateway_workers": inv.gateway.workers,

@@ -1,5 +1,6 @@
-"""The gateway role's `workers` setting, rendered the way Ansible renders the template, and read
-back by the gateway's own settings model (so the two never disagree on the name or range)."""
+"""The gateway role's `workers` setting (and its connection cap), rendered the way Ansible
+renders the template, and read back by the gateway's own settings model (so the two never
+disagree on the name or range)."""
 
 import json
 from pathlib import Path
@@ -9,7 +10,8 @@ import jinja2
 import pytest
 import yaml
 
-from service.config import Settings
+from installer.inventory.models import Gateway
+from service.config import LimitsConfig, Settings
 
 ROLE = Path(__file__).parents[3] / "playbooks" / "roles" / "gateway"
 
@@ -45,3 +47,10 @@ def test_workers(workers: Any, nproc: int, expected: int) -> None:
 def test_the_unit_signals_only_the_supervisor() -> None:
     # A worker signalled by systemd and again by the supervisor would cut its streams.
     assert "KillMode=mixed" in (ROLE / "templates" / "gateway.service.j2").read_text()
+
+
+def test_the_per_client_connection_cap_reaches_the_gateway() -> None:
+    config = _render(1, 2)
+    cap = Settings.model_validate(config).limits.max_connections_per_client
+    # One default, whichever of the three a deployment's value comes from.
+    assert cap == Gateway().max_connections_per_client == LimitsConfig().max_connections_per_client

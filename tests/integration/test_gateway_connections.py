@@ -1,0 +1,249 @@
+"""Connections at the gateway, over real sockets: no kind of stalled connection outlives its
+deadline, a request without a valid key is refused from its headers (its body is never read, so
+unauthenticated bodies cost no memory), bodies being read count as in flight, and one address
+cannot hold more than its share of connections."""
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TIMEOUT_S = 1.0  # header, body and keep-alive timeouts of the gateway under test
+SLACK_S = 2.0  # a loaded 2-core CI machine's share
+
+
+def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _status(answer: bytes) -> bytes:
+    """The status code of an HTTP answer; b"" for none."""
+    return answer.split(b" ", 2)[1] if answer.startswith(b"HTTP/1.1 ") else b""
+
+
+def _address(gateway: Any) -> tuple[str, int]:
+    host, port = gateway.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _post_head(path: str, length: int, key: str | None, extra: str = "") -> bytes:
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n{auth}"
+        f"Content-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def _until_closed(sock: socket.socket, limit: float, trickle: bytes = b"") -> tuple[float, bytes]:
+    """Seconds until the gateway closed `sock` (inf if it did not within `limit`), and what it
+    answered; `trickle` is sent every 0.2 s meanwhile, as a slow client would."""
+    start = time.monotonic()
+    received = b""
+    sock.settimeout(0.2)
+    while time.monotonic() - start < limit:
+        try:
+            if trickle:
+                sock.sendall(trickle)
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:  # reset, or a broken pipe while trickling
+            return time.monotonic() - start, received
+        if not data:
+            return time.monotonic() - start, received
+        received += data
+    return float("inf"), received
+
+
+@pytest.fixture
+def gateway_and_key(start_upstream: Any, start_gateway: Any, keys: Any) -> Callable[..., tuple[Any, str]]:
+    def start(**limits: Any) -> tuple[Any, str]:
+        upstream = start_upstream()
+        secret = keys.create("app")
+        gateway = start_gateway({
+            "keys_file": str(keys.hosts_file),
+            "limits": limits,
+            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        })
+        return gateway, secret
+
+    return start
+
+
+def test_every_kind_of_stalled_connection_is_closed(gateway_and_key: Callable[..., tuple[Any, str]]) -> None:
+    gateway, secret = gateway_and_key(
+        header_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S, keepalive_timeout_s=1,
+        max_body_bytes=64 * 1024,
+    )
+    address = _address(gateway)
+    limit = TIMEOUT_S + SLACK_S
+
+    def idle() -> tuple[float, bytes]:
+        with socket.create_connection(address) as sock:
+            return _until_closed(sock, limit)
+
+    def slowloris() -> tuple[float, bytes]:
+        with socket.create_connection(address) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n")
+            return _until_closed(sock, limit, trickle=b"X-A: b\r\n")
+
+    def huge_head() -> tuple[float, bytes]:  # fast, but too much
+        with socket.create_connection(address) as sock:
+            # Closed before it all went, perhaps: the answer is read below all the same.
+            with contextlib.suppress(OSError):
+                sock.sendall(b"GET /livez HTTP/1.1\r\nHost: gw\r\nX-Filler: " + b"a" * 200_000)
+            return _until_closed(sock, limit)
+
+    def idle_after_a_request() -> tuple[float, bytes]:
+        with socket.create_connection(address) as sock:
+            sock.sendall(b"GET /livez HTTP/1.1\r\nHost: gw\r\n\r\n")
+            return _until_closed(sock, limit)
+
+    def half_sent_body() -> tuple[float, bytes]:
+        with socket.create_connection(address) as sock:
+            sock.sendall(_post_head("/v1/chat/completions", 1000, secret) + b'{"model": "tiny",')
+            return _until_closed(sock, limit)
+
+    def after_413(trickle: bytes) -> Callable[[], tuple[float, bytes]]:
+        def run() -> tuple[float, bytes]:
+            with socket.create_connection(address) as sock:
+                sock.sendall(_post_head("/v1/chat/completions", 1 << 20, secret))
+                return _until_closed(sock, limit, trickle=trickle)
+
+        return run
+
+    def unauthenticated_body() -> tuple[float, bytes]:
+        with socket.create_connection(address) as sock:
+            sock.sendall(_post_head("/v1/embeddings", 60_000, "sk-pli-wrong") + b"[")
+            return _until_closed(sock, limit, trickle=b"0," * 100)
+
+    kinds = {
+        "idle": idle,
+        "slowloris": slowloris,
+        "huge head": huge_head,
+        "idle keep-alive": idle_after_a_request,
+        "half-sent body": half_sent_body,
+        "after 413": after_413(b""),
+        "after 413, body still coming": after_413(b"x" * 1024),
+        "unauthenticated, body still coming": unauthenticated_body,
+    }
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        results = dict(zip(kinds, pool.map(lambda run: run(), kinds.values()), strict=True))
+    for kind, (seconds, _) in results.items():
+        assert seconds <= limit, f"{kind}: still open after {limit} s"
+    status = {kind: _status(answer) for kind, (_, answer) in results.items()}
+    assert status == {
+        "idle": b"",  # closed, nothing to answer
+        "slowloris": b"",
+        "huge head": b"431",
+        "idle keep-alive": b"200",
+        "half-sent body": b"408",
+        "after 413": b"413",
+        "after 413, body still coming": b"413",
+        "unauthenticated, body still coming": b"401",
+    }
+    # Those answered before their body was read said they were closing; the 413s at once.
+    for kind in ("half-sent body", "after 413", "unauthenticated, body still coming"):
+        assert b"\r\nconnection: close\r\n" in results[kind][1].lower(), kind
+    assert results["after 413"][0] < SLACK_S
+    assert gateway.proc.poll() is None
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+def test_unauthenticated_bodies_are_never_read(gateway_and_key: Callable[..., tuple[Any, str]]) -> None:
+    gateway, _ = gateway_and_key()  # the default 8 MiB body limit
+    address = _address(gateway)
+    body_size = 8 * 1024 * 1024
+    chunk = b"x" * (256 * 1024)
+
+    def send(key: str | None) -> tuple[bytes, float]:
+        """Headers, then the 401 before any of the body is sent; then the body, as far as the
+        gateway lets it go."""
+        with socket.create_connection(address) as sock:
+            sock.settimeout(TIMEOUT_S + SLACK_S)
+            start = time.monotonic()
+            sock.sendall(_post_head("/v1/embeddings", body_size, key))
+            answer = sock.recv(65536)
+            answered = time.monotonic() - start
+            sent = 0
+            try:
+                while sent < body_size:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+                while sock.recv(65536):
+                    pass
+            except OSError:
+                pass  # closed by the gateway, as it should be
+            return answer, answered
+
+    send(None)  # warm-up: the code paths of a refusal, before the baseline
+    before = _peak_rss_kib(gateway.proc.pid)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(send, [None, "sk-pli-wrong"] * 4))
+    growth_mib = (_peak_rss_kib(gateway.proc.pid) - before) / 1024
+    for answer, answered in results:
+        assert _status(answer) == b"401", answer[:200]
+        assert answered < SLACK_S
+    # Eight 8 MiB bodies read into memory would be 64 MiB and more.
+    assert growth_mib < 8, f"peak RSS grew by {growth_mib:.1f} MiB"
+
+
+def test_per_client_connection_cap_and_bodies_in_flight(
+    gateway_and_key: Callable[..., tuple[Any, str]],
+) -> None:
+    cap = 4
+    gateway, secret = gateway_and_key(
+        max_connections_per_client=cap, max_in_flight=1, header_timeout_s=30, body_timeout_s=2
+    )
+    host, port = _address(gateway)
+    served = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+
+    def livez_from(source: str) -> int:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source)) as client:
+            return client.get(gateway.url + "/livez").status_code
+
+    # Readiness probes may still be closing on the gateway's side: the cap is free again soon.
+    _until(lambda: livez_from("127.0.0.1") == 200)
+    held = [socket.create_connection((host, port), source_address=("127.0.0.1", 0)) for _ in range(cap)]
+    try:
+        # Only once the gateway counts all of them is one more refused.
+        extra = socket.create_connection((host, port), source_address=("127.0.0.1", 0))
+        seconds, answer = _until_closed(extra, SLACK_S)
+        extra.close()
+        assert seconds <= SLACK_S and _status(answer) == b"429", answer
+        assert b"too_many_connections" in answer
+        assert served.get(gateway.url + "/livez").status_code == 200  # another address is served
+
+        # A body being read holds the in-flight slot: the cap of 1 refuses the next request.
+        held[0].sendall(_post_head("/v1/chat/completions", 1000, secret) + b"{")
+        time.sleep(0.3)
+        auth = {"Authorization": f"Bearer {secret}"}
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        resp = served.post(gateway.url + "/v1/chat/completions", json=chat, headers=auth)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "overloaded"
+        seconds, answer = _until_closed(held[0], 2 + SLACK_S)
+        assert _status(answer) == b"408"
+        _until(lambda: served.post(gateway.url + "/v1/chat/completions", json=chat, headers=auth).status_code == 200)
+    finally:
+        for sock in held:
+            sock.close()
+        served.close()
+    # The address's connections are counted down as they close: it is served again.
+    _until(lambda: livez_from("127.0.0.1") == 200)
