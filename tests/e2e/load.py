@@ -40,6 +40,7 @@ class Load:
     unfinished: list[str] = field(default_factory=list)  # workers still running after the join
     _streaming: int = 0
     _next_slot: float = 0.0
+    _started: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,10 +77,15 @@ class Load:
         from openai import OpenAI
 
         verify: str | bool = str(self.ca_file) if self.ca_file else True
+        # A connection per request. An idle keep-alive connection that a gateway closes (its idle
+        # timeout, or a restart) races with the next request sent on it, a failure HTTP/1.1
+        # leaves to the client's retry; a new connection is what the restart promise is about:
+        # queued by the systemd socket, never refused.
+        fresh = httpx.Limits(max_keepalive_connections=0)
         clients = [
             # No retries: a request the gateway fails must show up here, not be hidden by a retry.
             OpenAI(base_url=url, api_key=self.api_key, max_retries=0,  # its stubs name httpx2's Client
-                   http_client=httpx.Client(verify=verify, timeout=180))  # type: ignore[arg-type]
+                   http_client=httpx.Client(verify=verify, timeout=180, limits=fresh))  # type: ignore[arg-type]
             for url in self.endpoints
         ]
         turn = index
@@ -91,8 +97,12 @@ class Load:
             try:
                 self._ask(client, turn, stream)
             except Exception as exc:  # every failure is the finding, whatever its type
+                cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
                 with self._lock:
-                    self.failed.append(f"{url}: {'stream' if stream else 'whole'}: {type(exc).__name__}: {exc}"[:300])
+                    self.failed.append(
+                        f"{url}: {'stream' if stream else 'whole'} at +{start - self._started:.0f} s: "
+                        f"{type(exc).__name__}: {exc}{cause}"[:400]
+                    )
                 continue
             with self._lock:
                 self.ok += 1
@@ -102,6 +112,7 @@ class Load:
                 self.slowest_s = max(self.slowest_s, time.monotonic() - start)
 
     def __enter__(self) -> "Load":
+        self._started = time.monotonic()
         kinds = [True] * self.workers + [False] * self.whole_workers
         for i, stream in enumerate(kinds):
             t = threading.Thread(target=self._worker, args=(i, stream), name=f"load-{i}", daemon=True)
