@@ -19,8 +19,20 @@ import yaml
 
 from installer.errors import InstallerError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _checkout() -> Path | None:
+    root = _PACKAGE.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "playbooks" / "site.yml").is_file() else None
+
+
+# The source tree this code runs from (an editable install, the tests), or None for an installed
+# wheel. A checkout reads its own playbooks and Terraform modules, so edits take effect; a wheel
+# carries copies of them in installer/_data (see pyproject.toml).
+CHECKOUT = _checkout()
+PLAYBOOKS_DIR = CHECKOUT / "playbooks" if CHECKOUT else _PACKAGE / "_data" / "playbooks"
+TERRAFORM_MODULES_DIR = CHECKOUT / "terraform" / "modules" if CHECKOUT else _PACKAGE / "_data" / "terraform"
 
 
 STATE_DIR_NAME = ".installer"

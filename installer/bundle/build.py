@@ -15,7 +15,6 @@ import io
 import json
 import os
 import shutil
-import sys
 import tarfile
 import tempfile
 import zipfile
@@ -35,6 +34,7 @@ from installer.bundle import (
     monitoring_dcgm,
     monitoring_tarballs,
     os_packages,
+    project_wheel,
     sign,
     wheels,
 )
@@ -52,8 +52,7 @@ from installer.bundle.manifest import (
 )
 from installer.errors import BundleError
 from installer.inventory import Inventory
-from installer.paths import PLAYBOOKS_DIR, REPO_ROOT, cache_dir
-from installer.procs import run
+from installer.paths import PLAYBOOKS_DIR, cache_dir
 from installer.terraform import mirror as tf_mirror
 
 Progress = Callable[[str], None]
@@ -115,23 +114,9 @@ def gateway_requirements() -> list[str]:
     return sorted(extra + HOST_MARKER_DEPENDENCIES)
 
 
-def _gateway_source_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted([*(REPO_ROOT / "service").rglob("*.py"), REPO_ROOT / "pyproject.toml"]):
-        digest.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def _project_wheel(dest: Path) -> Path:
-    """This project as a wheel (the gateway's code); hosts install it with --no-deps."""
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(REPO_ROOT)], timeout=600)
-    (wheel,) = dest.glob("private_llm_installer-*.whl")
-    return wheel
-
-
 def bundle_inputs(inv: Inventory) -> dict[str, object]:
     return {
-        "gateway": {"requirements": gateway_requirements(), "source": _gateway_source_digest()},
+        "gateway": {"requirements": gateway_requirements(), "source": project_wheel.source_digest()},
         "installer": __version__,
         "layout": LAYOUT,
         "target": TARGET,
@@ -184,7 +169,7 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
     progress("gateway wheels")
     gateway_wheels = wheels.download_wheels(gateway_requirements(), python_version=TARGET["python"])
     with tempfile.TemporaryDirectory() as tmp:
-        project = _project_wheel(Path(tmp))
+        project = project_wheel.build(Path(tmp))
         _link_or_copy(project, root / "wheels" / project.name)
     lines = [f"wheels/{project.name}"]
     for whl in gateway_wheels:

@@ -16,9 +16,9 @@ from typing import Any
 
 from installer.inventory import Inventory
 from installer.inventory.models import AWSCloud, JDCloud, TencentCloud
-from installer.paths import REPO_ROOT
+from installer.paths import TERRAFORM_MODULES_DIR
 
-MODULES_DIR = REPO_ROOT / "terraform" / "modules"
+MODULES_DIR = TERRAFORM_MODULES_DIR
 PROVIDER_SOURCES = {
     "aws": "hashicorp/aws",
     "tencentcloud": "tencentcloudstack/tencentcloud",
