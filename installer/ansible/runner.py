@@ -3,7 +3,7 @@
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,20 +79,31 @@ def _failure_text(res: dict[str, Any]) -> str:
 # credentials, tokens, the operator's own settings) stays out of Ansible and its artifacts.
 _INHERITED = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "SSH_AUTH_SOCK"}
 _INHERITED_PREFIXES = ("LC_",)
+# What ansible-runner itself sets for its event callback and artifacts: it may equal a value the
+# operator exported (a second runner's), and the run needs it all the same.
+_RUNNER_SETS = {
+    "ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_CALLBACK_PLUGINS", "AWX_ISOLATED_DATA_DIR",
+    "RUNNER_OMIT_EVENTS", "RUNNER_ONLY_FAILED_EVENTS",
+}
 _SECRET = re.compile(
     r"SECRET|TOKEN|PASSW|CREDENTIAL|ACCESS_KEY|PRIVATE_KEY(?!_FILE)|^(AWS|TENCENTCLOUD|JDCLOUD)_", re.I
 )
 
 
-def ansible_env(env: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
-    """The environment ansible-playbook runs with: from `inherited` (this process's), only the
-    allow-listed names; whatever ansible-runner or we set on top of it; never a secret-looking
-    name. This interpreter's bin directory leads PATH, where ansible-playbook is."""
+def ansible_env(
+    env: Mapping[str, str], inherited: Mapping[str, str], ours: Iterable[str] = ()
+) -> dict[str, str]:
+    """The environment ansible-playbook runs with: every name in `ours` (what the installer and
+    ansible-runner set on purpose, kept even when the operator exported the same value); from
+    `inherited` (this process's), only the allow-listed names; whatever else ansible-runner set on
+    top of it; never another secret-looking name. This interpreter's bin directory leads PATH,
+    where ansible-playbook is."""
+    keep = set(ours)
     out = {}
     for name, value in env.items():
-        ours = inherited.get(name) != value  # set (or changed) by ansible-runner or run_playbook
+        changed = inherited.get(name) != value  # set (or changed) by ansible-runner
         allowed = name in _INHERITED or name.startswith(_INHERITED_PREFIXES)
-        if (ours or allowed) and not _SECRET.search(name):
+        if name in keep or ((changed or allowed) and not _SECRET.search(name)):
             out[name] = value
     bin_dir = str(Path(sys.executable).parent)
     path = out.get("PATH", os.defpath).split(os.pathsep)
@@ -136,20 +147,22 @@ def run_playbook(
 
     cmdline = " ".join(x for x in ("--check --diff" if check else "", extra_cmdline) if x)
     private_dir(run_dir)
+    envvars = {
+        "ANSIBLE_CONFIG": str(playbooks_dir / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(playbooks_dir / "roles"),
+        # The air-gap control namespace hides exactly this folder (lab/control_ns.py).
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": control_socket_dir(),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_NOCOLOR": "True",
+    }
     r = init_runner(
         private_data_dir=str(run_dir),
         project_dir=str(playbooks_dir),
         playbook=playbook,
         inventory=str(inventory_dir),
-        envvars={
-            "ANSIBLE_CONFIG": str(playbooks_dir / "ansible.cfg"),
-            "ANSIBLE_ROLES_PATH": str(playbooks_dir / "roles"),
-            "ANSIBLE_SSH_CONTROL_PATH_DIR": control_socket_dir(),
-            "ANSIBLE_HOST_KEY_CHECKING": "True",
-            "ANSIBLE_RETRY_FILES_ENABLED": "False",
-            "ANSIBLE_FORCE_COLOR": "False",
-            "ANSIBLE_NOCOLOR": "True",
-        },
+        envvars=envvars,
         cmdline=cmdline or None,
         event_handler=handle,
         quiet=True,
@@ -157,7 +170,7 @@ def run_playbook(
     )
     # ansible-runner starts from a copy of this process's environment (cloud keys included) and
     # writes it into artifacts/<id>/command: give it only what Ansible needs, then drop that file.
-    r.config.env = ansible_env(r.config.env, os.environ)
+    r.config.env = ansible_env(r.config.env, os.environ, ours={*envvars, *_RUNNER_SETS})
     try:
         r.run()
     finally:

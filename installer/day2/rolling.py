@@ -14,6 +14,14 @@ A failed gate drains the batch again, rolls it back to the revision each host ra
 (proven the same way), re-admits it, and stops: later batches are never touched. A run killed
 at any point is safe to repeat: every step is idempotent, and a host counts as upgraded only
 once its gate passed.
+
+Monitoring moves ahead of the gateways it scrapes when the roll goes forward, and behind them
+when it goes back: a Prometheus configured by a newer revision also scrapes older gateways (an
+old gateway ignores the scrape token's header), while one of an older revision is refused by
+newer gateways (their /metrics answer only that token). Monitoring-only hosts are configured
+before the first batch of a forward roll (nothing is drained until they pass) and after the last
+batch of a backward one; a serving host that also monitors goes first, or last, in the batch
+order, and its own batch's play configures its Prometheus.
 """
 
 import json
@@ -27,6 +35,7 @@ from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain, gate, revisions
 from installer.day2.revisions import Revision
+from installer.errors import AnsibleError
 from installer.inventory import Host, Inventory
 from installer.runlog import RunLog
 
@@ -39,7 +48,7 @@ class HostStep:
     name: str
     before: int | None
     after: int | None
-    action: str  # upgraded | unchanged | rolled back | not touched | failed
+    action: str  # upgraded | unchanged | rolled back | not touched | failed | configured (monitoring-only)
     seconds: float = 0.0
     drain_s: float = 0.0
     detail: str = ""
@@ -53,11 +62,52 @@ class RollResult:
 
     @property
     def success(self) -> bool:
-        return self.stopped_at is None and all(s.action in ("upgraded", "unchanged") for s in self.steps)
+        return self.stopped_at is None and all(
+            s.action in ("upgraded", "unchanged", "configured") for s in self.steps
+        )
 
 
 def batches(hosts: list[Host], size: int) -> list[list[Host]]:
     return [hosts[i : i + size] for i in range(0, len(hosts), size)]
+
+
+def monitoring_only(inv: Inventory) -> list[Host]:
+    return [h for h in inv.hosts if "monitoring" in inv.host_groups(h) and "serving" not in h.groups]
+
+
+def goes_forward(target: Revision, hosts: list[Host], current: dict[str, int]) -> bool:
+    """No serving host runs a revision newer than the target (an upgrade, not a rollback)."""
+    return all(current.get(h.name, 0) <= target.number for h in hosts)
+
+
+def roll_order(inv: Inventory, hosts: list[Host], forward: bool) -> list[Host]:
+    """The inventory order, with the serving hosts that also monitor first (forward) or last."""
+    monitors = [h for h in hosts if "monitoring" in inv.host_groups(h)]
+    others = [h for h in hosts if h not in monitors]
+    return [*monitors, *others] if forward else [*others, *monitors]
+
+
+def _configure_monitoring(
+    target: Revision, hosts: list[Host], log: RunLog, note: Note, on_task: TaskEvent, *, first: bool
+) -> list[HostStep]:
+    """The monitoring-only hosts at the target revision: site.yml limited to them, what `up` does
+    there. Before the first batch a failure stops the roll with nothing else touched."""
+    note(f"monitoring: configuring {', '.join(h.name for h in hosts)} for revision {target.number}"
+         + (" before any gateway" if first else ""))
+    problems = gate.play_problems(_configure(target, hosts, log, "monitoring", on_task), hosts)
+    if problems and first:
+        raise AnsibleError(
+            f"the monitoring hosts could not be configured for revision {target.number}; "
+            "no serving host was touched",
+            [*(f"{h}: {p}" for h, p in problems.items()),
+             "upgraded gateways answer only a Prometheus that sends their scrape token: fix the "
+             "monitoring host and run the upgrade again"],
+        )
+    return [
+        HostStep(h.name, None, None, "failed", detail=problems[h.name]) if h.name in problems
+        else HostStep(h.name, None, target.number, "configured")
+        for h in hosts
+    ]
 
 
 def _configure(
@@ -95,7 +145,11 @@ def roll(
     secret = keys.ensure_probe_key()
     current = revisions.host_revisions(inv.deployment)
     result = RollResult(target)
-    hosts = drain.serving(inv)
+    forward = goes_forward(target, drain.serving(inv), current)
+    hosts = roll_order(inv, drain.serving(inv), forward)
+    monitors = monitoring_only(inv)
+    if forward and monitors:
+        result.steps += _configure_monitoring(target, monitors, log, note, on_task, first=True)
     # Whatever a killed run left drained is re-admitted only when its host passes a gate below.
     for n, batch in enumerate(batches(hosts, batch_size), 1):
         names = [h.name for h in batch]
@@ -138,6 +192,8 @@ def roll(
     else:
         # A run killed between a gate and its re-admission left engines drained: none now.
         drain.set_drained(inv, [])
+        if not forward and monitors:
+            result.steps += _configure_monitoring(target, monitors, log, note, on_task, first=False)
     return result
 
 

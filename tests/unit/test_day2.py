@@ -17,6 +17,7 @@ from installer.ansible.runner import HostResult, PlaybookResult
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.day2 import drain, gate, revisions, rolling
 from installer.day2.records import HostRecord
+from installer.errors import AnsibleError
 from installer.inventory import Host, load_inventory
 from installer.prove import Proof
 from installer.runlog import RunLog
@@ -33,10 +34,13 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _inventory(root: Path, seqs: int) -> Path:
+TWO_HOSTS = "[{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]"
+
+
+def _inventory(root: Path, seqs: int, hosts: str = TWO_HOSTS) -> Path:
     path = root / f"site-{seqs}.yml"
     path.write_text(
-        "deployment: demo\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]\n"
+        f"deployment: demo\nhosts: {hosts}\n"
         f"model: {{path: weights, served_name: tiny}}\nengine: {{device: cpu, max_num_seqs: {seqs}}}\n"
     )
     return path
@@ -174,7 +178,7 @@ class _FakeHosts:
 
 
 def _roll_setup(
-    state: Path, monkeypatch: pytest.MonkeyPatch, **failing: frozenset[str]
+    state: Path, monkeypatch: pytest.MonkeyPatch, hosts: str = TWO_HOSTS, **failing: frozenset[str]
 ) -> tuple[_FakeHosts, RunLog]:
     fake = _FakeHosts(**failing)
     monkeypatch.setattr(rolling.drain, "set_drained", fake.set_drained)
@@ -185,7 +189,7 @@ def _roll_setup(
     monkeypatch.setattr(gate.prove, "ca_file", lambda _inv: None)
     monkeypatch.setattr(gate, "PROOF_PAUSE_S", 0)
     monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
-    inv = load_inventory(_inventory(state, 8))
+    inv = load_inventory(_inventory(state, 8, hosts))
     log = RunLog("upgrade", "demo")
     for n, content in ((1, "a"), (2, "b"), (3, "c")):
         rev = revisions.next_revision(inv, _manifest(content), state, state / "playbooks")
@@ -338,3 +342,73 @@ def test_wait_routing_waits_for_the_gateways_own_word(readyz: tuple[Path, list[d
     with pytest.raises(drain.DrainError, match="did not route as asked") as err:
         drain.wait_routing(inv, host, {"a": True, "b": False}, timeout_s=0.2)
     assert err.value.details == ["a: a not ready", "a: b ready"]
+
+
+MONITOR_APART = TWO_HOSTS[:-1] + ", {name: m, address: 10.0.0.3, groups: [monitoring]}]"
+MONITOR_ON_B = "[{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2, groups: [serving, monitoring]}]"
+
+
+def test_an_upgrade_configures_the_monitoring_only_host_before_the_first_drain(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upgraded gateways answer /metrics only to Prometheus's scrape token: the monitoring host
+    gets the new scrape configuration before any gateway is touched (old ones ignore the header)."""
+    fake, log = _roll_setup(state, monkeypatch, MONITOR_APART)
+    result = rolling.roll(revisions.get("demo", 3), log)
+    assert result.success, result.steps
+    assert fake.events[:2] == ["configure rev3 m", "drain a"]
+    assert [e for e in fake.events if e.startswith("configure")] == [
+        "configure rev3 m", "configure rev3 a", "configure rev3 b"
+    ]
+    first = result.steps[0]
+    assert (first.name, first.action, first.after) == ("m", "configured", 3)
+    assert revisions.host_revisions("demo") == {"a": 3, "b": 3}
+
+
+def test_a_monitoring_host_that_fails_stops_the_upgrade_before_any_gateway(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, log = _roll_setup(state, monkeypatch, MONITOR_APART, play_failing=frozenset("m"))
+    with pytest.raises(AnsibleError, match="no serving host was touched") as err:
+        rolling.roll(revisions.get("demo", 3), log)
+    assert "m: engine did not start" in err.value.details
+    assert fake.events == ["configure rev3 m"]  # nothing drained, no gateway configured
+    assert revisions.host_revisions("demo") == {"a": 2, "b": 2}
+
+
+def test_a_rollback_configures_the_monitoring_only_host_after_the_last_gateway(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older revision's Prometheus may send no token: newer gateways would refuse it, so it
+    comes last, once every gateway runs the older revision."""
+    fake, log = _roll_setup(state, monkeypatch, MONITOR_APART)
+    revisions.record("demo", revisions.get("demo", 3), {"a": True, "b": True}, log)
+    fake.running.update(a=3, b=3)
+    result = rolling.roll(revisions.get("demo", 2), log)
+    assert result.success, result.steps
+    assert [e for e in fake.events if e.startswith("configure")] == [
+        "configure rev2 a", "configure rev2 b", "configure rev2 m"
+    ]
+    assert fake.events[-1] == "configure rev2 m"
+    assert (result.steps[-1].name, result.steps[-1].action) == ("m", "configured")
+
+
+def test_a_serving_host_that_monitors_goes_first_up_and_last_down(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own batch's play configures its Prometheus: no separate run, but the batch order puts
+    it before every other gateway on an upgrade, after them on a rollback."""
+    fake, log = _roll_setup(state, monkeypatch, MONITOR_ON_B)
+    assert rolling.roll(revisions.get("demo", 3), log).success
+    assert [e for e in fake.events if e.startswith("configure")] == ["configure rev3 b", "configure rev3 a"]
+    fake.events.clear()
+    assert rolling.roll(revisions.get("demo", 2), log).success
+    assert [e for e in fake.events if e.startswith("configure")] == ["configure rev2 a", "configure rev2 b"]
+
+
+def test_without_a_monitoring_group_the_first_host_monitors_and_nothing_else_runs(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, log = _roll_setup(state, monkeypatch)
+    assert rolling.roll(revisions.get("demo", 3), log).success
+    assert [e for e in fake.events if e.startswith("configure")] == ["configure rev3 a", "configure rev3 b"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from installer.ansible.runner import ansible_env, run_playbook
+from installer.paths import control_socket_dir
 from installer.runlog import RunLog
 
 PLANTED = {
@@ -113,3 +114,30 @@ def test_the_ansible_environment_keeps_what_ansible_and_ssh_need() -> None:
     assert out["LC_ALL"] == "C.UTF-8" and out["ANSIBLE_CALLBACK_PLUGINS"] == "/runner/callbacks"
     assert out["PATH"] == f"{Path(sys.executable).parent}:/usr/bin:/bin"
     assert not {"AWS_ACCESS_KEY_ID", "ANSIBLE_VAULT_PASSWORD_FILE", "EDITOR"} & set(out)
+
+
+def test_settings_the_operator_already_exported_with_the_same_value_still_reach_ansible(
+    planted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exported ANSIBLE_SSH_CONTROL_PATH_DIR equal to the installer's must not be dropped as
+    "inherited": Ansible would fall back to ~/.ansible/cp, outside the folder the air-gap control
+    namespace hides (lab/control_ns.py)."""
+    playbooks, inventory = _project(planted)
+    monkeypatch.setenv("ANSIBLE_SSH_CONTROL_PATH_DIR", control_socket_dir())
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(playbooks / "ansible.cfg"))
+    log = RunLog("up", "exported")
+    pb = run_playbook("env.yml", inventory, log.dir / "ansible", playbooks_dir=playbooks)
+    assert pb.success, pb.status
+    stdout = next(p for p in log.dir.rglob("stdout") if p.is_file()).read_text()
+    assert f"ANSIBLE_SSH_CONTROL_PATH_DIR={control_socket_dir()}" in stdout
+    assert f"ANSIBLE_CONFIG={playbooks / 'ansible.cfg'}" in stdout
+
+
+def test_names_the_installer_sets_are_kept_whatever_the_inherited_value() -> None:
+    inherited = {"PATH": "/bin", "ANSIBLE_SSH_CONTROL_PATH_DIR": "/tmp/cp", "ANSIBLE_CONFIG": "/p/a.cfg"}
+    env = {**inherited, "ANSIBLE_NOCOLOR": "True"}
+    out = ansible_env(env, inherited, ours={"ANSIBLE_SSH_CONTROL_PATH_DIR", "ANSIBLE_CONFIG", "ANSIBLE_NOCOLOR"})
+    assert out["ANSIBLE_SSH_CONTROL_PATH_DIR"] == "/tmp/cp" and out["ANSIBLE_CONFIG"] == "/p/a.cfg"
+    assert out["ANSIBLE_NOCOLOR"] == "True"
+    # Without being named, an exported value equal to ours looks inherited and is not on the allow-list.
+    assert "ANSIBLE_SSH_CONTROL_PATH_DIR" not in ansible_env(env, inherited)
