@@ -19,6 +19,7 @@ from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
+from installer.bundle import terraform_tools
 from installer.bundle.manifest import Manifest
 from installer.day2 import revisions, uninstall
 from installer.errors import AnsibleError
@@ -195,7 +196,9 @@ def prepare(
             reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
         else:
             # Cloud hosts come from Terraform; --check reads them from the state, changing nothing.
-            inv = provision.provision(inv, apply_changes=not check, bundle=opened, note=reporter.note)
+            inv = provision.provision(
+                inv, apply_changes=not check, tools=terraform_tools.from_bundle(opened), note=reporter.note
+            )
             log.log(f"provisioned {len(inv.hosts)} {inv.provider} host(s)")
 
     if opened is not None:

@@ -19,3 +19,8 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_private(path: Path, text: str) -> None:
+    """Atomic replace of a 0600 text file: created 0600, so no moment exists when others can read it."""
+    atomic_write(path, text.encode("utf-8"), 0o600)

@@ -1,15 +1,18 @@
 """Checks across an inventory's sections, run alike by `installer validate` and `installer up`.
 
-The loader checks each setting on its own and the files it names; these check that the
-settings agree with each other and with the model's weights, so `validate` refuses whatever
-`up` would refuse before it touches a host.
+The loader parses the file and checks each setting on its own and the paths it names; these
+check that the settings agree with each other, that the certificates and tarballs they name
+are usable, and that the model fits, so `validate` refuses whatever `up` would refuse before it
+touches a host.
 """
 
 from collections.abc import Iterator
 
 from installer import engines
+from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
 from installer.inventory import Inventory
+from installer.tls import check as tls_check
 
 
 def _gpus_per_host(inv: Inventory) -> tuple[int, str] | None:
@@ -40,10 +43,16 @@ def _parallel(inv: Inventory) -> Iterator[str]:
         )
 
 
+def _named_files(inv: Inventory) -> Iterator[str]:
+    """The certificates of tls.mode provided and the release tarballs of monitoring.tarballs_dir."""
+    for loc, problem in [*tls_check.provided(inv), *monitoring_tarballs.check(inv)]:
+        yield f"{inv.where(*loc)}: {problem}"
+
+
 def check_inventory(inv: Inventory) -> None:
-    """Raise InventoryError (settings that contradict each other, with file:line) or
-    tuner.TuneError (the model does not fit the GPUs the inventory describes)."""
-    problems = list(_parallel(inv))
+    """Raise InventoryError (settings that contradict each other or name unusable files, with
+    file:line) or tuner.TuneError (the model does not fit the GPUs the inventory describes)."""
+    problems = [*_parallel(inv), *_named_files(inv)]
     if problems:
         raise InventoryError(f"{len(problems)} problem(s) in the inventory", problems)
     engines.tuned(inv)

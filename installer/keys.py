@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from installer.errors import InstallerError
-from installer.files import atomic_write
+from installer.files import write_private
 from installer.paths import state_dir
 from service.keyfile import KEY_NAME_PATTERN, HostKey, HostKeyFile, hash_secret
 
@@ -77,13 +77,8 @@ def load(path: Path | None = None) -> KeyStore:
         raise KeyStoreError(f"cannot read the key store {path}: {exc}") from exc
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Atomic replace of a 0600 file: created 0600, so no moment exists when others can read it."""
-    atomic_write(path, text.encode("utf-8"), 0o600)
-
-
 def save(store: KeyStore, path: Path | None = None) -> None:
-    _write_private(path or store_path(), store.model_dump_json(indent=2) + "\n")
+    write_private(path or store_path(), store.model_dump_json(indent=2) + "\n")
 
 
 def create(
@@ -153,7 +148,7 @@ def render_hosts_file(store: KeyStore) -> str:
 
 def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:
     """Write the hosts' file atomically, so a gateway watching it never reads half a file."""
-    _write_private(dest, render_hosts_file(store or load()))
+    write_private(dest, render_hosts_file(store or load()))
 
 
 PROBE_KEY_NAME = "installer-probe"
@@ -181,5 +176,5 @@ def ensure_probe_key(path: Path | None = None) -> str:
     if active:
         revoke(PROBE_KEY_NAME, path)
     _record, secret = create(PROBE_KEY_NAME, rpm=PROBE_RPM, path=path)
-    _write_private(secret_file, secret + "\n")
+    write_private(secret_file, secret + "\n")
     return secret

@@ -10,10 +10,11 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from installer import keys
-from installer.ansible.render import HOST_LAYOUT, serving_hosts
+from installer.ansible.render import HOST_LAYOUT
 from installer.errors import InstallerError
 from installer.inventory import Inventory
 from installer.ssh import target
+from installer.topology import serving_hosts
 
 _DEST = f"{HOST_LAYOUT['pli_config_dir']}/keys.json"
 # Only where the gateway role already made the config directory: a host not yet installed gets

@@ -9,7 +9,7 @@ lookup so it never lands in the run directory.
 import secrets
 from pathlib import Path
 
-from installer.keys import _write_private
+from installer.files import write_private
 from installer.paths import state_dir
 
 
@@ -20,5 +20,5 @@ def token_file(deployment: str) -> Path:
 def ensure_token(deployment: str) -> Path:
     path = token_file(deployment)
     if not path.is_file():
-        _write_private(path, secrets.token_hex(32))
+        write_private(path, secrets.token_hex(32))
     return path

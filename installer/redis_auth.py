@@ -7,7 +7,7 @@ by no_log tasks, read by Ansible with a file lookup so it never lands in the run
 import secrets
 from pathlib import Path
 
-from installer.keys import _write_private
+from installer.files import write_private
 from installer.paths import state_dir
 
 
@@ -18,5 +18,5 @@ def password_file(deployment: str) -> Path:
 def ensure_password(deployment: str) -> Path:
     path = password_file(deployment)
     if not path.is_file():
-        _write_private(path, secrets.token_hex(32))  # hex: safe inside a redis:// URL
+        write_private(path, secrets.token_hex(32))  # hex: safe inside a redis:// URL
     return path

@@ -14,6 +14,7 @@ from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Host, Inventory
 from installer.ssh import known_hosts_option, target
 from installer.tls import store as tls_store
+from installer.topology import cross_host, redis_host, serving_hosts
 
 # Layout on every host (docs/architecture.md, "On each host").
 HOST_LAYOUT = {
@@ -97,16 +98,6 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
     }
 
 
-def serving_hosts(inv: Inventory) -> list[Host]:
-    return [h for h in inv.hosts if "serving" in inv.host_groups(h)]
-
-
-def cross_host(inv: Inventory) -> bool:
-    """Several serving hosts: every gateway routes over every engine, so engines listen on
-    their host's address (with TLS unless tls.mode is off) instead of loopback."""
-    return len(serving_hosts(inv)) > 1
-
-
 def _url(scheme: str, address: str, port: int) -> str:
     return f"{scheme}://[{address}]:{port}" if ":" in address else f"{scheme}://{address}:{port}"
 
@@ -127,12 +118,6 @@ def gateway_engines(inv: Inventory) -> list[dict[str, str]]:
         for host in serving_hosts(inv)
         for name, port in _engines_of(inv, host)
     ]
-
-
-def redis_host(inv: Inventory) -> Host | None:
-    """The host that keeps the per-key limits every gateway shares: the first serving host,
-    when there are several gateways to share them."""
-    return serving_hosts(inv)[0] if cross_host(inv) else None
 
 
 def _package_groups(inv: Inventory, host: Host) -> list[str]:

@@ -3,7 +3,7 @@
 `monitoring.install_from: tarballs` replaces Debian's packages with the release tarballs the
 projects publish (github.com/prometheus/*/releases), for sites that standardise on upstream
 versions. The user downloads them on a connected machine into `monitoring.tarballs_dir`, with
-their upstream names; the inventory loader checks the folder (file:line errors, before any host
+their upstream names; inventory_checks checks the folder (file:line errors, before any host
 is touched), the bundle carries them under monitoring/ (checksummed in the manifest like every
 other file) with monitoring/tarballs.json naming each one, and the monitoring role unpacks them on
 the hosts (playbooks/roles/monitoring/tasks/tarballs.yml). Hosts never download anything.
@@ -114,7 +114,7 @@ def layout_problem(tarball: Tarball) -> str:
 
 
 def check(inv: Inventory) -> Iterator[tuple[Loc, str]]:
-    """Problems of monitoring.tarballs_dir, as (inventory location, problem) for the loader."""
+    """Problems of monitoring.tarballs_dir, as (inventory location, problem) for inventory_checks."""
     folder = inv.monitoring.tarballs_dir
     if inv.monitoring.install_from != "tarballs" or folder is None:
         return
@@ -138,8 +138,8 @@ def bundle_input(inv: Inventory) -> list[tuple[str, int, int]]:
 def add_to_bundle(inv: Inventory, root: Path) -> dict[str, str]:
     """Copy the tarballs to root/monitoring/ with an index the role reads; {component: version}.
 
-    The inventory loader already refused a folder with problems; checked again here because a
-    file may have changed since.
+    `validate` and `up` already refused a folder with problems (inventory_checks); checked again
+    here because a file may have changed since, and `bundle build` runs no inventory checks.
     """
     folder = inv.monitoring.tarballs_dir
     if inv.monitoring.install_from != "tarballs" or folder is None:

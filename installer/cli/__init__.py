@@ -1,74 +1,15 @@
 """The `installer` command: a thin typer layer over the library.
 
-Each command group lives in its own module and registers itself on `app`; this module wires
-them, says where the state directory is (installer.paths: `--state-dir`, or next to the
-command's --inventory), and turns InstallerError into one red line and exit code 1.
+Each command group lives in its own module and registers itself on `app` (cli/root.py); this
+module wires them and turns InstallerError into one red line and exit code 1.
 """
 
 import sys
-from pathlib import Path
-from typing import Annotated, Any
 
-import typer
-from rich.console import Console
-
-from installer import paths
+from installer.cli.root import app, err_console
 from installer.errors import InstallerError
 
-app = typer.Typer(
-    name="installer",
-    help="Install and run LLMs on your own hosts: inventory -> bundle -> Ansible -> vLLM.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-err_console = Console(stderr=True, soft_wrap=True)  # an error line must stay greppable
-# The lab's --inventory is the file `lab up` writes, not a deployment's: the lab keeps its
-# state where it is run (or in --state-dir).
-_NOT_ANCHORED = ("lab",)
-
-
-def _anchor(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
-    if value:
-        if not Path(value).is_file():
-            # Before the command runs: nothing may be written into a state next to no inventory.
-            raise typer.BadParameter(f"{value} is not a file; give the deployment's inventory YAML")
-        paths.anchor_state_to(Path(value))
-    return value
-
-
-def _anchor_inventory_options(group: Any, ctx: typer.Context) -> None:
-    """Every command's --inventory also says where that deployment's state is, so `up`, `keys`,
-    `ca`, `status`, `upgrade`... given the same inventory share one state directory, and a
-    command added later gets it without having to remember."""
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if command is None or name in _NOT_ANCHORED:
-            continue
-        if hasattr(command, "list_commands"):  # a command group (keys, ca, bundle...)
-            _anchor_inventory_options(command, ctx)
-            continue
-        for param in command.params:
-            if param.name == "inventory" and param.callback in (None, _anchor):
-                param.callback = _anchor
-
-
-@app.callback()
-def _state_dir_option(
-    ctx: typer.Context,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--state-dir",
-            help="Where this deployment's state lives (keys, CA, revisions, runs, Terraform state). "
-            "Default: $INSTALLER_STATE_DIR, else .installer/ next to the command's --inventory, "
-            "else ./.installer/.",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
-    paths.use_state_dir(state_dir)
-    _anchor_inventory_options(ctx.command, ctx)
+__all__ = ["app", "main"]
 
 
 def _register() -> None:

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from installer.bench import BenchConfig, BenchReport, Stats, bench
-from installer.cli import app
+from installer.cli.root import app
 from installer.ui import console, table
 
 

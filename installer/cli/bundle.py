@@ -11,7 +11,7 @@ from rich.filesize import decimal
 from installer.bundle import build as bundle_build
 from installer.bundle import contents, sign
 from installer.bundle.manifest import MANIFEST, Manifest, parse
-from installer.cli import app
+from installer.cli.root import app
 from installer.inventory import load_inventory
 from installer.ui import console, table
 

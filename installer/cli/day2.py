@@ -5,8 +5,7 @@ from typing import Annotated
 
 import typer
 
-from installer.cli import app
-from installer.cli.deploy import InventoryOpt
+from installer.cli.root import InventoryOpt, app
 from installer.day2 import records, revisions
 from installer.day2.rolling import summary_rows
 from installer.day2.upgrade import DayTwoResult, rollback, upgrade

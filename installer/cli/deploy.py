@@ -6,15 +6,11 @@ from typing import Annotated
 import typer
 
 from installer import deploy
-from installer.cli import app
+from installer.cli.root import InventoryOpt, app
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
 from installer.inventory_checks import check_inventory
 from installer.ui import RichReporter, console, table
-
-InventoryOpt = Annotated[
-    Path, typer.Option("--inventory", "-i", help="Inventory YAML file.", show_default=False)
-]
 
 
 @app.command()

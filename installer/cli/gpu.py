@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from installer.ansible.render import HOST_LAYOUT
-from installer.cli import app
+from installer.cli.root import app
 from installer.errors import InstallerError
 from installer.gpu import doctor as gpu_doctor
 from installer.gpu.matrix import gpu_type

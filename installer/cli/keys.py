@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from installer import keys
-from installer.cli import app
+from installer.cli.root import app
 from installer.ui import console, table
 
 keys_app = typer.Typer(help="Create, list and revoke the gateways' API keys.", no_args_is_help=True)

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from installer import lab
-from installer.cli import app
+from installer.cli.root import app
 from installer.ui import console
 
 lab_app = typer.Typer(

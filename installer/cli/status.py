@@ -12,7 +12,7 @@ from rich.text import Text
 
 from installer import status as st
 from installer.ansible.render import engine_names
-from installer.cli import app
+from installer.cli.root import app
 from installer.inventory import Inventory, load_inventory
 from installer.ui import console, table
 

@@ -10,9 +10,10 @@ from typing import Annotated
 import typer
 
 from installer import deploy
-from installer.cli import app
+from installer.bundle import terraform_tools
 from installer.cli import deploy as deploy_cli
 from installer.cli.gpu import print_fit_section
+from installer.cli.root import InventoryOpt, app
 from installer.day2 import revisions, uninstall
 from installer.errors import AnsibleError
 from installer.inventory import Inventory, load_inventory
@@ -21,7 +22,6 @@ from installer.terraform import contract, provision
 from installer.terraform.cli import ChangeSummary
 from installer.ui import console, table
 
-InventoryOpt = deploy_cli.InventoryOpt
 BundleOpt = Annotated[
     Path | None,
     typer.Option(help="Bundle that carries terraform and its providers (offline machines)."),
@@ -74,7 +74,7 @@ def plan(
     if inv.provider != "baremetal":
         # The bundle's terraform runs here with the cloud credentials: its signature first.
         opened = deploy.open_verified(bundle, trusted, insecure, _note) if bundle else None
-        ws = provision.prepare(inv, bundle=opened, note=_note)
+        ws = provision.prepare(inv, tools=terraform_tools.from_bundle(opened), note=_note)
         summary, plan_file = provision.plan(ws)
         plan_file.unlink(missing_ok=True)  # `up` plans again: the state may move meanwhile
         _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", summary)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from installer.cli import app
+from installer.cli.root import app
 from installer.inventory import load_inventory
 from installer.tls import store
 

@@ -158,14 +158,6 @@ def _check_consistency(inv: Inventory) -> Iterator[str]:
             yield f"{inv.where(*loc)}: {path} does not exist; fix the path"
     if inv.cloud is not None:
         yield from _check_public_key(inv.cloud.ssh_public_key, inv.where("cloud", "ssh_public_key"))
-    from installer.tls import check as tls_check  # it needs the models this module loads
-
-    for loc, problem in tls_check.provided(inv):
-        yield f"{inv.where(*loc)}: {problem}"
-    from installer.bundle import monitoring_tarballs  # it needs the models this module loads
-
-    for loc, problem in monitoring_tarballs.check(inv):
-        yield f"{inv.where(*loc)}: {problem}"
 
 
 def _check_public_key(path: Path, where: str) -> Iterator[str]:

@@ -5,8 +5,9 @@ count. Strings end up in systemd units, ssh and vLLM command lines and host path
 hold a control character, and the ones that become names or paths have patterns.
 
 Paths are resolved against the inventory file's directory by the loader (`_resolve`), so
-models only check shape; checks that touch the filesystem are the loader's, and checks across
-sections that `validate` and `up` both run are installer/inventory_checks.py.
+models only check shape; the loader checks that the paths exist, and the checks across
+sections and of what the named files hold (certificates, tarballs), which `validate` and `up`
+both run, are installer/inventory_checks.py.
 """
 
 import re

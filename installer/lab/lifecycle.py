@@ -17,6 +17,7 @@ from installer.lab import hosts as lab_hosts
 from installer.lab.hosts import SSHAccess
 from installer.lab.naming import HostPlan, LabPlan
 from installer.lab.state import HostRecord, LabState
+from installer.sshkeys import KEY_NAME, ensure_key_pair, write_known_hosts
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def _require_tools(tools: Iterable[str]) -> None:
 
 def _access(name: str) -> SSHAccess:
     ssh_dir = state.ssh_dir(name)
-    return SSHAccess(ssh_dir / sshkeys.KEY_NAME, ssh_dir / "known_hosts")
+    return SSHAccess(ssh_dir / KEY_NAME, ssh_dir / "known_hosts")
 
 
 def _info(st: LabState, inventory_path: Path, model_path: Path) -> LabInfo:
@@ -282,7 +283,7 @@ def up(
 def _create(plan: LabPlan, inventory_path: Path | None, steps: _Steps) -> LabInfo:
     base = _base_rootfs(steps)
     access = _access(plan.name)
-    sshkeys.ensure_lab_key(access.key.parent, comment=f"installer-lab-{plan.name}")
+    ensure_key_pair(access.key.parent, comment=f"installer-lab-{plan.name}")
     public_key = access.key.with_name(access.key.name + ".pub").read_text()
     hosts_dir = state.hosts_dir(plan.name)
     st = LabState(
@@ -313,7 +314,7 @@ def _create(plan: LabPlan, inventory_path: Path | None, steps: _Steps) -> LabInf
         range(len(plan.hosts)),
         COPY_WORKERS,
     )
-    sshkeys.write_known_hosts(
+    write_known_hosts(
         access.known_hosts, {h.address: keys for h, keys in zip(plan.hosts, host_keys, strict=True)}
     )
 

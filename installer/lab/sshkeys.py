@@ -1,31 +1,15 @@
-"""The lab's SSH identity and host keys, so every connection checks host keys strictly.
+"""The lab's host keys and its root SSH, so every connection checks host keys strictly.
 
-One ed25519 key pair per lab logs in as root on every host. Each host gets fresh host keys
-(the copied rootfs would otherwise give every host the same ones), and their public halves
-go into the lab's own known_hosts file: nothing ever needs StrictHostKeyChecking=no.
+One ed25519 key pair per lab (installer/sshkeys.py) logs in as root on every host. Each host
+gets fresh host keys (the copied rootfs would otherwise give every host the same ones), and
+their public halves go into the lab's own known_hosts file: nothing ever needs
+StrictHostKeyChecking=no.
 """
 
-import os
 import subprocess
 from pathlib import Path
 
 from installer.procs import run
-
-KEY_NAME = "id_ed25519"
-
-
-def ensure_lab_key(ssh_dir: Path, comment: str) -> Path:
-    """The lab's private key, generated on first use; its public key sits next to it (.pub)."""
-    key = ssh_dir / KEY_NAME
-    if key.exists() and key.with_suffix(".pub").exists():
-        return key
-    ssh_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(ssh_dir, 0o700)
-    key.unlink(missing_ok=True)
-    key.with_suffix(".pub").unlink(missing_ok=True)
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)])
-    os.chmod(key, 0o600)
-    return key
 
 
 def regenerate_host_keys(rootfs: Path) -> list[str]:
@@ -36,21 +20,6 @@ def regenerate_host_keys(rootfs: Path) -> list[str]:
     # -A with -f PREFIX writes every default key type under PREFIX/etc/ssh/.
     run(["ssh-keygen", "-A", "-f", str(rootfs)])
     return [p.read_text().strip() for p in sorted(etc_ssh.glob("ssh_host_*_key.pub"))]
-
-
-def known_hosts_lines(host_keys: dict[str, list[str]]) -> list[str]:
-    """known_hosts lines for {address: [public key lines]}, comments dropped."""
-    lines = []
-    for address, keys in host_keys.items():
-        for key in keys:
-            key_type, blob = key.split()[:2]
-            lines.append(f"{address} {key_type} {blob}")
-    return lines
-
-
-def write_known_hosts(path: Path, host_keys: dict[str, list[str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in known_hosts_lines(host_keys)))
 
 
 def ssh_argv(

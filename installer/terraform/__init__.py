@@ -6,4 +6,5 @@ contract.py     the shared host contract (module outputs) read back into hosts
 credentials.py  credential sources found before any API call
 mirror.py       terraform + provider filesystem mirror in the bundle (offline)
 provision.py    the steps `installer up|plan|down` run
+workdir.py      where a deployment's terraform works (module, tfvars, state, tools)
 """

@@ -5,8 +5,9 @@ Bundle layout (next to wheels/, model/, ... and listed in manifest.json like eve
     terraform/plugins/registry.terraform.io/<namespace>/<type>/<version>/<os>_<arch>/...
 The plugins tree is Terraform's "unpacked" filesystem-mirror layout, so the CLI config we
 write points `provider_installation { filesystem_mirror { path = ... } }` at it and nothing is
-downloaded. The bundle builder calls `add_to_bundle`; `installer up|plan --bundle` call
-`tools_from_bundle` with the bundle only after its signature and every byte were verified.
+downloaded. The bundle builder calls `add_to_bundle`; `installer up|plan --bundle` take the
+tools from the bundle only after its signature and every byte were verified
+(bundle/terraform_tools.py).
 """
 
 import json
@@ -16,14 +17,12 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from installer.hashing import sha256_file
+from installer.inventory import Inventory
 from installer.terraform.cli import Terraform
-
-if TYPE_CHECKING:
-    from installer.bundle.build import OpenedBundle  # bundle.build imports this module
-    from installer.inventory import Inventory
+from installer.terraform.tfvars import MODULES_DIR
+from installer.terraform.workdir import workdir
 
 BUNDLE_DIR = "terraform"
 
@@ -108,28 +107,14 @@ def add_to_bundle(
     return versions
 
 
-def tools_from_bundle(bundle: "OpenedBundle") -> TerraformTools | None:
-    """Terraform from a bundle that bundle.build.open_bundle verified (signature, then every
-    byte); None if it carries none. Only such a bundle is accepted: its manifest alone is no
-    proof, since whoever changed a file could have changed the manifest too."""
-    if not any(f.path.startswith(BUNDLE_DIR + "/") for f in bundle.manifest.files):
-        return None
-    root = bundle.root / BUNDLE_DIR
-    return TerraformTools(str(root / "bin" / "terraform"), root / "plugins")
-
-
-def _tools_for(inv: "Inventory", env: Mapping[str, str]) -> TerraformTools:
-    from installer.terraform.provision import workdir  # provision imports this module
-
+def _tools_for(inv: Inventory, env: Mapping[str, str]) -> TerraformTools:
     return locate(workdir(inv), env)
 
 
-def bundle_input(inv: "Inventory", env: Mapping[str, str] = os.environ) -> dict[str, object] | None:
+def bundle_input(inv: Inventory, env: Mapping[str, str] = os.environ) -> dict[str, object] | None:
     """What the bundle's Terraform part depends on (its cache key), None for bare metal."""
     if inv.provider == "baremetal":
         return None
-    from installer.terraform.tfvars import MODULES_DIR
-
     tools = _tools_for(inv, env)
     binary = Path(shutil.which(tools.binary) or tools.binary)
     module = MODULES_DIR / inv.provider
@@ -142,11 +127,9 @@ def bundle_input(inv: "Inventory", env: Mapping[str, str] = os.environ) -> dict[
 
 
 def add_for_inventory(
-    root: Path, inv: "Inventory", env: Mapping[str, str] = os.environ
+    root: Path, inv: Inventory, env: Mapping[str, str] = os.environ
 ) -> dict[str, str] | None:
     """The bundle builder's hook: terraform + the provider mirror for a cloud inventory."""
     if inv.provider == "baremetal":
         return None
-    from installer.terraform.tfvars import MODULES_DIR
-
     return add_to_bundle(root, MODULES_DIR / inv.provider, _tools_for(inv, env), env)

@@ -9,26 +9,19 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from installer.inventory import Host, Inventory
-from installer.lab.sshkeys import KEY_NAME, ensure_lab_key, known_hosts_lines
-from installer.paths import STATE_DIR_NAME, state_dir
+from installer.paths import STATE_DIR_NAME
+from installer.sshkeys import KEY_NAME, ensure_key_pair, known_hosts_lines
 from installer.terraform import contract, credentials, mirror, tfvars
 from installer.terraform.cli import ChangeSummary, Event, Terraform
 from installer.terraform.errors import TerraformError
-
-if TYPE_CHECKING:
-    from installer.bundle.build import OpenedBundle
+from installer.terraform.workdir import workdir
 
 Note = Callable[[str], None]
 # Providers whose module can install a host key we generated (cloud-init user data); the
 # hosts' first SSH connection is then checked against a known key, never trusted blindly.
 PINS_HOST_KEYS = {"aws", "tencentcloud"}
-
-
-def workdir(inv: Inventory) -> Path:
-    return state_dir() / "terraform" / inv.deployment
 
 
 @dataclass
@@ -45,24 +38,25 @@ class Workspace:
 def prepare(
     inv: Inventory,
     *,
-    bundle: "OpenedBundle | None" = None,
+    tools: mirror.TerraformTools | None = None,
     env: Mapping[str, str] = os.environ,
     note: Note = lambda _m: None,
 ) -> Workspace:
     """Check credentials, write root module and tfvars, `terraform init` (offline with a mirror).
 
-    `bundle` is one that bundle.build.open_bundle verified: its terraform runs here with the
-    cloud credentials in its environment, so an unchecked path is never accepted."""
+    `tools` come from a bundle that bundle.build.open_bundle verified
+    (bundle.terraform_tools.from_bundle): that terraform runs here with the cloud credentials in
+    its environment, so an unchecked path is never accepted. None: mirror.locate's."""
     if inv.provider == "baremetal" or inv.cloud is None:
         raise TerraformError("provider baremetal has no cloud resources; Terraform is not used")
     extra_env = credentials.check(inv.provider, env)  # before anything can reach an API
     wd = workdir(inv)
     _refuse_a_second_fleet(inv, wd)
     wd.mkdir(parents=True, exist_ok=True)
-    tools = (mirror.tools_from_bundle(bundle) if bundle is not None else None) or mirror.locate(wd, env)
+    tools = tools or mirror.locate(wd, env)
     host_key = None
     if inv.provider in PINS_HOST_KEYS:
-        key = ensure_lab_key(wd / "host-key", f"{inv.deployment} host key")  # an ed25519 pair
+        key = ensure_key_pair(wd / "host-key", f"{inv.deployment} host key")  # an ed25519 pair
         host_key = (key.read_text(), key.with_suffix(".pub").read_text().strip())
     tfvars.write(inv, wd, host_key)
     run_env = {**env, **extra_env, **mirror.cli_env(wd, tools)}
@@ -160,7 +154,7 @@ def provision(
     inv: Inventory,
     *,
     apply_changes: bool = True,
-    bundle: "OpenedBundle | None" = None,
+    tools: mirror.TerraformTools | None = None,
     note: Note = lambda _m: None,
 ) -> Inventory:
     """`installer up`'s provision phase: plan, apply, read the hosts back.
@@ -168,7 +162,7 @@ def provision(
     With apply_changes=False (`up --check`, `installer plan`) nothing changes: the hosts come
     from the current state.
     """
-    ws = prepare(inv, bundle=bundle, note=note)
+    ws = prepare(inv, tools=tools, note=note)
     if apply_changes:
         summary, plan_file = plan(ws)
         if summary.has_changes:

@@ -1,6 +1,6 @@
 """Checks of the certificates a user brings (`tls.mode: provided`), before any host is touched.
 
-Yields (inventory location, problem) pairs; the inventory loader turns them into file:line errors.
+Yields (inventory location, problem) pairs; inventory_checks turns them into file:line errors.
 """
 
 from collections.abc import Iterator

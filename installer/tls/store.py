@@ -148,7 +148,13 @@ def ca_certificate(inv: Inventory) -> bytes:
         raise TLSError(f"deployment {inv.deployment} has tls.mode off: there is no CA to export")
     if inv.tls.mode == "provided":
         assert inv.tls.ca is not None
-        return inv.tls.ca.read_bytes()
+        try:
+            return inv.tls.ca.read_bytes()
+        except OSError as exc:  # `ca export` runs no inventory checks: say which setting
+            raise TLSError(
+                f"{inv.where('tls', 'ca')}: cannot read {inv.tls.ca} ({exc.strerror}); fix the path "
+                "(`installer validate` checks every certificate)"
+            ) from exc
     path = deployment_dir(inv.deployment) / "ca.pem"
     if not path.is_file():
         raise TLSError(

@@ -5,58 +5,20 @@ The tests use their own state directory and lab name/subnet, so a lab a user sta
 README keeps running undisturbed; the rootfs and bundle caches are shared on purpose.
 """
 
-import json
 import os
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+from tests.support.e2e import Run, host_run, installer, latest_summary
+
 # Overridable so two test runs on one machine (say, a clean-clone CI check beside a developer's
 # run) use different labs instead of colliding on names and addresses.
 LAB_NAME = os.environ.get("PLI_E2E_LAB", "ci")
 LAB_SUBNET = os.environ.get("PLI_E2E_SUBNET", "10.213.7.0/24")
-
-
-@dataclass
-class Run:
-    proc: subprocess.CompletedProcess[str]
-    seconds: float
-    summary: dict
-
-    @property
-    def output(self) -> str:
-        return self.proc.stdout + self.proc.stderr
-
-
-def installer(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "installer", *args],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-
-
-def host_run(lab_hosts, host, command: str) -> str:  # type: ignore[no-untyped-def]
-    """Run a command on a lab host as root over SSH (strict host keys); its stdout, or fail."""
-    argv = [
-        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
-        f"root@{host.address}", command,
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, f"{host.name}: {command}: {proc.stderr}"
-    return proc.stdout
-
-
-def latest_summary(state: Path, command: str) -> dict:
-    runs = sorted((state / "runs").glob(f"*-{command}-*"), key=lambda p: p.stat().st_mtime)
-    return json.loads((runs[-1] / "summary.json").read_text()) if runs else {}
 
 
 @pytest.fixture(scope="session")

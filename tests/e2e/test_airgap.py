@@ -25,7 +25,7 @@ from installer.inventory import load_inventory
 from installer.lab import control_ns
 from installer.paths import PLAYBOOKS_DIR as REPO_PLAYBOOKS
 from installer.paths import cache_dir
-from tests.e2e.conftest import REPO, installer
+from tests.support.e2e import REPO, installer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 

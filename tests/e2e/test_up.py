@@ -8,19 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Run, installer, latest_summary
+from tests.support.e2e import Run, host_ssh, installer, latest_summary
 
 pytestmark = pytest.mark.e2e
 CLIENT = Path(__file__).with_name("chat_client.py")
-
-
-def _host_ssh(lab_hosts, host, command: str) -> subprocess.CompletedProcess[str]:
-    argv = [
-        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}", "-i", str(lab_hosts.private_key),
-        f"root@{host.address}", command,
-    ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_first_up_reports_every_host_ready(deployed: Run, lab_hosts) -> None:
@@ -109,7 +100,7 @@ def test_openai_client_chat_on_every_engine(deployed: Run, lab_hosts, e2e_state:
 def test_engine_runs_as_a_hardened_service_from_the_release(deployed: Run, lab_hosts) -> None:
     release = deployed.summary["release_id"]
     for host in lab_hosts.hosts:
-        out = _host_ssh(
+        out = host_ssh(
             lab_hosts, host,
             "systemctl is-active private-llm-engine; "
             "systemctl is-active private-llm-gateway; "

@@ -18,8 +18,8 @@ import yaml
 
 from installer import prove
 from installer.inventory import load_inventory
-from tests.e2e.conftest import REPO, Run, host_run, installer, latest_summary
 from tests.e2e.load import Load
+from tests.support.e2e import REPO, Run, host_run, installer, latest_summary
 
 pytestmark = pytest.mark.e2e
 

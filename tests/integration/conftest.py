@@ -21,49 +21,10 @@ import pytest
 import yaml
 
 from installer import keys as installer_keys
+from tests.support import REPO
+from tests.support.loopback import free_port, stop, wait_http
 
-REPO = Path(__file__).resolve().parents[2]
 FAKE_UPSTREAM = REPO / "benchmarks" / "fake_upstream.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(
-    url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0, status: int = 200
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            if httpx.get(url, timeout=1).status_code == status:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer {status} within {timeout} s")
-
-
-def until(check: Callable[[], Any], timeout: float = 5.0) -> None:
-    """Poll `check` every 50 ms until it is true; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
-def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass

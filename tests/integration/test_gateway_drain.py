@@ -17,7 +17,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, free_port, stop, until, wait_http
+from tests.support import REPO
+from tests.support.loopback import free_port, stop, until, wait_http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

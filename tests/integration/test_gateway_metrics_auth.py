@@ -14,8 +14,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, free_port
 from tests.integration.engine_metrics import METRICS, metrics_engine
+from tests.support import REPO
+from tests.support.loopback import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,8 @@ from cryptography import x509
 
 from installer.prove import prove_host
 from installer.tls import ca
-from tests.integration.conftest import REPO, free_port, stop
+from tests.support import REPO
+from tests.support.loopback import free_port, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

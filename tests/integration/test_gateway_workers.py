@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import until
+from tests.support.loopback import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import free_port
 from tests.integration.engine_metrics import METRICS, metrics_engine
+from tests.support.loopback import free_port
 
 pytestmark = pytest.mark.integration
 

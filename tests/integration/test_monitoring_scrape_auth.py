@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import free_port, stop
 from tests.integration.engine_metrics import metrics_engine
+from tests.support.loopback import free_port, stop
 from tests.unit.monitoring_render import inventory_vars, render
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -116,7 +116,7 @@ def test_the_role_installs_and_runs_upstream_tarballs(lab_host, tmp_path: Path) 
     tarballs.mkdir()
     versions = upstream_tarballs(tarballs)
 
-    # The user's inventory, as the loader reads it (it checks the folder and each tarball's layout).
+    # The user's inventory; add_to_bundle checks the folder and each tarball's layout again.
     inv_path = tmp_path / "site.yml"
     doc = yaml.safe_load(info.inventory_path.read_text())
     doc["monitoring"].update({"install_from": "tarballs", "tarballs_dir": str(tarballs)})

@@ -20,7 +20,7 @@ import pytest
 from installer.inventory import load_inventory
 from installer.terraform import contract, provision
 from installer.terraform.cli import Terraform
-from tests.integration.conftest import free_port
+from tests.support.loopback import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

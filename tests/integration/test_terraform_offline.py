@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.bundle import build, sign
+from installer.bundle import build, sign, terraform_tools
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest, scan
 from installer.errors import BundleError
 from installer.terraform import contract, mirror
@@ -44,7 +44,7 @@ def test_bundle_carries_terraform_and_a_mirror_that_inits_offline(tmp_path: Path
     (bundle / SIGNATURE).write_bytes(signature)
     trust = sign.Trust((keys.public_key,))
 
-    tools = mirror.tools_from_bundle(build.open_bundle(bundle, trust))
+    tools = terraform_tools.from_bundle(build.open_bundle(bundle, trust))
     assert tools is not None and tools.plugin_mirror == bundle / "terraform" / "plugins"
     work = tmp_path / "work"
     shutil.copytree(MODULES_DIR / "aws", work)

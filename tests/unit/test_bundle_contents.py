@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from installer.bundle import build, contents, sign
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.cli import _register, app
-from tests.unit.test_bundle_sign import make_bundle
+from tests.support.bundles import make_bundle
 
 
 def manifest(files: dict[str, tuple[int, str]], components: dict | None = None) -> Manifest:

@@ -15,7 +15,7 @@ from installer.bundle import push
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest
 from installer.errors import BundleError
 from installer.ssh import Target
-from tests.unit.test_bundle_sign import make_bundle
+from tests.support.bundles import make_bundle
 
 
 class LocalHost(Target):

@@ -10,7 +10,7 @@ import pytest
 from installer.bundle import aptrepo, gpu_packages
 from installer.errors import BundleError
 from installer.inventory.models import Inventory
-from tests.e2e.test_gpu_packages import _deb, build_repo
+from tests.support.gpu_debs import build_repo, fake_deb
 
 
 def inventory(tmp: Path, **gpu: Any) -> Inventory:
@@ -49,7 +49,7 @@ def test_missing_nccl_build_and_wrong_fabric_manager_are_named(tmp_path: Path) -
     for deb in repo.glob("libnccl*cuda12.8*.deb"):
         deb.unlink()
     (repo / "nvidia-fabricmanager-570_570.195.03-1_all.deb").unlink()
-    _deb(repo, "nvidia-fabricmanager-570", "570.172.08-1")
+    fake_deb(repo, "nvidia-fabricmanager-570", "570.172.08-1")
     index = aptrepo.write_index(repo)
     problems = gpu_packages.check(inventory(tmp_path, cuda="12.8", driver_branch=570), index)
     assert "libnccl2 built for CUDA 12.8 (a version ending +cuda12.8) is missing (role nccl)" in problems
@@ -67,7 +67,7 @@ def test_unmet_nvidia_dependency_is_refused_and_distribution_ones_are_listed(tmp
         gpu_packages.add_to_bundle(inv, tmp_path / "bundle" / "debs")
     assert any("needs libnvidia-compute-570-server (= 570.195.03-0ubuntu1)" in d for d in err.value.details)
 
-    _deb(src, "libnvidia-compute-570-server", "570.195.03-0ubuntu1", depends="libc6 (>= 2.34)")
+    fake_deb(src, "libnvidia-compute-570-server", "570.195.03-0ubuntu1", depends="libc6 (>= 2.34)")
     entries = gpu_packages.add_to_bundle(inv, tmp_path / "bundle" / "debs")
     names = {e["name"] for e in entries}
     assert {"nvidia-driver-570-server-open", "libnccl2", "cuda-toolkit-12-8"} <= names
@@ -93,5 +93,5 @@ def test_folder_contents_are_part_of_the_bundle_cache_key(tmp_path: Path) -> Non
     build_repo(tmp_path / "src")
     inv = inventory(tmp_path, cuda="12.8", packages_dir=str(tmp_path / "src"))
     before = json.dumps(gpu_packages.bundle_input(inv))
-    _deb(tmp_path / "src", "libnccl2", "2.27.3-1+cuda12.8")
+    fake_deb(tmp_path / "src", "libnccl2", "2.27.3-1+cuda12.8")
     assert json.dumps(gpu_packages.bundle_input(inv)) != before

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from installer.lab import hosts, network, processes, rootfs, sshkeys
+from installer.sshkeys import known_hosts_lines
 
 MOUNTINFO = """\
 22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
@@ -70,7 +71,7 @@ def test_netns_list_parsing() -> None:
 
 
 def test_known_hosts_lines_drop_comments() -> None:
-    lines = sshkeys.known_hosts_lines(
+    lines = known_hosts_lines(
         {
             "10.213.0.11": [
                 "ssh-ed25519 AAAAC3Nz root@build",

@@ -15,8 +15,8 @@ import yaml
 
 from installer.bundle import monitoring_dcgm, os_packages
 from installer.inventory.models import Inventory
+from tests.support.promtool import promtool
 from tests.unit.monitoring_render import ROLE, render, role_vars
-from tests.unit.test_monitoring_rules import promtool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "monitoring"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())

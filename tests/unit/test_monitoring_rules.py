@@ -2,12 +2,12 @@
 and each alert proven by `promtool test rules` (fires when it should, not when it should not)."""
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.promtool import promtool
 from tests.unit.monitoring_render import render, role_vars
 
 FIXTURES = Path(__file__).parent / "fixtures" / "monitoring"
@@ -17,13 +17,6 @@ WANTED = {
     "PLIQueueGrowing", "PLIGPUMemoryLeak", "PLIGPUTemperatureHigh", "PLIGPUXidError",
     "PLIDiskAlmostFull", "PLIHighErrorRate", "PLITLSCertExpiresSoon",
 }
-
-
-def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("promtool")
-    if exe is None:
-        pytest.fail("promtool is missing: `sudo bash .ci/setup` installs Debian's prometheus package")
-    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 
 def _alerts(text: str) -> dict[str, dict]:

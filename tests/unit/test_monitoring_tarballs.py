@@ -14,6 +14,7 @@ import yaml
 from installer.bundle import build, manifest, monitoring_tarballs, os_packages
 from installer.errors import BundleError, InventoryError
 from installer.inventory import load_inventory
+from installer.inventory_checks import check_inventory
 from tests.unit.monitoring_render import ROLE, render
 
 VERSIONS = {"prometheus": "2.53.4", "alertmanager": "0.28.1", "node_exporter": "1.9.1"}
@@ -56,7 +57,7 @@ def folder(tmp_path: Path) -> Path:
 
 def _problems(path: Path) -> list[str]:
     with pytest.raises(InventoryError) as err:
-        load_inventory(path)
+        check_inventory(load_inventory(path))
     return err.value.details
 
 

@@ -4,7 +4,7 @@ says which revision it runs and which it ran before, and re-applying changes not
 import json
 from pathlib import Path
 
-from tests.unit.test_gpu_roles import msgs, play
+from tests.support.roles import msgs, play
 
 
 def _apply(tmp: Path, revision: int) -> tuple[int, dict]:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from installer import keys, paths
 from installer.bundle import sign
-from installer.cli import _anchor, _anchor_inventory_options, _register, app
+from installer.cli import _register, app
+from installer.cli.root import _anchor, _anchor_inventory_options
 
 runner = CliRunner()
 _register()

@@ -14,6 +14,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from installer import tls
 from installer.errors import InventoryError
 from installer.inventory import load_inventory
+from installer.inventory_checks import check_inventory
 from installer.tls import ca, store
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
@@ -150,6 +151,16 @@ def test_provided_certificates_are_used_as_given(state: Path, tmp_path: Path) ->
     assert not (state / "tls").exists()  # nothing issued
 
 
+def test_ca_export_names_an_unreadable_provided_ca(tmp_path: Path) -> None:
+    """The loader reads no certificate and `ca export` runs no inventory checks: the error still
+    says which setting, at which line, instead of a traceback."""
+    path = _provided(tmp_path, ["10.0.0.1"])
+    (tmp_path / "ca.pem").unlink()
+    with pytest.raises(store.TLSError) as err:
+        store.ca_certificate(load_inventory(path))
+    assert f"{path}:" in str(err.value) and "tls.ca: cannot read" in str(err.value), err.value
+
+
 @pytest.mark.parametrize(
     ("kwargs", "line", "message"),
     [
@@ -165,7 +176,7 @@ def test_provided_certificate_problems_name_the_line(
 ) -> None:
     path = _provided(tmp_path, **kwargs)
     with pytest.raises(InventoryError) as err:
-        load_inventory(path)
+        check_inventory(load_inventory(path))
     text = "\n".join(err.value.details)
     assert f"{path}:{line}: tls.certificates.h1" in text, text
     assert message in text, text
@@ -175,7 +186,7 @@ def test_provided_certificate_from_another_ca_is_refused(tmp_path: Path) -> None
     path = _provided(tmp_path, ["10.0.0.1"])
     (tmp_path / "ca.pem").write_bytes(ca.create_ca("unrelated").cert_pem)
     with pytest.raises(InventoryError) as err:
-        load_inventory(path)
+        check_inventory(load_inventory(path))
     assert "is not signed by tls.ca" in "\n".join(err.value.details)
 
 
@@ -204,7 +215,7 @@ def test_provided_certificate_must_allow_client_authentication(tmp_path: Path) -
         (tmp_path / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         (tmp_path / f"{name}.key").write_bytes(ca._key_pem(key))
     with pytest.raises(InventoryError) as err:
-        load_inventory(path)
+        check_inventory(load_inventory(path))
     text = "\n".join(err.value.details)
     assert f"{path}:12: tls.certificates.h1.cert" in text and "lacks extended key usage clientAuth" in text, text
     assert "h2" not in text  # no EKU at all means any usage

@@ -1,0 +1,23 @@
+"""Which hosts do what in a deployment, derived from the inventory alone.
+
+The Ansible renderer, the bundle's OS package list and `keys push` all ask these questions, so
+they are answered once here, below all of them.
+"""
+
+from installer.inventory import Host, Inventory
+
+
+def serving_hosts(inv: Inventory) -> list[Host]:
+    return [h for h in inv.hosts if "serving" in inv.host_groups(h)]
+
+
+def cross_host(inv: Inventory) -> bool:
+    """Several serving hosts: every gateway routes over every engine, so engines listen on
+    their host's address (with TLS unless tls.mode is off) instead of loopback."""
+    return len(serving_hosts(inv)) > 1
+
+
+def redis_host(inv: Inventory) -> Host | None:
+    """The host that keeps the per-key limits every gateway shares: the first serving host,
+    when there are several gateways to share them."""
+    return serving_hosts(inv)[0] if cross_host(inv) else None

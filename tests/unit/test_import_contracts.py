@@ -1,0 +1,59 @@
+"""The import contracts of pyproject.toml ([tool.importlinter]) hold: imports run one way (CLI ->
+flows -> mechanisms -> model -> plumbing), no circles, no CLI command module imports another,
+the gateway stays apart from the installer, and no module imports a test module or a conftest."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+from tests.support import REPO
+from tests.support.import_contracts import AcyclicModules, ForbiddenNames
+
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def test_the_import_contracts_hold() -> None:
+    assert LINT_IMPORTS.is_file(), f"{LINT_IMPORTS} is missing: pip install -e '.[dev]' installs import-linter"
+    # --no-cache: nothing written into the checkout.
+    proc = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout, proc.stdout
+
+
+def _graph(*imports: tuple[str, str]) -> grimp.ImportGraph:
+    graph = grimp.ImportGraph()
+    for importer, imported in imports:
+        for module in (importer, imported):
+            graph.add_module(module)
+        graph.add_import(importer=importer, imported=imported, line_number=1, line_contents="import x")
+    return graph
+
+
+def test_acyclic_modules_finds_a_package_and_its_submodule_importing_each_other() -> None:
+    """The circle acyclic_siblings misses: installer.cli wired its commands, which imported its app."""
+    contract = AcyclicModules("cycles", {}, {"packages": ["pkg"]})
+    broken = contract.check(_graph(("pkg.cli", "pkg.cli.bench"), ("pkg.cli.bench", "pkg.cli")), verbose=False)
+    assert not broken.kept
+    assert broken.metadata["cycles"] == [("pkg.cli", "pkg.cli.bench", "pkg.cli")]
+    kept = contract.check(_graph(("pkg.cli", "pkg.cli.bench"), ("pkg.cli.bench", "pkg.cli.root")), verbose=False)
+    assert kept.kept
+
+
+def test_forbidden_names_finds_test_modules_and_conftests_imported() -> None:
+    contract = ForbiddenNames("tests", {}, {"packages": ["tests"], "names": ["test_*", "conftest"]})
+    graph = _graph(
+        ("tests.unit.test_push", "tests.unit.test_sign"),
+        ("tests.e2e.test_up", "tests.e2e.conftest"),
+        ("tests.e2e.test_tls", "tests.e2e.load"),
+        ("tests.unit.test_sign", "tests.support.bundles"),
+    )
+    check = contract.check(graph, verbose=False)
+    assert not check.kept
+    assert check.metadata["found"] == [
+        "tests.e2e.test_up -> tests.e2e.conftest (l. 1)",
+        "tests.unit.test_push -> tests.unit.test_sign (l. 1)",
+    ]
