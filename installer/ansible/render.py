@@ -64,11 +64,15 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "pli_bundle_dir": host_dir(man),
         "pli_release_id": man.release_id,
         "model_served_name": inv.model.served_name,
+        # The weights' folder under models/ on the hosts ('/' in the name would nest folders).
+        # Roles of revisions made before it build the folder from the served name themselves.
+        "model_dir_name": inv.model.dir_name,
         "engine_device": engine.device,
         # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
         **gpu_matrix.group_vars(inv.gpu.cuda, pin=inv.gpu.driver_branch),
         "nvidia_driver_allow_reboot": inv.gpu.reboot == "allow",
         "engine_served_model_name": inv.model.served_name,
+        "engine_model_dir_name": inv.model.dir_name,
         "engine_port": inv.ports.engine,
         "engine_max_model_len": engine.max_model_len,
         "engine_max_num_seqs": engine.max_num_seqs,

@@ -142,14 +142,47 @@ class Host(_Strict):
         return host_address(value)
 
 
+# The name clients send as `model`, in vLLM's usual form too (Qwen/Qwen2.5-7B-Instruct): parts
+# separated by '/', each starting with a letter or digit, so no empty, '.' or '..' part.
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+SERVED_NAME_MAX = 128
+_SERVED_NAME_SHAPE = (
+    "'/'-separated parts of letters, digits, '.', '_' or '-', each starting with a letter or "
+    "digit, no '..', e.g. Qwen/Qwen2.5-7B-Instruct or deepseek-r1-7b"
+)
+
+
+def check_served_name(value: str) -> str:
+    """A model's API name; ValueError saying which rule it breaks."""
+    if len(value) > SERVED_NAME_MAX:
+        raise ValueError(f"{value!r} is not a model name: {len(value)} characters, at most {SERVED_NAME_MAX}")
+    if not SERVED_NAME.fullmatch(value) or ".." in value:
+        raise ValueError(f"{value!r} is not a model name: {_SERVED_NAME_SHAPE}")
+    if "--" in value:
+        # Model.dir_name writes '/' as '--': with '--' in a name, two names could share a folder.
+        raise ValueError(
+            f"{value!r} is not a model name: '--' is reserved (the weights' folder on the hosts "
+            "writes '/' as '--', e.g. Qwen/Qwen2.5-7B-Instruct in Qwen--Qwen2.5-7B-Instruct); use one '-'"
+        )
+    return value
+
+
+def model_dir_name(name: str) -> str:
+    """The weights' folder under the hosts' models/ for a served name: one path component
+    (no '/', never '.' or '..'), and a different one for every name check_served_name() accepts,
+    since those never hold '--'."""
+    return name.replace("/", "--")
+
+
 class Model(_Strict):
     path: LocalPath = Field(description="weights directory on the control machine (has config.json)")
-    # It names the weights' folder on every host and the model the API serves, so no '/'.
-    served_name: Annotated[str, _matching(
-        r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}",
-        "a model name: up to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, "
-        "no '..' and no '/' (it names a folder on the hosts), e.g. deepseek-r1-7b",
-    )]
+    served_name: Annotated[str, AfterValidator(check_served_name)]
+
+    @property
+    def dir_name(self) -> str:
+        """The weights' folder on every host (a property, not a field: the revision's config
+        digest, made from the fields, stays what it was)."""
+        return model_dir_name(self.served_name)
 
 
 class Engine(_Strict):

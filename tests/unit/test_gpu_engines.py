@@ -98,7 +98,7 @@ def _render_role(tmp: Path, host_vars: dict[str, Any], device: str) -> dict[str,
     ]
     (project / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
     layout = {**render.HOST_LAYOUT, "pli_bundle_dir": "/b", "pli_release_id": "r-1",
-              "engine_served_model_name": "m", "engine_device": device}
+              "engine_served_model_name": "m", "engine_model_dir_name": "m", "engine_device": device}
     r = ansible_runner.run(
         private_data_dir=str(tmp), project_dir=str(project), playbook="play.yml",
         inventory="localhost ansible_connection=local",
@@ -130,6 +130,24 @@ def test_extra_args_reach_vllm_literally(tmp_path: Path) -> None:
     files = _render_role(tmp_path, {"engine_extra_args": ["--served-model-name=%n", "$HOME"]}, "cpu")
     exec_line = next(line for line in files["private-llm-engine"].splitlines() if line.startswith("ExecStart="))
     assert "--served-model-name=%%n '$$HOME'" in exec_line
+
+
+def test_an_org_model_name_is_served_whole_from_one_folder(tmp_path: Path) -> None:
+    # vLLM's usual name form: the API keeps the '/', the weights' folder on the host cannot.
+    model = tmp_path / "model"
+    model.mkdir()
+    inv = Inventory.model_validate({"deployment": "demo", "engine": {"device": "cpu"},
+                                    "model": {"path": str(model), "served_name": "Qwen/Qwen2.5-7B-Instruct"},
+                                    "hosts": [{"name": "h0", "address": "10.0.0.1"}]})
+    names = {"engine_served_model_name": inv.model.served_name, "engine_model_dir_name": inv.model.dir_name}
+    files = _render_role(tmp_path, names, "cpu")
+    assert (
+        "--model /var/lib/private-llm/models/Qwen--Qwen2.5-7B-Instruct "
+        "--served-model-name Qwen/Qwen2.5-7B-Instruct --host"
+    ) in files["private-llm-engine"]
+    # A folder that is not one path component stops the role before any unit is written.
+    with pytest.raises(AssertionError, match="engine_model_dir_name be one folder name"):
+        _render_role(tmp_path / "bad", {**names, "engine_model_dir_name": "Qwen/Qwen2.5-7B-Instruct"}, "cpu")
 
 
 def test_tuned_units_carry_devices_affinity_and_the_tuners_flags(tmp_path: Path) -> None:
