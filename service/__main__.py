@@ -84,8 +84,14 @@ def serve(settings: Settings, sock: "socket.socket | None", shared: "SharedState
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        # httptools with a deadline and a size cap on request heads and a per-address cap.
-        http=guarded_protocol(limits.header_timeout_s, limits.max_connections_per_client),
+        # httptools with a deadline and a size cap on request heads and a per-address cap, and
+        # TLS done by that protocol: counted and under the deadline from the accept, in every
+        # start path (our port, systemd's socket, the workers'), so uvicorn serves plain TCP.
+        # Our own SSLContext, so that renewed certificates are loaded into the live context
+        # (service/tls.py) and the TLS settings are ours.
+        http=guarded_protocol(
+            limits.header_timeout_s, limits.max_connections_per_client, app.state.gateway.server_ssl
+        ),
         ws="none",  # no WebSocket routes: an upgrade is refused, not handed to another protocol
         timeout_keep_alive=limits.keepalive_timeout_s,
         lifespan="on",
@@ -98,10 +104,7 @@ def serve(settings: Settings, sock: "socket.socket | None", shared: "SharedState
         timeout_graceful_shutdown=int(settings.drain_timeout_s) if sock else 1,
         log_config=None,
     )
-    # Our own SSLContext instead of uvicorn's, so that renewed certificates are loaded into the
-    # live context (service/tls.py) and the TLS settings are ours.
     config.load()
-    config.ssl = app.state.gateway.server_ssl
     # The ~80k objects of the loaded libraries would make every full collection a ~40 ms
     # pause (measured), a p99 spike in the middle of some stream; frozen, they are skipped.
     gc.collect()

@@ -43,10 +43,15 @@ class LimitsConfig(_Strict):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, description="413 above it")
     # Client connections (service/connections.py): a stalled or idle client is closed after
     # these, and one address holds at most this many connections per gateway worker process.
-    header_timeout_s: Seconds = Field(default=10.0, description="until a request's headers are in")
+    header_timeout_s: Seconds = Field(
+        default=10.0, description="until a request's headers are in, from the accept (TLS included) or its first byte"
+    )
     body_timeout_s: Seconds = Field(default=30.0, description="until its whole body is in; 408")
-    keepalive_timeout_s: int = Field(default=5, ge=1, description="idle between two requests")
-    max_connections_per_client: int = Field(default=128, ge=1, description="429 and closed above it")
+    # Longer than the 5 s after which httpx (the openai client) drops an idle pooled connection,
+    # so that clients give a connection up before the gateway closes it, never at the same time.
+    keepalive_timeout_s: int = Field(default=8, ge=1, description="idle between two requests")
+    # Above max_in_flight: one address (a NAT, a load balancer, a benchmark) may use every slot.
+    max_connections_per_client: int = Field(default=512, ge=1, description="429 and closed above it")
     connect_timeout_s: Seconds = 3.0
     # Waiting for the upstream's response headers, and between two chunks of a stream: a long
     # generation is fine as long as tokens keep coming.

@@ -1,20 +1,29 @@
-"""Connection limits uvicorn lacks: a deadline and a size cap for request headers, and a cap
-on the connections one client address may hold.
+"""Connection limits uvicorn lacks: a deadline and a size cap for request heads, a cap on the
+connections one client address may hold, and, over TLS, both from the moment of the accept.
 
 uvicorn (httptools) arms no timer on a new connection, nor on a request whose first bytes have
 arrived, and httptools buffers headers without a limit: a client that opens connections and
 sends nothing, or trickles its headers (slowloris), or sends endless ones, holds its connection
-and memory for as long as it likes. This protocol closes a connection whose request headers are
-not complete `header_timeout_s` after the connection opened or the previous response ended,
-answers 431 and closes when they pass `MAX_HEADER_BYTES`, and refuses (429, closed) a
-connection from an address that already holds `max_per_client` of this process's connections.
-Idle connections between requests are uvicorn's keep-alive timeout; bodies are read under a
-deadline by the app (service/limits.py).
+and memory for as long as it likes. This protocol closes a connection whose request head is not
+complete `header_timeout_s` after the connection opened or after the head's first byte (on a
+kept-alive connection), answers 431 and closes when a head passes `MAX_HEADER_BYTES`, and
+refuses (429, closed) a connection from an address that already holds `max_per_client` of this
+process's connections. Between two requests the connection is uvicorn's: its keep-alive timer
+closes it when idle, and no deadline of ours runs then, so the two never race. Bodies are read
+under a deadline by the app (service/limits.py).
+
+Over TLS the loop's own TLS (`create_server(ssl=...)`) would show this protocol nothing until
+the handshake is done, and give a stalled handshake 60 s, uncounted. So the server listens in
+plain TCP and `TLSGate` counts the connection at the accept, refuses it there above the cap
+(closed: no 429 can be said before a handshake), and upgrades it with `loop.start_tls` under
+the same deadline: handshake and request head together within `header_timeout_s`.
 """
 
 import asyncio
 import ipaddress
 import json
+import ssl
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -38,6 +47,48 @@ def client_address(peer: Any) -> str:
     return str(ipaddress.IPv6Network((addr, 64), strict=False))
 
 
+class ConnectionCounts:
+    """Connections held per client address, in this process."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.held: dict[str, int] = {}
+
+    def take(self, transport: asyncio.BaseTransport) -> str | None:
+        """The connection's address, now counted; None when the address holds the cap already."""
+        client = client_address(transport.get_extra_info("peername"))
+        held = self.held.get(client, 0)
+        if held >= self.cap:
+            return None
+        self.held[client] = held + 1
+        return client
+
+    def give_back(self, client: str) -> None:
+        left = self.held[client] - 1
+        if left:
+            self.held[client] = left
+        else:
+            del self.held[client]
+
+
+def run_now(coro: Coroutine[Any, Any, Any], done: Callable[[Any], None]) -> None:
+    """Run coro's first step at once, not at the loop's next turn as a task would (as Python
+    3.12's eager tasks do), the rest as the futures it waits on complete; then done(its result,
+    or None if it raised)."""
+
+    def step(_: object = None) -> None:
+        try:
+            waiting = coro.send(None)
+        except StopIteration as finished:
+            done(finished.value)
+        except Exception:  # a failed or timed-out handshake: start_tls closed the connection
+            done(None)
+        else:
+            waiting.add_done_callback(step)
+
+    step()
+
+
 def _response(status: bytes, message: str, type_: str, code: str, extra: bytes = b"") -> bytes:
     body = json.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}}).encode()
     return (
@@ -46,9 +97,12 @@ def _response(status: bytes, message: str, type_: str, code: str, extra: bytes =
     )
 
 
-def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with these limits; the counts are this process's."""
-    open_by_client: dict[str, int] = {}
+def guarded_protocol(
+    header_timeout_s: float, max_per_client: int, tls: ssl.SSLContext | None = None
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with these limits (and TLS, when given a context); the
+    counts are this process's."""
+    counts = ConnectionCounts(max_per_client)
     too_many = _response(
         b"429 Too Many Requests",
         f"Too many connections from this address (at most {max_per_client}); reuse connections.",
@@ -64,39 +118,41 @@ def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[HttpT
     )
 
     class GuardedProtocol(HttpToolsProtocol):
-        _client: str | None = None  # None: refused, none of uvicorn's state was set up
+        _client: str | None = None  # None: not admitted, none of uvicorn's state was set up
         _header_timer: asyncio.TimerHandle | None = None
         _header_bytes = -1  # bytes of the request head so far; -1: not waiting for one
         _head_too_large = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            client = client_address(transport.get_extra_info("peername"))
-            held = open_by_client.get(client, 0)
-            if held >= max_per_client:
+            client = counts.take(transport)
+            if client is None:
                 transport.write(too_many)
                 transport.close()
                 return
-            open_by_client[client] = held + 1
+            self.admit(client, transport, header_timeout_s)
+
+        def admit(self, client: str, transport: asyncio.Transport, head_within_s: float) -> None:
+            """Serve the connection, counted for `client`; its first head is due in head_within_s."""
             self._client = client
             super().connection_made(transport)
             self._await_head()
+            self._arm_head_timer(head_within_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
             client = self._client
             if client is None:
                 return
             self._client = None
-            left = open_by_client[client] - 1
-            if left:
-                open_by_client[client] = left
-            else:
-                del open_by_client[client]
+            counts.give_back(client)
             self._stop_head_timer()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self._client is None:
                 return
+            if self._header_bytes == 0 and self._header_timer is None:
+                # The first byte after an idle keep-alive: the head is due from now on.
+                self._arm_head_timer(header_timeout_s)
             super().data_received(data)
             # Still in the head after this chunk: all of it was head. (A chunk that completes
             # the head may carry body too; that one is not counted.)
@@ -123,11 +179,14 @@ def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[HttpT
             pipelined = bool(self.pipeline)  # its head is complete already
             super().on_response_complete()
             if not pipelined and not self.transport.is_closing():
+                # Idle now: uvicorn's keep-alive timer runs; ours starts with the next byte.
                 self._await_head()
 
         def _await_head(self) -> None:
             self._header_bytes = 0
-            self._header_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
+
+        def _arm_head_timer(self, seconds: float) -> None:
+            self._header_timer = self.loop.call_later(seconds, self._head_timed_out)
 
         def _stop_head_timer(self) -> None:
             self._header_bytes = -1
@@ -140,4 +199,39 @@ def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[HttpT
             if not self.transport.is_closing():
                 self.transport.close()
 
-    return GuardedProtocol
+    if tls is None:
+        return GuardedProtocol
+    context = tls  # not None, for the type checker inside the class
+
+    class TLSGate(asyncio.Protocol):
+        """A connection until its handshake is done; then the GuardedProtocol's."""
+
+        def __init__(self, **uvicorn_args: Any) -> None:
+            self.uvicorn_args = uvicorn_args
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            client = counts.take(transport)
+            if client is None:
+                transport.close()
+                return
+            http = GuardedProtocol(**self.uvicorn_args)
+            loop = http.loop
+            accepted = loop.time()
+
+            def handed_over(tls_transport: asyncio.Transport | None) -> None:
+                if tls_transport is None or tls_transport.is_closing():  # failed, or gone since
+                    counts.give_back(client)
+                    transport.close()
+                    return
+                # uvloop passes the first request bytes on only after this (asyncio's own loop
+                # would not wait: the gateway runs on uvloop).
+                http.admit(client, tls_transport, header_timeout_s - (loop.time() - accepted))
+
+            # At once: start_tls takes the transport over before this returns, so the first
+            # bytes of the handshake reach TLS, never this protocol.
+            run_now(
+                loop.start_tls(transport, http, context, server_side=True, ssl_handshake_timeout=header_timeout_s),
+                handed_over,
+            )
+
+    return TLSGate

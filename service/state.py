@@ -25,5 +25,5 @@ class Gateway:
     started_at: int
     upstream: Upstream = None  # type: ignore[assignment]  # set in the lifespan (needs a loop)
     health: HealthChecker = None  # type: ignore[assignment]
-    server_ssl: ssl.SSLContext | None = None  # what uvicorn serves with (None: plain HTTP)
+    server_ssl: ssl.SSLContext | None = None  # what the API port serves (None: plain HTTP)
     client_ssl: ssl.SSLContext | None = None  # for https:// engines

@@ -290,7 +290,7 @@ class Gateway(_Strict):
     max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 256  # 503 + Retry-After above it
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 8 * 1024 * 1024  # 413 above it
     # Per client address and gateway worker process (service/connections.py); 429 and closed above it.
-    max_connections_per_client: Annotated[int, Field(ge=1, le=100_000)] = 128
+    max_connections_per_client: Annotated[int, Field(ge=1, le=100_000)] = 512
     upstream_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600
     # On stop or restart, streams in flight get this long to finish.
     drain_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30

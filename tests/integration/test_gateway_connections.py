@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -247,3 +248,86 @@ def test_per_client_connection_cap_and_bodies_in_flight(
         served.close()
     # The address's connections are counted down as they close: it is served again.
     _until(lambda: livez_from("127.0.0.1") == 200)
+
+
+def _get(sock: socket.socket, path: str = "/livez") -> bytes:
+    """One request on a kept-alive connection, and its whole answer."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: gw\r\n\r\n".encode())
+    sock.settimeout(SLACK_S)
+    answer = b""
+    while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _length(answer):
+        data = sock.recv(65536)
+        assert data, f"closed after {answer!r}"
+        answer += data
+    return answer
+
+
+def _length(answer: bytes) -> int:
+    for line in answer.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":")[1])
+    return 0
+
+
+def test_between_requests_only_the_keep_alive_timer_runs(
+    gateway_and_key: Callable[..., tuple[Any, str]],
+) -> None:
+    # A keep-alive longer than the head deadline: idle time must not count towards the next head.
+    header_s, keepalive_s = 1.0, 2
+    gateway, _ = gateway_and_key(header_timeout_s=header_s, keepalive_timeout_s=keepalive_s)
+    with socket.create_connection(_address(gateway)) as sock:
+        assert _status(_get(sock)) == b"200"
+        time.sleep(header_s + 0.5)
+        assert _status(_get(sock)) == b"200"  # idle past the head deadline, still open
+        # A head begun after an idle spell has its whole deadline from its first byte.
+        time.sleep(0.5)
+        sock.sendall(b"GET /livez HTTP/1.1\r\n")
+        seconds, answer = _until_closed(sock, header_s + SLACK_S)
+        assert header_s - 0.1 <= seconds <= header_s + SLACK_S and answer == b""
+    with socket.create_connection(_address(gateway)) as sock:
+        assert _status(_get(sock)) == b"200"
+        seconds, answer = _until_closed(sock, keepalive_s + SLACK_S)
+        assert keepalive_s - 0.1 <= seconds <= keepalive_s + SLACK_S  # the keep-alive timer's close
+        assert answer == b""  # silent: a client may still send on it, and retry elsewhere
+
+
+def test_pooled_clients_give_connections_up_before_the_gateway_does(
+    gateway_and_key: Callable[..., tuple[Any, str]],
+) -> None:
+    """httpx's pool (the openai client's) reuses a connection idle for up to 5 s: requests 5-6 s
+    apart meet no connection the gateway is closing, with the gateway's default keep-alive."""
+    gateway, secret = gateway_and_key()
+    expiry = httpx.Limits().keepalive_expiry or 0.0
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    def idle_close_after() -> float:
+        with socket.create_connection(_address(gateway)) as sock:
+            _get(sock)
+            return _until_closed(sock, 15)[0]
+
+    def every(gap: float, send: Callable[[], int]) -> list[int]:
+        statuses = [send()]
+        for _ in range(2):
+            time.sleep(gap)
+            statuses.append(send())
+        return statuses
+
+    def pooled_httpx(gap: float) -> list[int]:
+        with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {secret}"}) as client:
+            return every(gap, lambda: client.post("/v1/chat/completions", json=chat).status_code)
+
+    def pooled_openai(gap: float) -> list[int]:
+        with openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0) as client:
+            return every(gap, lambda: len(client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2).choices))
+
+    gaps = [expiry - 0.05, expiry - 0.01, expiry, expiry + 0.01, expiry + 0.05, expiry + 0.5, expiry + 1]
+    with ThreadPoolExecutor(2 * len(gaps) + 1) as pool:
+        idle = pool.submit(idle_close_after)
+        runs = [pool.submit(pooled_httpx, gap) for gap in gaps] + [pool.submit(pooled_openai, gap) for gap in gaps]
+        statuses = [run.result() for run in runs]  # a connection error would raise here
+        closed_after = idle.result()
+    assert statuses == [[200] * 3] * len(gaps) + [[1] * 3] * len(gaps)  # answers; the openai client's choices
+    # The gateway keeps an idle connection well past the clients' expiry, so that they never
+    # send on one it is closing at that very moment.
+    assert closed_after >= expiry + 2, closed_after

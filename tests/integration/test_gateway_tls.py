@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,102 @@ def test_renewal_under_streaming_load_drops_nothing(pki: PKI, tls_gateway: Any, 
     assert served.serial_number != serial_before
     assert served.serial_number == x509.load_pem_x509_certificate(issued.cert_pem).serial_number
     assert "reloaded TLS certificate" in gw["output"].read_text()
+
+
+HEAD_S = 1.0  # the head deadline (handshake included) of the gateways below
+SLACK_S = 2.0  # a loaded 2-core CI machine's share
+
+
+def _open_for(sock: socket.socket, limit: float, trickle: bytes = b"") -> float:
+    """Seconds until the gateway closed `sock` (inf if it did not within `limit`); `trickle` is
+    sent every 0.2 s meanwhile, as a slow client would."""
+    start = time.monotonic()
+    sock.settimeout(0.2)
+    while time.monotonic() - start < limit:
+        try:
+            if trickle:
+                sock.sendall(trickle)
+            if not sock.recv(65536):
+                break
+        except TimeoutError:
+            continue
+        except OSError:  # reset, a broken pipe, or TLS's end of stream without its close_notify
+            break
+    else:
+        return float("inf")
+    return time.monotonic() - start
+
+
+def _until(check: Callable[[], Any], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _client_hello() -> bytes:
+    hello = ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), hello, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return hello.read()
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # 2: uvicorn serves the supervisor's socket, as systemd's
+def test_stalled_handshakes_and_heads_are_closed(pki: PKI, tls_gateway: Any, workers: int) -> None:
+    gw = tls_gateway(workers=workers, limits={"header_timeout_s": HEAD_S})
+    address = ("127.0.0.1", gw["port"])
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    limit = HEAD_S + SLACK_S
+
+    def silent() -> float:  # TCP, then nothing: no ClientHello
+        with socket.create_connection(address) as sock:
+            return _open_for(sock, limit)
+
+    def half_hello() -> float:
+        with socket.create_connection(address) as sock:
+            hello = _client_hello()
+            sock.sendall(hello[: len(hello) // 2])
+            return _open_for(sock, limit)
+
+    def no_request() -> float:  # the handshake, then nothing: the deadline runs from the accept
+        with socket.create_connection(address) as raw, ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            return _open_for(tls, limit)
+
+    def slowloris() -> float:
+        with socket.create_connection(address) as raw, ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n")
+            return _open_for(tls, limit, trickle=b"X-A: b\r\n")
+
+    kinds = {"silent": silent, "half a ClientHello": half_hello, "no request": no_request, "slowloris": slowloris}
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        seconds = dict(zip(kinds, pool.map(lambda run: run(), kinds.values()), strict=True))
+    assert all(s <= limit for s in seconds.values()), f"still open after {limit} s: {seconds}"
+    # Served as before: a whole request over TLS.
+    assert _chat(_client(gw, str(pki.ca_file))) == " tok0 tok1 tok2"
+
+
+def test_connections_count_against_the_cap_before_their_handshake(pki: PKI, tls_gateway: Any) -> None:
+    cap = 2
+    gw = tls_gateway(limits={"max_connections_per_client": cap, "header_timeout_s": 30})
+    address = ("127.0.0.1", gw["port"])
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+
+    def handshake_from(source: str) -> str:
+        with socket.create_connection(address, timeout=SLACK_S, source_address=(source, 0)) as raw, \
+                ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            return tls.version() or ""
+
+    # The readiness probes' connections may still be closing on the gateway's side.
+    _until(lambda: handshake_from("127.0.0.1"))
+    stalled = [socket.create_connection(address, source_address=("127.0.0.1", 0)) for _ in range(cap)]
+    try:
+        start = time.monotonic()
+        with pytest.raises(OSError):  # closed before the handshake: TLS cannot carry a 429 yet
+            handshake_from("127.0.0.1")
+        assert time.monotonic() - start < SLACK_S
+        assert handshake_from("127.0.0.2").startswith("TLSv1")  # another address is served
+    finally:
+        for sock in stalled:
+            sock.close()
+    _until(lambda: _chat(_client(gw, str(pki.ca_file))) == " tok0 tok1 tok2")  # counted down again

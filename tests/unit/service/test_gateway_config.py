@@ -2,10 +2,12 @@
 
 from pathlib import Path
 
+import httpx
+import openai
 import pytest
 import yaml
 
-from service.config import ConfigError, load_settings
+from service.config import ConfigError, LimitsConfig, load_settings
 
 ENGINE = {"name": "e1", "url": "http://127.0.0.1:8000", "model": "m"}
 
@@ -66,3 +68,10 @@ def test_missing_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLI_GATEWAY_CONFIG", "/nonexistent/gateway.yaml")
     with pytest.raises(ConfigError, match="no such file"):
         load_settings()
+
+
+def test_idle_connections_outlive_the_clients_pools() -> None:
+    # httpx (and the openai client on it) reuses a pooled connection until it has been idle this
+    # long; a gateway that closed it at the same moment would race the next request sent on it.
+    client_expiry = max(httpx.Limits().keepalive_expiry or 0, openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry or 0)
+    assert LimitsConfig().keepalive_timeout_s >= client_expiry + 2
