@@ -12,4 +12,8 @@ def from_bundle(bundle: OpenedBundle | None) -> TerraformTools | None:
     if bundle is None or not any(f.path.startswith(BUNDLE_DIR + "/") for f in bundle.manifest.files):
         return None
     root = bundle.root / BUNDLE_DIR
-    return TerraformTools(str(root / "bin" / "terraform"), root / "plugins")
+    # The signed digests go with the paths: the folder is checked again before every run
+    # (terraform.mirror.check_signed), also by `installer down` long after this verification.
+    prefix = BUNDLE_DIR + "/"
+    signed = {f.path.removeprefix(prefix): f.sha256 for f in bundle.manifest.files if f.path.startswith(prefix)}
+    return TerraformTools(str(root / "bin" / "terraform"), root / "plugins", root, signed)

@@ -2,13 +2,16 @@
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from installer import keys
 from installer.cli.root import app
 from installer.ui import console, table
+
+if TYPE_CHECKING:
+    from installer.keys_push import Checked
 
 keys_app = typer.Typer(help="Create, list and revoke the gateways' API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -19,14 +22,36 @@ InventoryOpt = Annotated[
 ]
 
 
-def _send(inventory: Path | None, done: str) -> None:
+AdoptOpt = Annotated[
+    bool,
+    typer.Option(
+        "--adopt",
+        help="With --inventory: send the key list even to hosts running a revision this state does "
+        "not know (it replaces every key they have).",
+    ),
+]
+
+
+def _checked(inventory: Path | None, adopt: bool, command: str) -> "Checked | None":
+    """With --inventory, the hosts' revisions judged before the key store changes."""
     if inventory is None:
+        return None
+    from installer.inventory import load_inventory
+    from installer.keys_push import check
+
+    checked = check(load_inventory(inventory), adopt=adopt, command=command)
+    for line in checked.adopted:
+        console.print(f"[yellow]adopting {line}[/]")
+    return checked
+
+
+def _send(checked: "Checked | None", done: str) -> None:
+    if checked is None:
         console.print(f"[dim]{done}; run the deploy again (or pass --inventory) to update the gateways.[/]")
         return
-    from installer.inventory import load_inventory
-    from installer.keys_push import push
+    from installer.keys_push import send
 
-    hosts = push(load_inventory(inventory))
+    hosts = send(checked)
     console.print(f"{done}; the gateways of {', '.join(hosts)} have it now.")
 
 
@@ -47,8 +72,10 @@ def create_cmd(
         typer.Option(help="YYYY-MM-DD (stops at 00:00 UTC that day) or an ISO date-time."),
     ] = None,
     inventory: InventoryOpt = None,
+    adopt: AdoptOpt = False,
 ) -> None:
     """Create a key and print its secret, once: it is stored only as a hash."""
+    checked = _checked(inventory, adopt, "keys create")
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     record, secret = keys.create(
         name,
@@ -60,7 +87,7 @@ def create_cmd(
     console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
     # Plain print, no markup or wrapping, so it can be copied or piped exactly.
     print(secret)
-    _send(inventory, f"key {record.name} created")
+    _send(checked, f"key {record.name} created")
 
 
 @keys_app.command("list")
@@ -96,9 +123,12 @@ def list_cmd(
 
 @keys_app.command("revoke")
 def revoke_cmd(
-    name: Annotated[str, typer.Argument(help="Name of the key to revoke.")], inventory: InventoryOpt = None
+    name: Annotated[str, typer.Argument(help="Name of the key to revoke.")],
+    inventory: InventoryOpt = None,
+    adopt: AdoptOpt = False,
 ) -> None:
     """Revoke a key: the gateways refuse it once they have the updated hash file."""
+    checked = _checked(inventory, adopt, "keys revoke")
     keys.revoke(name)
     console.print(f"[green]revoked[/] key [bold]{name}[/].")
-    _send(inventory, f"key {name} revoked")
+    _send(checked, f"key {name} revoked")

@@ -281,16 +281,17 @@ def _working_directory_state(deployment: str) -> Path | None:
     return folder if data.get("deployments", {}).get(deployment, {}).get("revisions") else None
 
 
-def unknown_state_error(deployment: str, unknown: list[Unknown]) -> StateError:
+def unknown_state_error(deployment: str, unknown: list[Unknown], command: str = "up") -> StateError:
+    """The refusal of `command` (up, keys create, ...) on hosts this state does not know."""
     folder, why = resolve_state_dir()
     fixes = [
         f"this state ({folder}, chosen by {why}) would replace their client keys, CA and Redis "
         "password with its own: every client key would stop working",
-        *([f"{other} knows deployment {deployment}: `installer --state-dir {other} up ...`"]
+        *([f"{other} knows deployment {deployment}: `installer --state-dir {other} {command} ...`"]
           if (other := _working_directory_state(deployment)) else []),
         "use this deployment's state: run with the inventory that sits next to it, or pass "
         "`installer --state-dir DIR ...` (or INSTALLER_STATE_DIR)",
-        "or, to take these hosts over with this state anyway: `installer up --adopt ...`",
+        f"or, to take these hosts over with this state anyway: `installer {command} --adopt ...`",
     ]
     return StateError(
         f"{len(unknown)} host(s) run a revision the state in {folder} does not know; "

@@ -8,6 +8,12 @@ write points `provider_installation { filesystem_mirror { path = ... } }` at it 
 downloaded. The bundle builder calls `add_to_bundle`; `installer up|plan --bundle` take the
 tools from the bundle only after its signature and every byte were verified
 (bundle/terraform_tools.py).
+
+Those tools stay in the bundle's folder (a directory bundle is verified in place; a provider is
+hundreds of MB, too much to copy into every state), which its owner can change after the check.
+So they carry the signed manifest's sha256 of every file under terraform/, the state remembers
+those with the paths, and `check_signed` compares the folder with them right before each run:
+`installer down` or `plan` without --bundle never runs a terraform the bundle did not sign.
 """
 
 import json
@@ -15,12 +21,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer.hashing import sha256_file
+from installer.hashing import sha256_file, sha256_files
 from installer.inventory import Inventory
 from installer.terraform.cli import Terraform
+from installer.terraform.errors import TerraformError
 from installer.terraform.tfvars import MODULES_DIR
 from installer.terraform.workdir import workdir
 
@@ -31,6 +38,10 @@ BUNDLE_DIR = "terraform"
 class TerraformTools:
     binary: str  # a path, or a name looked up on PATH
     plugin_mirror: Path | None  # None: providers come from their registries (online)
+    # From a verified bundle: its terraform/ folder, and the signed sha256 of every file in it
+    # (relative path -> digest). None: the operator's own tools (PATH, INSTALLER_TERRAFORM).
+    signed_root: Path | None = None
+    signed: dict[str, str] = field(default_factory=dict)
 
 
 def locate(workdir: Path, env: Mapping[str, str] = os.environ) -> TerraformTools:
@@ -46,16 +57,60 @@ def locate(workdir: Path, env: Mapping[str, str] = os.environ) -> TerraformTools
     remembered = workdir / "tools.json"
     if remembered.is_file():
         data = json.loads(remembered.read_text())
-        mirror = data.get("plugin_mirror")
-        return TerraformTools(data["binary"], Path(mirror) if mirror else None)
+        if "signed_root" not in data and os.sep in data["binary"]:
+            raise TerraformError(
+                f"{remembered} (written by an older installer) names {data['binary']} with nothing "
+                "to prove it is still the terraform its bundle signed; nothing was run",
+                ["give the bundle again, which checks its signature and remembers its terraform "
+                 "with the signed hashes: `installer plan -i INVENTORY --bundle BUNDLE`",
+                 "or name a terraform you trust: INSTALLER_TERRAFORM=/path/to/terraform"],
+            )
+        mirror, root = data.get("plugin_mirror"), data.get("signed_root")
+        return TerraformTools(
+            data["binary"], Path(mirror) if mirror else None, Path(root) if root else None, data.get("signed") or {}
+        )
     return TerraformTools("terraform", None)
 
 
 def remember(workdir: Path, tools: TerraformTools) -> None:
     mirror = str(tools.plugin_mirror) if tools.plugin_mirror else None
-    (workdir / "tools.json").write_text(
-        json.dumps({"binary": tools.binary, "plugin_mirror": mirror})
-    )
+    root = str(tools.signed_root) if tools.signed_root else None
+    (workdir / "tools.json").write_text(json.dumps(
+        {"binary": tools.binary, "plugin_mirror": mirror, "signed_root": root, "signed": tools.signed}
+    ))
+
+
+def check_signed(tools: TerraformTools) -> None:
+    """Refuse, before it runs, a bundle's terraform whose folder is no longer exactly what the
+    bundle signed: a file changed, missing or added, or a link (which could point anywhere)."""
+    root = tools.signed_root
+    if root is None:
+        return
+    found: dict[str, Path] = {}
+    problems: list[str] = []
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder, name)
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                problems.append(f"{rel}: a link")
+            elif name in files:
+                found[rel] = path
+    if not root.is_dir():
+        problems.append(f"{root}: no such folder")
+    problems += [f"{rel}: missing" for rel in sorted(set(tools.signed) - set(found))]
+    problems += [f"{rel}: not in the bundle" for rel in sorted(set(found) - set(tools.signed))]
+    shared = [found[rel] for rel in sorted(set(found) & set(tools.signed))]
+    digests = sha256_files(shared)
+    problems += [f"{p.relative_to(root).as_posix()}: changed" for p in shared
+                 if digests[p] != tools.signed[p.relative_to(root).as_posix()]]
+    if problems:
+        raise TerraformError(
+            f"the terraform in {root} is no longer what its bundle signed; nothing was run",
+            [*problems[:10], *([f"... and {len(problems) - 10} more"] if len(problems) > 10 else []),
+             "give the bundle again (its signature is checked first): "
+             "`installer plan -i INVENTORY --bundle BUNDLE`"],
+        )
 
 
 def cli_config(mirror: Path) -> str:
@@ -89,6 +144,7 @@ def add_to_bundle(
     mirror's unpacked layout. Offline machines can therefore rebuild a bundle from a bundle.
     """
     dest = root / BUNDLE_DIR
+    check_signed(tools)
     binary = shutil.which(tools.binary) or tools.binary
     (dest / "bin").mkdir(parents=True, exist_ok=True)
     shutil.copy2(binary, dest / "bin" / "terraform")

@@ -54,6 +54,7 @@ def prepare(
     _refuse_a_second_fleet(inv, wd)
     wd.mkdir(parents=True, exist_ok=True)
     tools = tools or mirror.locate(wd, env)
+    mirror.check_signed(tools)  # a bundle's terraform: still the bytes its bundle signed
     host_key = None
     if inv.provider in PINS_HOST_KEYS:
         key = ensure_key_pair(wd / "host-key", f"{inv.deployment} host key")  # an ed25519 pair

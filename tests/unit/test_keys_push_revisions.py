@@ -1,0 +1,172 @@
+"""`installer keys create/revoke -i` send a key list that replaces every key on the gateways: it
+is refused, before the key store or any host changes, when a host runs a revision this state does
+not know (an empty state next to another copy of the inventory would revoke every other key).
+
+SSH is stood in for at subprocess.run: the argv is the real one keys_push builds; each host
+answers the release.json read with what the test says it runs, and a key file write is recorded.
+"""
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from installer import keys, keys_push, paths
+from installer.bundle.manifest import FileEntry, Manifest
+from installer.cli import _register, app
+from installer.day2 import revisions
+from installer.inventory import load_inventory
+
+runner = CliRunner()
+_register()
+
+SITE = (
+    "deployment: demo\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]\n"
+    "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n"
+)
+NAMES = {"10.0.0.1": "a", "10.0.0.2": "b"}
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """site/site.yml with its state next to it, holding revision 1 and one client key."""
+    monkeypatch.delenv("INSTALLER_STATE_DIR", raising=False)
+    monkeypatch.setenv("INSTALLER_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "site" / "weights").mkdir(parents=True)
+    (tmp_path / "site" / "weights" / "config.json").write_text("{}")
+    (tmp_path / "site" / "site.yml").write_text(SITE)
+    monkeypatch.chdir(tmp_path)
+    paths.use_state_dir(None)
+    paths.anchor_state_to(tmp_path / "site" / "site.yml")
+    yield tmp_path / "site" / "site.yml"
+    paths.use_state_dir(None)
+
+
+def _revision(site: Path) -> revisions.Revision:
+    playbooks = site.parent / "playbooks"
+    playbooks.mkdir(exist_ok=True)
+    (playbooks / "site.yml").write_text("---\n")
+    man = Manifest(target={}, components={}, packages=[], files=[FileEntry("wheels/x.whl", 1, "a" * 64)])
+    return revisions.next_revision(load_inventory(site), man, site.parent, playbooks)
+
+
+def _record(rev: revisions.Revision, **change: Any) -> str:
+    """release.json as the release role writes it."""
+    record = {"deployment": rev.deployment, "revision": rev.number, "config": rev.config_digest,
+              "bundle_id": rev.bundle_id, "release_id": rev.release_id, "previous_revision": None}
+    return json.dumps({**record, **change}, indent=4) + "\n"
+
+
+class _Hosts:
+    """Each host's release.json (None: the read fails), and the key files written to it."""
+
+    def __init__(self) -> None:
+        self.release: dict[str, str | None] = {"a": "", "b": ""}
+        self.written: dict[str, dict[str, Any]] = {}
+
+    def run(self, argv: list[str], *, input: bytes, **_kw: Any) -> subprocess.CompletedProcess[bytes]:
+        assert argv[0] == "ssh" and argv[argv.index("--") + 1] in NAMES, argv
+        host, script = NAMES[argv[argv.index("--") + 1]], argv[-1]
+        if revisions.HOST_RELEASE_FILE in script:
+            text = self.release[host]
+            if text is None:
+                return subprocess.CompletedProcess(argv, 255, b"", b"ssh: connect to host: No route to host")
+            return subprocess.CompletedProcess(argv, 0, text.encode(), b"")
+        assert "keys.json" in script, script
+        self.written[host] = json.loads(input)
+        return subprocess.CompletedProcess(argv, 0, b"", b"")
+
+
+@pytest.fixture
+def hosts(monkeypatch: pytest.MonkeyPatch) -> _Hosts:
+    fake = _Hosts()
+    ssh = SimpleNamespace(run=fake.run, TimeoutExpired=subprocess.TimeoutExpired)
+    monkeypatch.setattr(keys_push, "subprocess", ssh)
+    return fake
+
+
+def _names(written: dict[str, Any]) -> set[str]:
+    return {k["name"] for k in written["keys"]}
+
+
+def test_keys_create_from_an_empty_state_is_refused_before_anything_changes(
+    site: Path, hosts: _Hosts, tmp_path: Path
+) -> None:
+    rev = _revision(site)
+    keys.create("team-a")
+    hosts.release = {"a": _record(rev), "b": ""}
+    empty = tmp_path / "elsewhere" / ".installer"
+    result = runner.invoke(app, ["--state-dir", str(empty), "keys", "create", "--name", "new", "-i", str(site)])
+    assert isinstance(result.exception, revisions.StateError), result.output
+    assert str(result.exception).startswith(f"1 host(s) run a revision the state in {empty} does not know")
+    assert f"a: runs revision {rev.number} (bundle {rev.bundle_id[:12]}), unknown here" in result.exception.details
+    assert any("`installer keys create --adopt" in line for line in result.exception.details)
+    assert hosts.written == {}  # no gateway lost team-a
+    assert "sk-" not in result.output  # no key was made, so no secret to lose
+    paths.use_state_dir(empty)
+    assert keys.load().keys == []
+
+
+def test_keys_revoke_is_refused_on_a_host_running_an_unknown_revision_and_revokes_nothing(
+    site: Path, hosts: _Hosts
+) -> None:
+    rev = _revision(site)
+    keys.create("team-a")
+    hosts.release = {"a": _record(rev), "b": _record(rev, revision=rev.number + 6)}
+    result = runner.invoke(app, ["keys", "revoke", "team-a", "-i", str(site)])
+    assert isinstance(result.exception, revisions.StateError), result.output
+    assert [line for line in result.exception.details if line.startswith("b:")] == [
+        f"b: runs revision {rev.number + 6} (bundle {rev.bundle_id[:12]}), unknown here"
+    ]
+    assert any("`installer keys revoke --adopt" in line for line in result.exception.details)
+    assert hosts.written == {}
+    assert [k.status(k.created) for k in keys.load().keys] == ["active"]
+
+
+def test_keys_create_sends_the_whole_list_to_hosts_this_state_knows(site: Path, hosts: _Hosts) -> None:
+    rev = _revision(site)
+    keys.create("team-a")
+    hosts.release = {"a": _record(rev), "b": ""}  # b not installed yet: nothing there to lose
+    result = runner.invoke(app, ["keys", "create", "--name", "new", "-i", str(site)])
+    assert result.exit_code == 0, result.output
+    assert {h: _names(w) for h, w in hosts.written.items()} == {"a": {"team-a", "new"}, "b": {"team-a", "new"}}
+    assert "the gateways of a, b have it now" in result.output
+
+
+def test_adopt_sends_it_anyway_and_says_so(site: Path, hosts: _Hosts, tmp_path: Path) -> None:
+    rev = _revision(site)
+    hosts.release = {"a": _record(rev), "b": _record(rev)}
+    empty = tmp_path / "elsewhere" / ".installer"
+    result = runner.invoke(
+        app, ["--state-dir", str(empty), "keys", "create", "--name", "new", "-i", str(site), "--adopt"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "adopting a: runs revision" in result.output and "adopting b: runs revision" in result.output
+    assert {h: _names(w) for h, w in hosts.written.items()} == {"a": {"new"}, "b": {"new"}}
+
+
+def test_a_host_whose_record_cannot_be_read_is_not_written(site: Path, hosts: _Hosts) -> None:
+    rev = _revision(site)
+    hosts.release = {"a": _record(rev), "b": None}
+    with pytest.raises(keys_push.KeyPushError) as err:
+        keys_push.push(load_inventory(site))
+    assert list(hosts.written) == ["a"]
+    assert err.value.details == ["b: could not read its release record: ssh: connect to host: No route to host"]
+
+
+def test_the_check_judges_each_host_as_up_does(site: Path, hosts: _Hosts) -> None:
+    rev = _revision(site)
+    inv = load_inventory(site)
+    hosts.release = {"a": _record(rev), "b": "{not json"}
+    with pytest.raises(revisions.StateError) as err:
+        keys_push.check(inv)
+    assert any(line.startswith("b: its /var/lib/private-llm/release.json is not a release record") for line in
+               err.value.details)
+    hosts.release = {"a": _record(rev), "b": _record(rev)}
+    checked = keys_push.check(inv)
+    assert [h.name for h in checked.hosts] == ["a", "b"] and checked.adopted == checked.unreadable == []
