@@ -89,3 +89,15 @@ def play(
 
 def msgs(results: list[dict[str, Any]]) -> str:
     return "\n".join(str(x["res"].get("msg", "")) for x in results)
+
+
+def local_project(tmp: Path, play_text: str, name: str, cfg: str = "[defaults]\n") -> tuple[Path, Path]:
+    """A playbooks folder holding `name` and an inventory of one local host, for run_playbook."""
+    playbooks = tmp / "playbooks"
+    playbooks.mkdir()
+    (playbooks / name).write_text(play_text)
+    (playbooks / "ansible.cfg").write_text(cfg)
+    inventory = tmp / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts").write_text(f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return playbooks, inventory

@@ -1,9 +1,11 @@
 """Shared helpers for the Terraform unit tests: inventories from fixtures, HCL parsing."""
 
+import os
 from pathlib import Path
 from typing import Any
 
 import hcl2
+import pytest
 
 from installer.inventory import Inventory, load_inventory
 
@@ -44,3 +46,26 @@ def variables(provider: str) -> dict[str, dict[str, Any]]:
         for block in parse_module(provider).get("variable", [])
         for k, v in block.items()
     }
+
+
+def marker_terraform(marker: Path) -> bytes:
+    """A terraform that records every call in `marker`, answers `version -json` (so a trusted
+    bundle's copy gets as far as `init`) and succeeds with no output (no resources)."""
+    return (
+        f'#!/bin/sh\necho "$@" >> {marker}\n'
+        'case "$*" in *version*) echo \'{"terraform_version": "1.9.8"}\';; esac\nexit 0\n'
+    ).encode()
+
+
+def operator_env(monkeypatch: pytest.MonkeyPatch, path_bin: Path, terraform: bytes) -> None:
+    """An operator's shell: cloud credentials set (without them nothing would run anyway), no
+    terraform overrides, and a terraform on PATH, so a test that refuses can show that no
+    terraform at all ran, not only the bundle's."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIATEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+    for name in ("INSTALLER_TERRAFORM", "INSTALLER_TF_PLUGIN_MIRROR"):
+        monkeypatch.delenv(name, raising=False)
+    path_bin.mkdir()
+    (path_bin / "terraform").write_bytes(terraform)
+    (path_bin / "terraform").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")

@@ -2,10 +2,10 @@
 (connection local), so a loop's failure names the item and its reason, not "One or more items
 failed" (which hid the cause of a CI failure)."""
 
-import sys
 from pathlib import Path
 
 from installer.ansible.runner import run_playbook
+from tests.support.roles import local_project
 
 PLAY = """
 - hosts: all
@@ -21,13 +21,7 @@ PLAY = """
 
 
 def test_a_failed_loop_names_its_item_and_reason(tmp_path: Path) -> None:
-    books = tmp_path / "books"
-    books.mkdir()
-    (books / "play.yml").write_text(PLAY)
-    (books / "ansible.cfg").write_text("[defaults]\n")
-    inv = tmp_path / "inv"
-    inv.mkdir()
-    (inv / "hosts").write_text(f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    books, inv = local_project(tmp_path, PLAY, "play.yml")
     result = run_playbook("play.yml", inv, tmp_path / "run", playbooks_dir=books)
     assert not result.success
     assert result.hosts["h1"].error == "Restart the units: sh-unit: unit-b refused"

@@ -17,49 +17,21 @@ import pytest
 from typer.testing import CliRunner
 
 from installer import keys, keys_push, paths
-from installer.bundle.manifest import FileEntry, Manifest
 from installer.cli import _register, app
 from installer.day2 import revisions
 from installer.inventory import load_inventory
+from tests.support.revisions import anchored_site, known_revision, release_record
 
 runner = CliRunner()
 _register()
 
-SITE = (
-    "deployment: demo\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]\n"
-    "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n"
-)
 NAMES = {"10.0.0.1": "a", "10.0.0.2": "b"}
 
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """site/site.yml with its state next to it, holding revision 1 and one client key."""
-    monkeypatch.delenv("INSTALLER_STATE_DIR", raising=False)
-    monkeypatch.setenv("INSTALLER_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "site" / "weights").mkdir(parents=True)
-    (tmp_path / "site" / "weights" / "config.json").write_text("{}")
-    (tmp_path / "site" / "site.yml").write_text(SITE)
-    monkeypatch.chdir(tmp_path)
-    paths.use_state_dir(None)
-    paths.anchor_state_to(tmp_path / "site" / "site.yml")
-    yield tmp_path / "site" / "site.yml"
-    paths.use_state_dir(None)
-
-
-def _revision(site: Path) -> revisions.Revision:
-    playbooks = site.parent / "playbooks"
-    playbooks.mkdir(exist_ok=True)
-    (playbooks / "site.yml").write_text("---\n")
-    man = Manifest(target={}, components={}, packages=[], files=[FileEntry("wheels/x.whl", 1, "a" * 64)])
-    return revisions.next_revision(load_inventory(site), man, site.parent, playbooks)
-
-
-def _record(rev: revisions.Revision, **change: Any) -> str:
-    """release.json as the release role writes it."""
-    record = {"deployment": rev.deployment, "revision": rev.number, "config": rev.config_digest,
-              "bundle_id": rev.bundle_id, "release_id": rev.release_id, "previous_revision": None}
-    return json.dumps({**record, **change}, indent=4) + "\n"
+    with anchored_site(tmp_path, monkeypatch, tmp_path) as path:
+        yield path
 
 
 class _Hosts:
@@ -97,9 +69,9 @@ def _names(written: dict[str, Any]) -> set[str]:
 def test_keys_create_from_an_empty_state_is_refused_before_anything_changes(
     site: Path, hosts: _Hosts, tmp_path: Path
 ) -> None:
-    rev = _revision(site)
+    rev = known_revision(site)
     keys.create("team-a")
-    hosts.release = {"a": _record(rev), "b": ""}
+    hosts.release = {"a": release_record(rev), "b": ""}
     empty = tmp_path / "elsewhere" / ".installer"
     result = runner.invoke(app, ["--state-dir", str(empty), "keys", "create", "--name", "new", "-i", str(site)])
     assert isinstance(result.exception, revisions.StateError), result.output
@@ -115,9 +87,9 @@ def test_keys_create_from_an_empty_state_is_refused_before_anything_changes(
 def test_keys_revoke_is_refused_on_a_host_running_an_unknown_revision_and_revokes_nothing(
     site: Path, hosts: _Hosts
 ) -> None:
-    rev = _revision(site)
+    rev = known_revision(site)
     keys.create("team-a")
-    hosts.release = {"a": _record(rev), "b": _record(rev, revision=rev.number + 6)}
+    hosts.release = {"a": release_record(rev), "b": release_record(rev, revision=rev.number + 6)}
     result = runner.invoke(app, ["keys", "revoke", "team-a", "-i", str(site)])
     assert isinstance(result.exception, revisions.StateError), result.output
     assert [line for line in result.exception.details if line.startswith("b:")] == [
@@ -129,9 +101,9 @@ def test_keys_revoke_is_refused_on_a_host_running_an_unknown_revision_and_revoke
 
 
 def test_keys_create_sends_the_whole_list_to_hosts_this_state_knows(site: Path, hosts: _Hosts) -> None:
-    rev = _revision(site)
+    rev = known_revision(site)
     keys.create("team-a")
-    hosts.release = {"a": _record(rev), "b": ""}  # b not installed yet: nothing there to lose
+    hosts.release = {"a": release_record(rev), "b": ""}  # b not installed yet: nothing there to lose
     result = runner.invoke(app, ["keys", "create", "--name", "new", "-i", str(site)])
     assert result.exit_code == 0, result.output
     assert {h: _names(w) for h, w in hosts.written.items()} == {"a": {"team-a", "new"}, "b": {"team-a", "new"}}
@@ -139,8 +111,8 @@ def test_keys_create_sends_the_whole_list_to_hosts_this_state_knows(site: Path, 
 
 
 def test_adopt_sends_it_anyway_and_says_so(site: Path, hosts: _Hosts, tmp_path: Path) -> None:
-    rev = _revision(site)
-    hosts.release = {"a": _record(rev), "b": _record(rev)}
+    rev = known_revision(site)
+    hosts.release = {"a": release_record(rev), "b": release_record(rev)}
     empty = tmp_path / "elsewhere" / ".installer"
     result = runner.invoke(
         app, ["--state-dir", str(empty), "keys", "create", "--name", "new", "-i", str(site), "--adopt"]
@@ -151,8 +123,8 @@ def test_adopt_sends_it_anyway_and_says_so(site: Path, hosts: _Hosts, tmp_path: 
 
 
 def test_a_host_whose_record_cannot_be_read_is_not_written(site: Path, hosts: _Hosts) -> None:
-    rev = _revision(site)
-    hosts.release = {"a": _record(rev), "b": None}
+    rev = known_revision(site)
+    hosts.release = {"a": release_record(rev), "b": None}
     with pytest.raises(keys_push.KeyPushError) as err:
         keys_push.push(load_inventory(site))
     assert list(hosts.written) == ["a"]
@@ -160,13 +132,13 @@ def test_a_host_whose_record_cannot_be_read_is_not_written(site: Path, hosts: _H
 
 
 def test_the_check_judges_each_host_as_up_does(site: Path, hosts: _Hosts) -> None:
-    rev = _revision(site)
+    rev = known_revision(site)
     inv = load_inventory(site)
-    hosts.release = {"a": _record(rev), "b": "{not json"}
+    hosts.release = {"a": release_record(rev), "b": "{not json"}
     with pytest.raises(revisions.StateError) as err:
         keys_push.check(inv)
     assert any(line.startswith("b: its /var/lib/private-llm/release.json is not a release record") for line in
                err.value.details)
-    hosts.release = {"a": _record(rev), "b": _record(rev)}
+    hosts.release = {"a": release_record(rev), "b": release_record(rev)}
     checked = keys_push.check(inv)
     assert [h.name for h in checked.hosts] == ["a", "b"] and checked.adopted == checked.unreadable == []

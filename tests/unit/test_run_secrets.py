@@ -15,6 +15,7 @@ import pytest
 from installer.ansible.runner import ansible_env, run_playbook
 from installer.paths import control_socket_dir
 from installer.runlog import RunLog
+from tests.support.roles import local_project
 
 PLANTED = {
     "AWS_SECRET_ACCESS_KEY": "planted-aws-xyz",
@@ -51,16 +52,7 @@ def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _project(tmp_path: Path) -> tuple[Path, Path]:
-    playbooks = tmp_path / "playbooks"
-    playbooks.mkdir()
-    (playbooks / "env.yml").write_text(PLAY)
-    (playbooks / "ansible.cfg").write_text("[defaults]\nstdout_callback = default\n")
-    inventory = tmp_path / "inventory"
-    inventory.mkdir()
-    (inventory / "hosts").write_text(
-        f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
-    )
-    return playbooks, inventory
+    return local_project(tmp_path, PLAY, "env.yml", "[defaults]\nstdout_callback = default\n")
 
 
 def test_a_run_folder_holds_no_planted_secret_and_is_private(planted: Path) -> None:

@@ -6,7 +6,6 @@ The bundles' `terraform/bin/terraform` is a script that writes a marker file. `i
 by a stranger's key without running it, and without running any terraform at all.
 """
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,16 @@ from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest, 
 from installer.cli import _register, app
 from installer.errors import BundleError
 from installer.terraform import provision
-from tests.unit.terraform_helpers import cloud_inventory
+from tests.unit.terraform_helpers import cloud_inventory, marker_terraform, operator_env
 
 runner = CliRunner()
 _register()
 
 
-def _fake_terraform(marker: Path) -> bytes:
-    # Answers `version -json` so a trusted bundle's terraform gets as far as `init`.
-    return (
-        f'#!/bin/sh\necho "$@" >> {marker}\n'
-        'case "$*" in *version*) echo \'{"terraform_version": "1.9.8"}\';; esac\nexit 0\n'
-    ).encode()
-
-
 def _bundle(root: Path, marker: Path, key: Path | None) -> Path:
     """A bundle directory with terraform in it, its manifest signed with `key` when given."""
     files = {
-        "terraform/bin/terraform": _fake_terraform(marker),
+        "terraform/bin/terraform": marker_terraform(marker),
         "terraform/plugins/registry.terraform.io/hashicorp/aws/5.100.0/linux_amd64/README": b"p",
         "model/config.json": b"{}",
         "playbooks/site.yml": b"---\n- hosts: all\n",
@@ -58,17 +49,7 @@ def _bundle(root: Path, marker: Path, key: Path | None) -> Path:
 def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("INSTALLER_CACHE_DIR", str(tmp_path / "cache"))
-    # Credentials present, as on an operator's machine: without them nothing would run anyway.
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIATEST")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
-    for name in ("INSTALLER_TERRAFORM", "INSTALLER_TF_PLUGIN_MIRROR"):
-        monkeypatch.delenv(name, raising=False)
-    # A terraform on PATH too: refusing must run no terraform at all, not only the bundle's.
-    path_bin = tmp_path / "path-bin"
-    path_bin.mkdir()
-    (path_bin / "terraform").write_bytes(_fake_terraform(tmp_path / "path-terraform-ran"))
-    (path_bin / "terraform").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")
+    operator_env(monkeypatch, tmp_path / "path-bin", marker_terraform(tmp_path / "path-terraform-ran"))
     trusted = sign.keygen()  # the operator's key, under the state's keys/
     stranger = sign.keygen(tmp_path / "stranger")
     cloud_inventory("aws", tmp_path)

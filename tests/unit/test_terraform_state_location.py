@@ -2,7 +2,6 @@
 next to the inventory) is not provisioned a second time from an empty state next to the inventory."""
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,21 +10,14 @@ import pytest
 from installer import paths
 from installer.terraform import provision
 from installer.terraform.errors import TerraformError
-from tests.unit.terraform_helpers import cloud_inventory
+from tests.unit.terraform_helpers import cloud_inventory, operator_env
 
 
 @pytest.fixture
 def moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delenv("INSTALLER_STATE_DIR", raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIATEST")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
-    for name in ("INSTALLER_TERRAFORM", "INSTALLER_TF_PLUGIN_MIRROR"):
-        monkeypatch.delenv(name, raising=False)
-    path_bin = tmp_path / "bin"
-    path_bin.mkdir()
-    (path_bin / "terraform").write_text(f"#!/bin/sh\necho ran >> {tmp_path / 'terraform-ran'}\n")
-    (path_bin / "terraform").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")
+    # This terraform prints no version: a test that gets past the guard stops at the first call.
+    operator_env(monkeypatch, tmp_path / "bin", f"#!/bin/sh\necho ran >> {tmp_path / 'terraform-ran'}\n".encode())
     (tmp_path / "site").mkdir()
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")

@@ -8,7 +8,6 @@ would show too.
 """
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from installer.cli import _register, app
 from installer.terraform import mirror
 from installer.terraform.errors import TerraformError
 from tests.support.bundles import make_bundle
-from tests.unit.terraform_helpers import cloud_inventory
+from tests.unit.terraform_helpers import cloud_inventory, marker_terraform, operator_env
 
 runner = CliRunner()
 _register()
@@ -28,32 +27,16 @@ _register()
 PLUGIN = "terraform/plugins/registry.terraform.io/hashicorp/aws/5.100.0/linux_amd64"
 
 
-def _terraform_script(marker: Path) -> bytes:
-    # Answers `version -json`; every other command succeeds with no output (no resources).
-    return (
-        f'#!/bin/sh\necho "$@" >> {marker}\n'
-        'case "$*" in *version*) echo \'{"terraform_version": "1.9.8"}\';; esac\nexit 0\n'
-    ).encode()
-
-
 @pytest.fixture
 def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """`installer plan --bundle` has run with a trusted directory bundle."""
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("INSTALLER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIATEST")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
-    for name in ("INSTALLER_TERRAFORM", "INSTALLER_TF_PLUGIN_MIRROR"):
-        monkeypatch.delenv(name, raising=False)
-    path_bin = tmp_path / "path-bin"
-    path_bin.mkdir()
-    (path_bin / "terraform").write_bytes(_terraform_script(tmp_path / "path-terraform-ran"))
-    (path_bin / "terraform").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{path_bin}{os.pathsep}{os.environ['PATH']}")
+    operator_env(monkeypatch, tmp_path / "path-bin", marker_terraform(tmp_path / "path-terraform-ran"))
     cloud_inventory("aws", tmp_path)
     bundle, marker = tmp_path / "bundle", tmp_path / "bundle-terraform-ran"
     make_bundle(bundle, sign.keygen().private_key, {
-        "terraform/bin/terraform": _terraform_script(marker),
+        "terraform/bin/terraform": marker_terraform(marker),
         f"{PLUGIN}/terraform-provider-aws_v5.100.0_x5": b"provider bytes",
         "model/config.json": b"{}",
         "playbooks/site.yml": b"---\n- hosts: all\n",
@@ -82,7 +65,7 @@ def test_down_runs_the_remembered_terraform_while_it_is_what_the_bundle_signed(p
 def test_down_refuses_a_terraform_replaced_after_the_check(planned: dict[str, Any]) -> None:
     tampered = planned["tmp"] / "tampered-terraform-ran"
     binary = planned["bundle"] / "terraform/bin/terraform"
-    binary.write_bytes(_terraform_script(tampered))
+    binary.write_bytes(marker_terraform(tampered))
     result = _down(planned)
     assert isinstance(result.exception, TerraformError), result.output
     assert "is no longer what its bundle signed; nothing was run" in str(result.exception)

@@ -17,53 +17,17 @@ from installer.bundle import sign
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, FileEntry, Manifest, scan
 from installer.cli import _register, app
 from installer.day2 import revisions
-from installer.inventory import load_inventory
 from installer.preflight import HostReport, Needs
+from tests.support.revisions import anchored_site, known_revision, release_record
 
 runner = CliRunner()
 _register()
 
-SITE = (
-    "deployment: demo\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]\n"
-    "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n"
-)
-
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """site/site.yml, its state anchored next to it, the command run from cwd/."""
-    monkeypatch.delenv("INSTALLER_STATE_DIR", raising=False)
-    monkeypatch.setenv("INSTALLER_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "site" / "weights").mkdir(parents=True)
-    (tmp_path / "site" / "weights" / "config.json").write_text("{}")
-    (tmp_path / "site" / "site.yml").write_text(SITE)
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    paths.use_state_dir(None)
-    paths.anchor_state_to(tmp_path / "site" / "site.yml")
-    yield tmp_path / "site" / "site.yml"
-    paths.use_state_dir(None)
-
-
-def _known_revision(site: Path) -> revisions.Revision:
-    playbooks = site.parent / "playbooks"
-    playbooks.mkdir(exist_ok=True)
-    (playbooks / "site.yml").write_text("---\n")
-    man = Manifest(target={}, components={}, packages=[], files=[FileEntry("wheels/x.whl", 1, "a" * 64)])
-    return revisions.next_revision(load_inventory(site), man, site.parent, playbooks)
-
-
-def _record(rev: revisions.Revision, **change: Any) -> str:
-    """release.json as the release role writes it (to_nice_json: several lines)."""
-    record = {
-        "deployment": rev.deployment,
-        "revision": rev.number,
-        "config": rev.config_digest,
-        "bundle_id": rev.bundle_id,
-        "release_id": rev.release_id,
-        "previous_revision": None,
-    }
-    return json.dumps({**record, **change}, indent=4)
+    with anchored_site(tmp_path, monkeypatch, tmp_path / "cwd") as path:
+        yield path
 
 
 def test_the_probe_reads_release_json_into_one_fact(tmp_path: Path) -> None:
@@ -80,15 +44,15 @@ def test_the_probe_reads_release_json_into_one_fact(tmp_path: Path) -> None:
 
 
 def test_hosts_are_judged_against_the_state(site: Path) -> None:
-    rev = _known_revision(site)
+    rev = known_revision(site)
     judged = revisions.unknown_on_hosts(
         "demo",
         {
             "new": "",  # never installed
-            "same": _record(rev),
-            "ahead": _record(rev, revision=rev.number + 4),
-            "other-bundle": _record(rev, bundle_id="f" * 64),
-            "other-deployment": _record(rev, deployment="prod"),
+            "same": release_record(rev),
+            "ahead": release_record(rev, revision=rev.number + 4),
+            "other-bundle": release_record(rev, bundle_id="f" * 64),
+            "other-deployment": release_record(rev, deployment="prod"),
             "garbled": "{not json",
         },
     )
@@ -102,9 +66,9 @@ def test_hosts_are_judged_against_the_state(site: Path) -> None:
 
 
 def test_an_empty_state_knows_no_host_that_ran_anything(site: Path) -> None:
-    rev = _known_revision(site)
+    rev = known_revision(site)
     paths.use_state_dir(site.parent / "fresh")  # as `up` from another folder would see it
-    judged = revisions.unknown_on_hosts("demo", {"a": _record(rev)})
+    judged = revisions.unknown_on_hosts("demo", {"a": release_record(rev)})
     assert [u.host for u in judged] == ["a"]
     error = revisions.unknown_state_error("demo", judged)
     assert f"the state in {site.parent / 'fresh'} does not know" in str(error)
@@ -159,8 +123,8 @@ def hosts_at(site: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_up_refuses_hosts_this_state_does_not_know_and_changes_nothing(site: Path, hosts_at: dict[str, Any]) -> None:
-    rev = _known_revision(site)
-    hosts_at["facts"] = {"a": _record(rev, revision=7), "b": ""}
+    rev = known_revision(site)
+    hosts_at["facts"] = {"a": release_record(rev, revision=7), "b": ""}
     result = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts_at["bundle"])])
     assert isinstance(result.exception, revisions.StateError), result.output
     assert hosts_at["release_file"] == "/var/lib/private-llm/release.json"
@@ -172,14 +136,14 @@ def test_up_refuses_hosts_this_state_does_not_know_and_changes_nothing(site: Pat
 
 
 def test_up_goes_on_for_hosts_it_knows(site: Path, hosts_at: dict[str, Any]) -> None:
-    hosts_at["facts"] = {"a": _record(_known_revision(site)), "b": ""}
+    hosts_at["facts"] = {"a": release_record(known_revision(site)), "b": ""}
     result = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts_at["bundle"])])
     assert isinstance(result.exception, _Pushed), result.output
 
 
 def test_up_adopt_takes_the_hosts_over_above_their_revision(site: Path, hosts_at: dict[str, Any]) -> None:
-    rev = _known_revision(site)
-    hosts_at["facts"] = {"a": _record(rev, revision=7)}
+    rev = known_revision(site)
+    hosts_at["facts"] = {"a": release_record(rev, revision=7)}
     result = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts_at["bundle"]), "--adopt"])
     assert isinstance(result.exception, _Pushed), result.output
     assert "adopting a" in result.output
