@@ -19,6 +19,8 @@ log = logging.getLogger("service.redis_limits")
 # The same bucket arithmetic as LocalLimiter, on Redis's clock (TIME) so that gateways with
 # skewed clocks agree. A limit of 0 means unlimited. The record lives until its buckets are
 # full again, so a debt taken at reconciliation is not forgiven by expiry.
+# The wait goes back with all 17 digits: tostring() keeps 14, and a rounded wait can give a
+# Retry-After a second off LocalLimiter's (tests/unit/test_parity_token_bucket.py).
 _BUCKET_LUA = """
 local rpm, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
@@ -40,7 +42,7 @@ redis.call('HSET', KEYS[1], 'r', r, 't', tk, 's', now)
 local ttl = 60
 if tpm > 0 and tk < tpm then ttl = math.max(ttl, (tpm - tk) * 60 / tpm) end
 redis.call('EXPIRE', KEYS[1], math.ceil(ttl) + 1)
-return tostring(wait)
+return string.format('%.17g', wait)
 """
 
 

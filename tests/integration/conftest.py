@@ -5,9 +5,7 @@ stopped by its PID."""
 import json
 import os
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import yaml
 from installer import keys as installer_keys
 from tests.support import REPO
 from tests.support.loopback import free_port, stop, wait_http
+from tests.support.redis_server import redis_server
 
 FAKE_UPSTREAM = REPO / "benchmarks" / "fake_upstream.py"
 
@@ -102,40 +101,8 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.fail("redis-server is not installed (Debian package redis-server)")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    stop(proc)
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 class Keys:

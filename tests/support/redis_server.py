@@ -1,0 +1,41 @@
+"""A real redis-server on a free loopback port, without persistence, stopped by its PID."""
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support.loopback import free_port, stop
+
+MISSING = "redis-server is not installed: apt-get install redis-server (or run .ci/setup)"
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[str]:
+    """Yield the URL of a redis-server that answers PING; fail (never skip) if there is none."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.fail(MISSING)
+    port = free_port()
+    argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen([*argv, "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop(proc)
