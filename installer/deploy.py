@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from installer import inventory_checks, keys, tls
+from installer import inventory_checks, keys, preflight_gpu, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
@@ -88,6 +88,7 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
         min_memory_bytes=min_mem,
         bundle_dir=bundle_push.host_dir(man),
         release_file=revisions.HOST_RELEASE_FILE,
+        gpu=preflight_gpu.needs(inv, man.packages),
     )
 
 
@@ -219,6 +220,9 @@ def prepare(
                 f"{r.facts.get('cpus')} CPUs, {int(r.facts.get('mem_total_kib', 0)) / 1024**2:.1f} GiB"
             )
         adopted_above = _refuse_unknown_revisions(inv, reports, adopt, reporter, log)
+        # Engines are laid out for the GPUs the hosts have when the inventory does not declare
+        # them (a model that does not fit them stops here, before any host changes).
+        inv = preflight_gpu.with_probed_hardware(inv, {r.name: r.facts for r in reports}, reporter.note)
 
     prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, adopted_above=adopted_above)
     if not check:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import paramiko
 from fabric import Connection
 
+from installer import preflight_gpu
 from installer.errors import PreflightError
 from installer.inventory import Inventory
 from installer.ssh import Target, targets
@@ -50,6 +51,8 @@ class Needs:
     # What the host says it runs (its release.json, on one line; "" when it has none), read so
     # that `up` can refuse a control-machine state that does not know that revision.
     release_file: str
+    # A GPU deployment's needs (installer/preflight_gpu.py); None for CPU engines.
+    gpu: preflight_gpu.GPUNeeds | None = None
 
 
 @dataclass
@@ -90,7 +93,7 @@ def _judge(facts: dict[str, str], needs: Needs, skew: float) -> list[str]:
     elif tuple(int(x) for x in py.split(".")) < MIN_PYTHON:
         problems.append(f"python3 is {py}; need >= {'.'.join(map(str, MIN_PYTHON))}")
     if facts.get("init") != "systemd":
-        problems.append(f"PID 1 is {facts.get('init')!r}, not systemd; services run as systemd units")
+        problems.append(not_systemd(facts.get("init", "")))
     if facts.get("uid") != "0" and facts.get("sudo") != "yes":
         problems.append("the SSH user is not root and cannot sudo without a password")
     bundle = 0 if facts.get("bundle_present") == "yes" else needs.bundle_bytes
@@ -109,7 +112,18 @@ def _judge(facts: dict[str, str], needs: Needs, skew: float) -> list[str]:
         problems.append(f"memory is {mem / GIB:.1f} GiB, need {needs.min_memory_bytes / GIB:.1f} GiB")
     if abs(skew) > MAX_CLOCK_SKEW_S:
         problems.append(f"clock is off by {skew:+.0f} s from this machine; enable NTP (chrony)")
+    problems += preflight_gpu.judge(facts, needs.gpu)
     return problems
+
+
+def not_systemd(init: str) -> str:
+    """Why a host whose PID 1 is not systemd is refused, and the fix (docs/gpu.md says why)."""
+    return (
+        f"PID 1 is {init!r}, not systemd: the engine and gateway run as systemd units (restart on "
+        "failure, the gateway's socket and drain on stop, sandboxing, `installer status`), so this "
+        "host is refused; boot it with systemd as init, or, in a GPU container, run a systemd "
+        "container with the GPUs passed through (docs/gpu.md, hosts without systemd)"
+    )
 
 
 def parse_facts(stdout: str) -> dict[str, str]:
@@ -123,7 +137,8 @@ def check_host(t: Target, needs: Needs) -> HostReport:
             before = time.time()
             command = (
                 f"PLI_BUNDLE_DIR={shlex.quote(needs.bundle_dir)} "
-                f"PLI_RELEASE_FILE={shlex.quote(needs.release_file)} sh -c {shlex.quote(_PROBE)}"
+                f"PLI_RELEASE_FILE={shlex.quote(needs.release_file)} "
+                f"sh -c {shlex.quote(_PROBE + (preflight_gpu.PROBE if needs.gpu else ''))}"
             )
             result = conn.run(command, hide=True, warn=True, in_stream=False)
             after = time.time()

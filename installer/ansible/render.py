@@ -69,7 +69,10 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "model_dir_name": inv.model.dir_name,
         "engine_device": engine.device,
         # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
-        **gpu_matrix.group_vars(inv.gpu.cuda, pin=inv.gpu.driver_branch),
+        **gpu_matrix.group_vars(
+            inv.gpu.cuda, pin=inv.gpu.driver_branch,
+            gate_share=inv.gpu.gate.min_share, gate_waive=inv.gpu.gate.waive,
+        ),
         "nvidia_driver_allow_reboot": inv.gpu.reboot == "allow",
         "engine_served_model_name": inv.model.served_name,
         "engine_model_dir_name": inv.model.dir_name,

@@ -622,8 +622,10 @@ def _has_torch(python: str) -> bool:
     return rc == 0
 
 
-def find_torch_python(candidates: list[str]) -> str:
-    for python in [sys.executable, *candidates]:
+def find_torch_python(candidates: list[str], only: bool = False) -> str:
+    """The first interpreter with torch and CUDA: the candidates in order (the engine's venv
+    first), then this one unless `only` (the gate must measure with what the engine runs)."""
+    for python in [*candidates, *([] if only else [sys.executable])]:
         if python and os.path.exists(python) and _has_torch(python):
             return python
     return ""
@@ -653,23 +655,72 @@ def _torch_json(python: str, what: str, timeout: float, **opts: Any) -> dict[str
 MAX_PLAUSIBLE_TFLOPS = 5000
 
 
-def check_gemm(python: str, size: int, iters: int, min_tflops: float) -> dict[str, Any]:
+def gemm_gate(
+    gpus: list[dict[str, Any]],
+    *,
+    min_tflops: float = 0.0,
+    peaks: dict[str, float] | None = None,
+    min_share: float = 0.0,
+    waived: bool = False,
+) -> tuple[str, list[str]]:
+    """(status, reasons) for measured GEMM figures [{index, name, tflops}].
+
+    Each GPU is held to the higher of `min_tflops` and `min_share` of its type's dense bf16 peak
+    (`peaks`, by the name nvidia-smi and torch print; installer/gpu/matrix.py). Below it fails,
+    or warns when the inventory waives the gate (gpu.gate.waive).
+    """
+    lows = []
+    for g in gpus:
+        peak = next((v for k, v in (peaks or {}).items() if k.lower() == str(g.get("name", "")).lower()), 0.0)
+        share_floor = min_share * peak
+        floor = max(min_tflops, share_floor)
+        if floor and g["tflops"] < floor:
+            basis = (
+                f"{min_share:g} of its {peak:g} TFLOP/s dense bf16 peak"
+                if share_floor >= min_tflops
+                else "the inventory's minimum"
+            )
+            lows.append(
+                f"gpu{g['index']} ({g.get('name') or 'GPU'}) ran {g['tflops']:.0f} TFLOP/s, below the "
+                f"gate's {floor:.0f} TFLOP/s ({basis})"
+            )
+    if not lows:
+        return "ok", []
+    if waived:
+        return "warn", [*lows, "gate waived by gpu.gate.waive: true in the inventory"]
+    return "fail", [
+        *lows,
+        "a throttled, power-capped or faulty GPU; fix it, lower gpu.gate.min_share, or set "
+        "gpu.gate.waive: true in the inventory to deploy anyway",
+    ]
+
+
+def check_gemm(
+    python: str,
+    size: int,
+    iters: int,
+    min_tflops: float,
+    *,
+    peaks: dict[str, float] | None = None,
+    min_share: float = 0.0,
+    waived: bool = False,
+) -> dict[str, Any]:
     r = _torch_json(python, "_gemm", 300, size=size, iters=iters)
     if r.get("status") == "fail":
         return _check("gemm", "fail", r["detail"])
     bad = [g for g in r["gpus"] if not g["correct"]]
-    slow = [g for g in r["gpus"] if g["tflops"] < min_tflops]
+    gate, lows = gemm_gate(r["gpus"], min_tflops=min_tflops, peaks=peaks, min_share=min_share, waived=waived)
     # a figure no GPU reaches is a broken measurement, not a fast GPU: say so instead of passing
     odd = [g for g in r["gpus"] if g["tflops"] > MAX_PLAUSIBLE_TFLOPS]
     tf = ", ".join(f"gpu{g['index']} {g['tflops']:.0f}" for g in r["gpus"])
-    status = "fail" if bad or slow or odd else "ok"
+    status = "fail" if bad or odd or gate == "fail" else gate
     detail = (
         f"{size}^3 bf16 matmul TFLOP/s: {tf}"
         + (f"; wrong result on {[g['index'] for g in bad]}" if bad else "")
-        + (f"; below {min_tflops} TFLOP/s on {[g['index'] for g in slow]}" if slow else "")
+        + "".join(f"; {x}" for x in lows)
         + (f"; timing implausible on {[g['index'] for g in odd]} (over {MAX_PLAUSIBLE_TFLOPS})" if odd else "")
     )
-    return _check("gemm", status, detail, gpus=r["gpus"], torch=r.get("torch"))
+    return _check("gemm", status, detail, gpus=r["gpus"], torch=r.get("torch"), python=python)
 
 
 def nccl_expectation(f: dict[str, Any]) -> dict[str, Any]:
@@ -725,23 +776,35 @@ def check(
     min_tflops: float = 0.0,
     nccl_mib: int = 256,
     nccl_iters: int = 20,
+    peaks: dict[str, float] | None = None,
+    min_share: float = 0.0,
+    waived: bool = False,
+    torch_required: bool = False,
 ) -> dict[str, Any]:
+    """torch_required: only `torch_pythons` may run the GEMM and all-reduce (the engine's own
+    environment, as the gate runs them), and a missing torch fails instead of skipping."""
     start = time.monotonic()
     f = facts()
     checks = check_smi(f)
     if f["gpus"]:
         checks.append(check_xid())
-        python = find_torch_python(torch_pythons or []) if (gemm or nccl) else ""
+        candidates = torch_pythons or []
+        python = find_torch_python(candidates, only=torch_required) if (gemm or nccl) else ""
+        missing = (
+            f"no torch with CUDA in {', '.join(candidates)}: the engine cannot use the GPUs either"
+            if torch_required
+            else "no Python with torch and CUDA on this host"
+        )
         for wanted, name, run in (
-            (gemm, "gemm", lambda: check_gemm(python, gemm_size, gemm_iters, min_tflops)),
+            (gemm, "gemm", lambda: check_gemm(
+                python, gemm_size, gemm_iters, min_tflops, peaks=peaks, min_share=min_share, waived=waived
+            )),
             (nccl, "nccl", lambda: check_nccl(python, nccl_mib, nccl_iters, nccl_expectation(f))),
         ):
             if not wanted:
                 continue
             checks.append(
-                run()
-                if python
-                else _check(name, "skip", "no Python with torch and CUDA on this host")
+                run() if python else _check(name, "fail" if torch_required else "skip", missing)
             )
     ranks = {"skip": 0, "ok": 1, "warn": 2, "fail": 3}
     worst = max((c["status"] for c in checks), key=ranks.__getitem__, default="skip")
@@ -927,6 +990,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     c.add_argument("--gemm-size", type=int, default=8192)
     c.add_argument("--min-tflops", type=float, default=0.0)
+    c.add_argument(
+        "--peak-tflops",
+        default="{}",
+        help="JSON {nvidia-smi name: dense bf16 peak TFLOP/s} (installer/gpu/matrix.py)",
+    )
+    c.add_argument("--min-share", type=float, default=0.0, help="fail a GEMM below this share of its peak")
+    c.add_argument("--waive", action="store_true", help="a GEMM below the gate warns instead of failing")
+    c.add_argument(
+        "--torch-required",
+        action="store_true",
+        help="use only the --torch-python interpreters and fail when none has torch with CUDA",
+    )
     c.add_argument("--nccl-mib", type=int, default=256)
     c.add_argument("--fail-on-warn", action="store_true")
     args = ap.parse_args(argv)
@@ -940,6 +1015,10 @@ def main(argv: list[str] | None = None) -> int:
         gemm_size=args.gemm_size,
         min_tflops=args.min_tflops,
         nccl_mib=args.nccl_mib,
+        peaks={str(k): float(v) for k, v in json.loads(args.peak_tflops).items()},
+        min_share=args.min_share,
+        waived=args.waive,
+        torch_required=args.torch_required,
     )
     print(json.dumps(result))
     return (

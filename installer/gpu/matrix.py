@@ -339,6 +339,9 @@ class GPUType:
     memory_mib: int
     compute_cap: str
     nvlink: bool  # SXM/NVLink parts: tensor parallel across GPUs is cheap
+    # Dense bf16 tensor-core peak from NVIDIA's datasheet (TFLOP/s, no sparsity); 0 where the
+    # part has no bf16 tensor cores, so the GEMM gate has nothing to hold it to.
+    peak_bf16_tflops: float = 0.0
 
     @property
     def generation(self) -> str:
@@ -355,22 +358,40 @@ class GPUType:
 GPU_TYPES: dict[str, GPUType] = {
     t.key: t
     for t in (
-        GPUType("h200", "NVIDIA H200", 143771, "9.0", True),
-        GPUType("h100", "NVIDIA H100 80GB HBM3", 81559, "9.0", True),
-        GPUType("h800", "NVIDIA H800", 81559, "9.0", True),
-        GPUType("h20", "NVIDIA H20", 97871, "9.0", True),
-        GPUType("b200", "NVIDIA B200", 183359, "10.0", True),
-        GPUType("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, "8.0", True),
-        GPUType("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, "8.0", True),
-        GPUType("a800", "NVIDIA A800-SXM4-80GB", 81920, "8.0", True),
-        GPUType("l40s", "NVIDIA L40S", 46068, "8.9", False),
-        GPUType("l20", "NVIDIA L20", 46068, "8.9", False),
-        GPUType("l4", "NVIDIA L4", 23034, "8.9", False),
-        GPUType("a10", "NVIDIA A10", 23028, "8.6", False),
+        # peaks: H100/H800/H200 SXM 989 (same GH100 silicon), H20 148, B200 2250, A100/A800 312,
+        # L40S 362, L20 119.5, L4 121, A10 125 (datasheets); Volta and Turing have no bf16 cores
+        GPUType("h200", "NVIDIA H200", 143771, "9.0", True, 989.0),
+        GPUType("h100", "NVIDIA H100 80GB HBM3", 81559, "9.0", True, 989.0),
+        GPUType("h800", "NVIDIA H800", 81559, "9.0", True, 989.0),
+        GPUType("h20", "NVIDIA H20", 97871, "9.0", True, 148.0),
+        GPUType("b200", "NVIDIA B200", 183359, "10.0", True, 2250.0),
+        GPUType("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, "8.0", True, 312.0),
+        GPUType("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, "8.0", True, 312.0),
+        GPUType("a800", "NVIDIA A800-SXM4-80GB", 81920, "8.0", True, 312.0),
+        GPUType("l40s", "NVIDIA L40S", 46068, "8.9", False, 362.0),
+        GPUType("l20", "NVIDIA L20", 46068, "8.9", False, 119.5),
+        GPUType("l4", "NVIDIA L4", 23034, "8.9", False, 121.0),
+        GPUType("a10", "NVIDIA A10", 23028, "8.6", False, 125.0),
         GPUType("v100-32g", "Tesla V100-SXM2-32GB", 32768, "7.0", True),
         GPUType("t4", "Tesla T4", 15360, "7.5", False),
     )
 }
+
+# The GPU gate (role gpu_verify): a GPU whose bf16 GEMM runs below this share of its type's
+# peak fails the host unless the inventory waives it (gpu.gate). A healthy Hopper runs an
+# 8192^3 bf16 matmul near 0.8 of its peak; a throttled, power-capped or faulty one far below.
+DEFAULT_GATE_SHARE = 0.6
+
+
+def gpu_type_of_name(name: str) -> GPUType | None:
+    """The type nvidia-smi's name stands for ('NVIDIA H200' -> h200); None when we do not know it."""
+    k = name.strip().lower()
+    return next((t for t in GPU_TYPES.values() if t.name.lower() == k), None)
+
+
+def peak_tflops_by_name() -> dict[str, float]:
+    """{nvidia-smi name: dense bf16 peak} for the doctor on the hosts (it imports nothing of ours)."""
+    return {t.name: t.peak_bf16_tflops for t in GPU_TYPES.values() if t.peak_bf16_tflops}
 
 
 def gpu_type(key_or_name: str) -> GPUType:
@@ -384,12 +405,21 @@ def gpu_type(key_or_name: str) -> GPUType:
     raise InstallerError(f"unknown GPU type {key_or_name!r}; known: {', '.join(GPU_TYPES)}")
 
 
-def group_vars(cuda: str = DEFAULT_CUDA, *, pin: int | None = None) -> dict[str, Any]:
+def group_vars(
+    cuda: str = DEFAULT_CUDA,
+    *,
+    pin: int | None = None,
+    gate_share: float = DEFAULT_GATE_SHARE,
+    gate_waive: bool = False,
+) -> dict[str, Any]:
     """Variables the GPU roles take from the installer (installer/ansible/render.py)."""
     return {
         "nvidia_driver_plan": plan_table(cuda, pin=pin),
         "cuda_version": cuda,
         "nccl_cuda_version": cuda,
+        "gpu_verify_peak_tflops": peak_tflops_by_name(),
+        "gpu_verify_min_share": gate_share,
+        "gpu_verify_waive": gate_waive,
     }
 
 

@@ -207,6 +207,15 @@ class Engine(_Strict):
     quantization: Literal["fp8"] | None = None
 
 
+class GPUGate(_Strict):
+    """The GPU gate (role gpu_verify, after the engine's environment is installed): each GPU's
+    bf16 GEMM must reach min_share of its type's dense bf16 peak (installer/gpu/matrix.py)."""
+
+    min_share: Annotated[float, Field(gt=0, le=1)] = gpu_matrix.DEFAULT_GATE_SHARE
+    # true: a GPU below the gate is reported as a warning and the deployment goes on.
+    waive: bool = False
+
+
 class GPUStack(_Strict):
     """The NVIDIA stack of GPU hosts (engine.device gpu): roles nvidia_driver, cuda, nccl.
 
@@ -228,6 +237,7 @@ class GPUStack(_Strict):
     type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
     count: Annotated[int, Field(ge=1, le=64)] | None = None
     numa_nodes: Annotated[int, Field(ge=1, le=16)] = 1  # CPU sockets the GPUs are spread over
+    gate: GPUGate = GPUGate()
 
     @field_validator("type")
     @classmethod
