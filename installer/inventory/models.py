@@ -628,7 +628,15 @@ class Inventory(_Strict):
                 {"provider": provider},
             )
         # Validated here so errors carry the right model's field names (and their file:line).
-        return value if isinstance(value, model) else model.model_validate(value)
+        cloud = value if isinstance(value, model) else model.model_validate(value)
+        # The cloud modules start every resource and host name with it (their name_prefix).
+        name = info.data.get("deployment")
+        if name is not None and len(name) > 40:
+            raise ValueError(
+                f"provider {provider} starts every resource and host name with the deployment "
+                f"name, which allows at most 40 characters; shorten deployment {name!r} ({len(name)})"
+            )
+        return cloud
 
     @field_validator("hosts", mode="before")
     @classmethod
