@@ -138,7 +138,8 @@ def test_the_gate_runs_after_the_engine_install_and_before_any_engine_starts() -
     tasks = [line.strip().split("\t")[0] for line in out.splitlines() if line.startswith("      ")]
     gate = tasks.index("Check the GPUs with the engine's torch")
     assert tasks.index("engine : Install the engine wheels offline") < gate
-    assert gate < tasks.index("engine : Write the engine systemd units") < tasks.index("engine : Enable and start the engines")
+    units = tasks.index("engine : Write the engine systemd units")
+    assert gate < units < tasks.index("engine : Enable and start the engines")
     assert not any(t.startswith("gpu_verify :") for t in tasks[:gate])  # no earlier run without torch
 
 

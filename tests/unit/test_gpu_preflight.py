@@ -78,7 +78,8 @@ def test_gpu_inventory_on_a_host_without_gpu_is_refused(tmp_path: Path) -> None:
     needs_all = preflight.Needs(0, 0, 0, 0, "/b", "/r", gpu=needs(inv))
     assert problem in preflight._judge({**facts, "init": "systemd"}, needs_all, 0.0)
     # a CPU deployment asks nothing of the GPUs
-    assert preflight_gpu.needs(inv.model_copy(update={"engine": inv.engine.model_copy(update={"device": "cpu"})}), []) is None
+    cpu = inv.model_copy(update={"engine": inv.engine.model_copy(update={"device": "cpu"})})
+    assert preflight_gpu.needs(cpu, []) is None
 
 
 def test_a_driver_older_than_the_bundles_cuda_is_refused_unless_the_bundle_brings_one(tmp_path: Path) -> None:
