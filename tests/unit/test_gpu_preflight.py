@@ -154,3 +154,17 @@ def test_a_host_whose_pid_1_is_not_systemd_is_refused_with_the_fix() -> None:
     assert problem.startswith("PID 1 is 'process_api', not systemd")
     assert "run a systemd container with the GPUs passed through" in problem and "docs/gpu.md" in problem
     assert preflight._judge({**facts, "init": "systemd"}, needs_all, 0.0) == []
+
+
+def test_the_h200_machine_as_preflight_saw_it(tmp_path: Path) -> None:
+    """preflight's probe run on the project's H200 machine (tests/gpu/gate_on_gpu.sh, 2026-12-01):
+    its GPU passes the GPU checks and lays out as one H200, and the host is refused, with the fix,
+    for its PID 1 alone."""
+    facts = preflight.parse_facts((FIXTURES / "h200_r580" / "preflight_probe.txt").read_text())
+    inv = load(tmp_path, "deepseek-r1-distill-qwen-7b")
+    assert preflight_gpu.judge(facts, needs(inv)) == []
+    laid = preflight_gpu.with_probed_hardware(inv, {"g1": facts})
+    assert (laid.gpu.type, laid.gpu.count) == ("h200", 1)
+    needs_all = preflight.Needs(0, 0, 0, 8 * GIB, "/b", "/r", gpu=needs(inv))
+    problems = preflight._judge(facts, needs_all, 0.0)
+    assert [p for p in problems if "systemd" in p] == [preflight.not_systemd("process_api")]
