@@ -232,8 +232,9 @@ class GPUStack(_Strict):
     # .debs of the driver, CUDA, NCCL and fabric manager downloaded from NVIDIA's repository;
     # `installer bundle build` puts them into the bundle's apt repository.
     packages_dir: LocalPath | None = None
-    # The GPUs of each serving host (identical hosts): with both set, the engines are laid out
-    # and tuned for them (installer/engines.py); the roles check the hosts really have them.
+    # The GPUs of each serving host (identical hosts): the engines are laid out and tuned for
+    # them (installer/engines.py). Left out, preflight fills them from what the hosts have;
+    # declared, preflight refuses hosts that contradict them (installer/preflight_gpu.py).
     type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
     count: Annotated[int, Field(ge=1, le=64)] | None = None
     numa_nodes: Annotated[int, Field(ge=1, le=16)] = 1  # CPU sockets the GPUs are spread over
