@@ -17,6 +17,7 @@ from installer import inventory_checks, keys, preflight_gpu, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
+from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle import terraform_tools
@@ -89,6 +90,10 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
         bundle_dir=bundle_push.host_dir(man),
         release_file=revisions.HOST_RELEASE_FILE,
         gpu=preflight_gpu.needs(inv, man.packages),
+        host_targets=bundle_layout.host_targets(inv),
+        carried=tuple(bundle_layout.carried(man)),
+        host_torch=inv.engine.host_torch,
+        host_torch_python=bundle_layout.host_torch_python(man),
     )
 
 
@@ -211,12 +216,14 @@ def prepare(
         f"{'built' if built else 'cached'} bundle {man.bundle_id[:12]}: "
         f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
     )
+    bundle_layout.check_fits(inv, man)  # each host's target carried, engine built as the inventory says
 
     with timed(log, reporter, "preflight"):
         reports: list[HostReport] = run_preflight(inv, needs_for(inv, man))
         for r in reports:
             reporter.note(
-                f"{r.name}: {r.facts.get('os_id')} {r.facts.get('os_version')}, "
+                f"{r.name}: {r.facts.get('os_pretty') or r.facts.get('os_id')}, Python "
+                f"{r.facts.get('python_full')}, glibc {r.facts.get('glibc')}, kernel {r.facts.get('kernel')}, "
                 f"{r.facts.get('cpus')} CPUs, {int(r.facts.get('mem_total_kib', 0)) / 1024**2:.1f} GiB"
             )
         adopted_above = _refuse_unknown_revisions(inv, reports, adopt, reporter, log)
@@ -227,7 +234,9 @@ def prepare(
     prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, adopted_above=adopted_above)
     if not check:
         with timed(log, reporter, "push"):
-            prepared.pushed = bundle_push.push(targets(inv), root, man, reporter.push_progress)
+            prepared.pushed = bundle_push.push(
+                targets(inv), root, man, reporter.push_progress, bundle_layout.host_targets(inv)
+            )
             for pr in prepared.pushed:
                 reporter.note(
                     f"{pr.host}: sent {pr.sent_files} file(s), {pr.sent_bytes / 1e6:.0f} MB "

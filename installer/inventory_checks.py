@@ -9,6 +9,7 @@ touches a host.
 from collections.abc import Iterator
 
 from installer import engines
+from installer.bundle import layout as bundle_layout
 from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
 from installer.inventory import Inventory
@@ -44,8 +45,10 @@ def _parallel(inv: Inventory) -> Iterator[str]:
 
 
 def _named_files(inv: Inventory) -> Iterator[str]:
-    """The certificates of tls.mode provided and the release tarballs of monitoring.tarballs_dir."""
-    for loc, problem in [*tls_check.provided(inv), *monitoring_tarballs.check(inv)]:
+    """The certificates of tls.mode provided, the release tarballs of monitoring.tarballs_dir, and
+    the hosts' OS targets (os.packages_dirs, CPU engines on ubuntu-22.04)."""
+    named = [*tls_check.provided(inv), *monitoring_tarballs.check(inv), *bundle_layout.inventory_problems(inv)]
+    for loc, problem in named:
         yield f"{inv.where(*loc)}: {problem}"
 
 

@@ -15,17 +15,24 @@ from fabric import Connection
 from installer import preflight_gpu
 from installer.errors import PreflightError
 from installer.inventory import Inventory
+from installer.inventory import targets as os_targets
 from installer.ssh import Target, targets
 
-SUPPORTED_OS = {("debian", "12"), ("ubuntu", "22.04"), ("ubuntu", "24.04")}
 MIN_PYTHON = (3, 9)
 MAX_CLOCK_SKEW_S = 120
 GIB = 1024**3
 
 # One shell round trip gathers everything; each line is `key=value`.
 _PROBE = r"""
-. /etc/os-release; echo "os_id=$ID"; echo "os_version=$VERSION_ID"
-echo "python=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
+. "${PLI_OS_RELEASE:-/etc/os-release}"; echo "os_id=$ID"; echo "os_version=$VERSION_ID"
+echo "os_like=$ID_LIKE"; echo "os_pretty=$PRETTY_NAME"
+pyv() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
+echo "python=$(pyv python3)"
+echo "python_full=$(python3 -c 'import platform; print(platform.python_version())' 2>/dev/null)"
+echo "system_python=$(pyv /usr/bin/python3)"
+echo "glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2)"
+echo "kernel=$(uname -r)"
+[ -z "$PLI_HOST_TORCH" ] || echo "host_torch_python=$(pyv "$PLI_HOST_TORCH/bin/python3")"
 echo "init=$(cat /proc/1/comm)"
 echo "uid=$(id -u)"; echo "sudo=$(sudo -n true 2>/dev/null && echo yes || echo no)"
 echo "cpus=$(nproc)"
@@ -53,6 +60,12 @@ class Needs:
     release_file: str
     # A GPU deployment's needs (installer/preflight_gpu.py); None for CPU engines.
     gpu: preflight_gpu.GPUNeeds | None = None
+    # {host name: declared OS target} and the targets the bundle carries (None: not checked).
+    host_targets: dict[str, str] = field(default_factory=dict)
+    carried: tuple[str, ...] | None = None
+    # engine.host_torch and the Python minor its environment must have (the bundle's lock).
+    host_torch: str | None = None
+    host_torch_python: str = ""
 
 
 @dataclass
@@ -83,10 +96,6 @@ def _connect(t: Target) -> Connection:
 
 def _judge(facts: dict[str, str], needs: Needs, skew: float) -> list[str]:
     problems = []
-    os_pair = (facts.get("os_id", ""), facts.get("os_version", ""))
-    if os_pair not in SUPPORTED_OS:
-        supported = ", ".join(f"{a} {b}" for a, b in sorted(SUPPORTED_OS))
-        problems.append(f"OS {os_pair[0]} {os_pair[1]} is not supported (supported: {supported})")
     py = facts.get("python", "")
     if not py:
         problems.append("python3 is missing; install the python3 package (Ansible needs it)")
@@ -116,6 +125,48 @@ def _judge(facts: dict[str, str], needs: Needs, skew: float) -> list[str]:
     return problems
 
 
+def judge_os(facts: dict[str, str], needs: Needs, host: str) -> list[str]:
+    """The host's OS against its declared target and the bundle; its interpreters against the
+    target's and engine.host_torch's."""
+    fields = {
+        "ID": facts.get("os_id", ""), "VERSION_ID": facts.get("os_version", ""),
+        "ID_LIKE": facts.get("os_like", ""), "PRETTY_NAME": facts.get("os_pretty", ""),
+    }
+    declared = needs.host_targets.get(host)
+    if declared is None:  # not declared to this check: judge the OS on its own
+        found = os_targets.of_os_release(fields)
+        declared = found.name if found else os_targets.DEFAULT
+    problems = os_targets.judge_os(fields, declared, list(needs.carried) if needs.carried is not None else None)
+    if problems:
+        return problems
+    t = os_targets.get(declared)
+    system = facts.get("system_python", "")
+    if not system:
+        problems.append(
+            f"{t.system_python} is missing: the gateway's environment is made from it; install "
+            f"{t.name}'s python3 package"
+        )
+    elif system != t.python_minor:
+        problems.append(
+            f"{t.system_python} is Python {system}, not {t.name}'s {t.python_minor} that the bundle's "
+            "wheels are built for; restore the release's python3"
+        )
+    if needs.host_torch:
+        have = facts.get("host_torch_python", "")
+        python = f"{needs.host_torch}/bin/python3"
+        if not have:
+            problems.append(
+                f"engine.host_torch: {python} is missing or does not run; point host_torch at the "
+                "CUDA PyTorch environment's folder (the one holding bin/python3), or remove it"
+            )
+        elif needs.host_torch_python and have != needs.host_torch_python:
+            problems.append(
+                f"engine.host_torch: {python} is Python {have}, the bundle's vLLM wheels need "
+                f"{needs.host_torch_python}; use an environment of that Python, or remove host_torch"
+            )
+    return problems
+
+
 def not_systemd(init: str) -> str:
     """Why a host whose PID 1 is not systemd is refused, and the fix (docs/gpu.md says why)."""
     return (
@@ -138,6 +189,7 @@ def check_host(t: Target, needs: Needs) -> HostReport:
             command = (
                 f"PLI_BUNDLE_DIR={shlex.quote(needs.bundle_dir)} "
                 f"PLI_RELEASE_FILE={shlex.quote(needs.release_file)} "
+                f"PLI_HOST_TORCH={shlex.quote(needs.host_torch or '')} "
                 f"sh -c {shlex.quote(_PROBE + (preflight_gpu.PROBE if needs.gpu else ''))}"
             )
             result = conn.run(command, hide=True, warn=True, in_stream=False)
@@ -157,7 +209,7 @@ def check_host(t: Target, needs: Needs) -> HostReport:
     facts = parse_facts(result.stdout)
     report.facts = facts
     skew = float(facts.get("now") or 0) - (before + after) / 2
-    report.problems = _judge(facts, needs, skew)
+    report.problems = judge_os(facts, needs, t.name) + _judge(facts, needs, skew)
     return report
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from installer import engines, metrics_token, redis_auth
-from installer.bundle import os_packages
+from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
@@ -45,8 +45,11 @@ def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
         if t.private_key:
             entry["ansible_ssh_private_key_file"] = str(t.private_key)
         if man is not None:
-            # Per host: each installs the OS packages of its own groups (bundle/os_packages.py).
-            entry["common_packages"] = os_packages.for_host(man.packages, _package_groups(inv, host))
+            # Per host: each installs the OS packages of its own groups and target
+            # (bundle/os_packages.py), from its own target's files of the bundle (bundle/layout.py).
+            os_target = inv.host_target(host)
+            entry["common_packages"] = os_packages.for_host(man.packages, _package_groups(inv, host), os_target)
+            entry.update(layout.host_vars(inv, man, os_target))
         entry.update(_network_host_vars(inv, host))
         entry.update(_engine_host_vars(inv, host))
         hosts[host.name] = entry

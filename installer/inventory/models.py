@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from installer.gpu import matrix as gpu_matrix
+from installer.inventory import targets as os_targets
 from installer.inventory.source import Loc, Source, dotted
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -130,11 +131,23 @@ def host_address(value: str) -> str:
     )
 
 
+def _target_name(value: str) -> str:
+    if value not in os_targets.TARGETS:
+        raise ValueError(f"unknown target {value!r}; use one of {', '.join(os_targets.NAMES)}")
+    return value
+
+
+# An OS release the bundle is built for (installer/inventory/targets.py): debian-12, ubuntu-24.04, ...
+TargetName = Annotated[str, AfterValidator(_target_name)]
+
+
 class Host(_Strict):
     name: Name
     address: str
     groups: list[Name] = Field(default_factory=lambda: ["serving"])
     ssh: HostSSH = HostSSH()
+    # This host's OS release; None: the deployment's `os.target`.
+    target: TargetName | None = None
 
     @field_validator("address")
     @classmethod
@@ -205,6 +218,23 @@ class Engine(_Strict):
     # so it is the user's choice, never derived (installer/gpu/tuner.py FP8_WHY). None: the
     # weights stay as the checkpoint has them.
     quantization: Literal["fp8"] | None = None
+    # GPU hosts only, and only when asked for: a CUDA PyTorch environment already on the hosts
+    # (cloud and NGC-style images) that the engine reuses instead of the bundle carrying torch and
+    # NVIDIA's CUDA wheels. The engine's venv is made from its bin/python3 and sees its packages
+    # behind its own (playbooks/roles/engine/tasks/host_torch.yml). An absolute path on the hosts.
+    host_torch: Annotated[str, _matching(
+        r"/(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*",
+        "an absolute path on the hosts of letters, digits, '.', '_', '+', '-' and '/', "
+        "without '.' or '..' parts (e.g. /opt/torch/.venv)",
+    )] | None = None
+
+    @model_validator(mode="after")
+    def _host_torch_on_gpu(self) -> "Engine":
+        if self.host_torch is not None and self.device != "gpu":
+            raise ValueError(
+                "host_torch reuses a CUDA PyTorch on GPU hosts; remove it, or set device: gpu"
+            )
+        return self
 
 
 class GPUGate(_Strict):
@@ -582,6 +612,17 @@ CLOUD_MODELS: dict[str, type[_Cloud]] = {
 }
 
 
+class OSSettings(_Strict):
+    """The hosts' OS releases (bundle targets) and where their OS packages come from."""
+
+    # Every host's target unless the host names its own.
+    target: TargetName = os_targets.DEFAULT
+    # target: a folder of .debs on this machine for that release (with their dependencies a
+    # minimal system lacks), used instead of the archive; needed for Ubuntu targets whose hosts
+    # install OS packages (this build machine reaches only Debian's archive).
+    packages_dirs: dict[TargetName, LocalPath] = Field(default_factory=dict)
+
+
 class Inventory(_Strict):
     deployment: Name
     # baremetal: the hosts are listed below. Cloud providers: Terraform creates them from `cloud`.
@@ -596,6 +637,7 @@ class Inventory(_Strict):
     gateway: Gateway = Gateway()
     tls: TLS = TLS()
     monitoring: Monitoring = Monitoring()
+    os: OSSettings = OSSettings()
     # The file it was loaded from, with the line of every key (set by the loader).
     _source: Source | None = PrivateAttr(default=None)
 
@@ -668,6 +710,14 @@ class Inventory(_Strict):
         if host is self.hosts[0] and not any("monitoring" in h.groups for h in self.hosts):
             return [*host.groups, "monitoring"]
         return list(host.groups)
+
+    def host_target(self, host: Host) -> str:
+        """The OS release (bundle target) of a host: its own, else the deployment's."""
+        return host.target or self.os.target
+
+    def targets(self) -> list[str]:
+        """Every target this inventory's hosts run, sorted (cloud hosts: the deployment's)."""
+        return sorted({self.host_target(h) for h in self.hosts} or {self.os.target})
 
     def host_ssh(self, host: Host) -> tuple[str, int, Path | None]:
         """Effective (user, port, private key) for a host: its overrides, else the defaults."""
