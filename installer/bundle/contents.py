@@ -36,6 +36,10 @@ class ComponentSize:
 def component_of(path: str, man: Manifest) -> Component:
     """The component a bundle file belongs to, with the version the manifest records for it."""
     top, _, rest = path.partition("/")
+    if top == "targets":  # targets/<target>/debs/... and the target's lists: as at the top
+        top, _, rest = rest.partition("/")[2].partition("/")
+        if not rest:
+            return Component("index", path, "")
     if top == "wheels" and rest.endswith(".whl"):
         try:
             dist, version, _build, _tags = parse_wheel_filename(rest)

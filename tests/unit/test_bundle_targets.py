@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from installer import inventory_checks
-from installer.bundle import build, layout, project_wheel, push, wheels
+from installer.bundle import build, contents, layout, project_wheel, push, wheels
 from installer.errors import BundleError, InventoryError
 from installer.inventory import load_inventory
 from installer.ssh import Target
@@ -351,3 +351,13 @@ def test_a_lock_holding_torch_is_refused(tmp_path: Path) -> None:
     (tmp_path / "lock.txt").write_text(LOCK + "xformers>=0.1\n")
     with pytest.raises(BundleError, match=re.escape("is not one exact pin")):
         wheels.host_torch_lock(tmp_path / "lock.txt")
+
+
+def test_inspect_groups_a_targets_files_as_the_top_level_ones() -> None:
+    man = build.Manifest({}, {"targets": {"ubuntu-24.04": {}}}, [])
+    deb = contents.component_of("targets/ubuntu-24.04/debs/libnuma1_2.0.18-1_amd64.deb", man)
+    assert (deb.kind, deb.name, deb.version) == ("deb", "libnuma1", "2.0.18-1")
+    index = contents.component_of("targets/ubuntu-24.04/debs/Packages", man)
+    assert (index.kind, index.name) == ("index", "apt repository index")
+    listing = contents.component_of("targets/ubuntu-24.04/engine-wheels.txt", man)
+    assert (listing.kind, listing.name) == ("index", "targets/ubuntu-24.04/engine-wheels.txt")
