@@ -160,7 +160,7 @@ def terraform_accepts(cases: list[tuple[str, str, str, str, bool]], workdir: Pat
     """Evaluate every case's condition with the real terraform, in one call."""
     terraform = shutil.which("terraform")
     if terraform is None:
-        pytest.fail("terraform is not installed: install terraform >= 1.9 (see .ci/setup)")
+        pytest.fail("terraform is not on PATH: put HashiCorp's terraform >= 1.9 binary in /usr/local/bin")
     expressions = []
     for provider, field, _region, value, _valid in cases:
         variable = VARIABLES[field]
