@@ -389,6 +389,9 @@ def marker_environment(python_full_version: str, arch: str = "x86_64") -> dict[s
         "platform_machine": arch,
         "platform_python_implementation": "CPython",
         "platform_system": "Linux",
+        # the host's kernel is not known at build time; markers on it are rare and judged false
+        "platform_release": "",
+        "platform_version": "",
         "sys_platform": "linux",
         "python_version": ".".join(python_full_version.split(".")[:2]),
         "python_full_version": python_full_version,
