@@ -513,16 +513,18 @@ def host_torch_lock(path: Path | None = None) -> dict[str, object]:
 def download_locked(
     requirements: Sequence[str], *, python_version: str, platform_tags: list[str]
 ) -> list[Path]:
-    """Each exact pin on its own, --no-deps: the lock is the whole set, nothing is resolved."""
-    found: list[Path] = []
-    for req in requirements:
-        found += _download_no_deps(req, python_version=python_version, platform_tags=platform_tags)
-    return sorted(found)
+    """Exact pins, --no-deps: the lock is the whole set, nothing is resolved."""
+    found = _download_no_deps(list(requirements), python_version=python_version, platform_tags=platform_tags)
+    got = {dist_name(w) for w in found}
+    missing = sorted(r for r in requirements if canonicalize_name(r.split("==")[0]) not in got)
+    if missing:
+        raise BundleError(f"pip downloaded no wheel for {', '.join(missing)}", ["check the lock's pins"])
+    return found
 
 
-def _download_no_deps(req: str, *, python_version: str, platform_tags: list[str]) -> list[Path]:
+def _download_no_deps(reqs: list[str], *, python_version: str, platform_tags: list[str]) -> list[Path]:
     key = request_key(
-        [req], python_version=python_version, platform_tags=platform_tags, index_url=None,
+        reqs, python_version=python_version, platform_tags=platform_tags, index_url=None,
         extra_index_urls=[], find_links=[], exclude=[],
     )
     entry = cache_dir() / "wheels" / f"nodeps-{key}"  # never the entry of a resolve with deps
@@ -531,7 +533,7 @@ def _download_no_deps(req: str, *, python_version: str, platform_tags: list[str]
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
         try:
             argv = pip_download_command(
-                [req], tmp, python_version=python_version, platform_tags=platform_tags,
+                reqs, tmp, python_version=python_version, platform_tags=platform_tags,
                 index_url=None, extra_index_urls=[], find_links=[],
             )
             argv.insert(argv.index("--dest"), "--no-deps")
@@ -540,7 +542,7 @@ def _download_no_deps(req: str, *, python_version: str, platform_tags: list[str]
                 output = proc.stdout + proc.stderr
                 tail = [line for line in output.strip().splitlines() if line.strip()][-8:]
                 raise BundleError(
-                    f"could not download {req} (CPython {python_version}, {platform_tags[0]}, --no-deps)",
+                    f"could not download the locked wheels (CPython {python_version}, {platform_tags[0]}, --no-deps)",
                     [*tail, f"fix: {_explain_failure(output, python_version)}"],
                 )
             os.chmod(tmp, 0o755)
