@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from installer import inventory_checks, keys, preflight_gpu, tls
+from installer import inventory_checks, keys, plan, preflight_gpu, redis_auth, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle import build as bundle_build
@@ -320,9 +320,12 @@ def up(
     for line in tls.report(inv, tls.prepare(inv)):  # issue or renew before the hosts get them
         reporter.note(line)
         log.log(line)
+    deployment_plan = plan.build(inv)  # of the inventory as provisioned and probed
+    if deployment_plan.redis is not None:
+        redis_auth.ensure_password(inv.deployment)  # the roles read it with a file lookup
     with timed(log, reporter, "configure"):
         inv_dir = render.write(
-            inv, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
+            deployment_plan, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
         )
         pb = run_playbook(
             "site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check,

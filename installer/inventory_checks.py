@@ -8,7 +8,7 @@ touches a host.
 
 from collections.abc import Iterator
 
-from installer import engines
+from installer import plan
 from installer.bundle import layout as bundle_layout
 from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
@@ -58,4 +58,4 @@ def check_inventory(inv: Inventory) -> None:
     problems = [*_parallel(inv), *_named_files(inv)]
     if problems:
         raise InventoryError(f"{len(problems)} problem(s) in the inventory", problems)
-    engines.tuned(inv)
+    plan.build(inv)

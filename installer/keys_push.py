@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from installer import keys
-from installer.ansible.render import HOST_LAYOUT
 from installer.day2 import revisions
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
-from installer.topology import serving_hosts
+from installer.topology import HOST_LAYOUT, serving_hosts
 
 _DEST = f"{HOST_LAYOUT['pli_config_dir']}/keys.json"
 # Only where the gateway role already made the config directory: a host not yet installed gets

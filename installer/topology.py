@@ -1,10 +1,20 @@
 """Which hosts do what in a deployment, derived from the inventory alone.
 
-The Ansible renderer, the bundle's OS package list and `keys push` all ask these questions, so
-they are answered once here, below all of them.
+The deployment plan (installer/plan.py), the bundle's OS package list and `keys push` all ask
+these questions, so they are answered once here, below all of them.
 """
 
 from installer.inventory import Host, Inventory
+
+# Layout on every host (docs/architecture.md, "On each host"); the roles get it as group vars.
+HOST_LAYOUT = {
+    "pli_user": "private-llm",
+    "pli_root": "/opt/private-llm",
+    "pli_config_dir": "/etc/private-llm",
+    "pli_state_dir": "/var/lib/private-llm",
+    "pli_cache_dir": "/var/cache/private-llm",
+    "pli_tls_dir": "/etc/private-llm/tls",
+}
 
 
 def serving_hosts(inv: Inventory) -> list[Host]:

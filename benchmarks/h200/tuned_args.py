@@ -26,7 +26,7 @@ def main() -> None:
         hw = HostHardware.of_type("assumed", gpu_type(a.assume), 1)
     else:
         hw = HostHardware.from_facts(doctor.facts())
-    t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=a.max_model_len)
+    t = tune(preset("deepseek-v2-lite"), [hw], concurrency=64, max_model_len=a.max_model_len)
     e = t.engines[0]
     print(json.dumps({"args": e.args, "env": e.env, "settings": t.settings, "why": t.why}))
 

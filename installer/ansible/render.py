@@ -1,4 +1,10 @@
-"""Render Ansible's inventory and group_vars from the typed inventory (never hand-kept)."""
+"""Ansible's inventory and group_vars, serialised from the deployment plan (installer/plan.py).
+
+Nothing is decided here: topology, engines and their argv come from the plan, settings from
+the inventory it was built from. Rendering writes no secret: the Redis password and the scrape
+token are files on this machine, made by the flows before rendering, that the roles read with
+file lookups in no_log tasks.
+"""
 
 import shlex
 from pathlib import Path
@@ -6,63 +12,66 @@ from typing import Any
 
 import yaml
 
-from installer import engines, metrics_token, redis_auth
+from installer import metrics_token, redis_auth
 from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
+from installer.errors import InstallerError
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Host, Inventory
+from installer.plan import DeploymentPlan, HostPlan
 from installer.ssh import known_hosts_option, target
 from installer.tls import store as tls_store
-from installer.topology import cross_host, redis_host, serving_hosts
-
-# Layout on every host (docs/architecture.md, "On each host").
-HOST_LAYOUT = {
-    "pli_user": "private-llm",
-    "pli_root": "/opt/private-llm",
-    "pli_config_dir": "/etc/private-llm",
-    "pli_state_dir": "/var/lib/private-llm",
-    "pli_cache_dir": "/var/cache/private-llm",
-    "pli_tls_dir": "/etc/private-llm/tls",
-}
 
 
-def hosts_yaml(inv: Inventory, man: Manifest | None = None) -> dict[str, Any]:
-    hosts: dict[str, dict[str, Any]] = {}
+def _connection(inv: Inventory, host: Host) -> dict[str, Any]:
+    t = target(inv, host)
+    ssh_args = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
+    if t.known_hosts:
+        ssh_args += ["-o", known_hosts_option(t.known_hosts)]
+    entry: dict[str, Any] = {
+        "ansible_host": t.address,
+        "ansible_user": t.user,
+        "ansible_port": t.port,
+        # Ansible shlex-splits this: quoted, a path with a space stays one argument.
+        "ansible_ssh_common_args": shlex.join(ssh_args),
+    }
+    if t.private_key:
+        entry["ansible_ssh_private_key_file"] = str(t.private_key)
+    return entry
+
+
+def targets_yaml(inv: Inventory) -> dict[str, Any]:
+    """How to reach each host and its groups, nothing else (uninstall needs no plan)."""
     groups: dict[str, dict[str, Any]] = {}
     for host in inv.hosts:
-        t = target(inv, host)
-        ssh_args = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
-        if t.known_hosts:
-            ssh_args += ["-o", known_hosts_option(t.known_hosts)]
-        entry: dict[str, Any] = {
-            "ansible_host": t.address,
-            "ansible_user": t.user,
-            "ansible_port": t.port,
-            # Ansible shlex-splits this: quoted, a path with a space stays one argument.
-            "ansible_ssh_common_args": shlex.join(ssh_args),
-        }
-        if t.private_key:
-            entry["ansible_ssh_private_key_file"] = str(t.private_key)
+        for group in inv.host_groups(host):
+            groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
+    return {"all": {"hosts": {h.name: _connection(inv, h) for h in inv.hosts}, "children": groups}}
+
+
+def hosts_yaml(plan: DeploymentPlan, man: Manifest | None = None) -> dict[str, Any]:
+    inv = plan.inventory
+    found = targets_yaml(inv)
+    for hp in plan.hosts:
+        entry = found["all"]["hosts"][hp.name]
         if man is not None:
             # Per host: each installs the OS packages of its own groups and target
             # (bundle/os_packages.py), from its own target's files of the bundle (bundle/layout.py).
-            os_target = inv.host_target(host)
-            entry["common_packages"] = os_packages.for_host(man.packages, _package_groups(inv, host), os_target)
+            os_target = inv.host_target(next(h for h in inv.hosts if h.name == hp.name))
+            entry["common_packages"] = os_packages.for_host(man.packages, list(hp.package_groups), os_target)
             entry.update(layout.host_vars(inv, man, os_target))
-        entry.update(_network_host_vars(inv, host))
-        entry.update(_engine_host_vars(inv, host))
-        hosts[host.name] = entry
-        for group in inv.host_groups(host):
-            groups.setdefault(group, {"hosts": {}})["hosts"][host.name] = {}
-    return {"all": {"hosts": hosts, "children": groups}}
+        entry.update(_network_host_vars(inv, hp))
+        entry.update(_engine_host_vars(hp))
+    return found
 
 
-def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
+def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str, Any]:
     """Variables for every host. keys_json holds key hashes and limits only, never a secret."""
+    inv = plan.inventory
     engine = inv.engine
     return {
-        **HOST_LAYOUT,
+        **plan.layout,
         "pli_deployment": inv.deployment,
         "pli_bundle_dir": host_dir(man),
         "pli_release_id": man.release_id,
@@ -79,6 +88,9 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "nvidia_driver_allow_reboot": inv.gpu.reboot == "allow",
         "engine_served_model_name": inv.model.served_name,
         "engine_model_dir_name": inv.model.dir_name,
+        # The engine_* sizing below is read only by the engine roles of revisions made before the
+        # argv moved into the plan (a rollback configures with that revision's roles); today's
+        # role runs each engine's argv from engine_instances as it is.
         "engine_port": inv.ports.engine,
         "engine_max_model_len": engine.max_model_len,
         "engine_max_num_seqs": engine.max_num_seqs,
@@ -89,7 +101,7 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         "engine_extra_args": list(engine.extra_args),
         "gateway_port": inv.ports.gateway,
         # Each gateway routes to the engine on its own host, which stays on loopback.
-        "gateway_engines": gateway_engines(inv),
+        "gateway_engines": [{"name": u.name, "url": u.url, "model": u.model} for u in plan.upstreams],
         "gateway_keys_json": keys_json,
         "gateway_max_in_flight": inv.gateway.max_in_flight,
         "gateway_max_body_bytes": inv.gateway.max_body_bytes,
@@ -102,65 +114,38 @@ def group_vars(inv: Inventory, man: Manifest, keys_json: str) -> dict[str, Any]:
         # token: the roles read it in no_log tasks. write() makes the file.
         "pli_metrics_token_src": str(metrics_token.token_file(inv.deployment)),
         "healthcheck_model": inv.model.served_name,
-        **_tls_vars(inv),
-        **_redis_vars(inv),
-        **_monitoring_vars(inv),
+        **_tls_vars(plan),
+        **_redis_vars(plan),
+        **_monitoring_vars(plan),
     }
 
 
-def _url(scheme: str, address: str, port: int) -> str:
-    return f"{scheme}://[{address}]:{port}" if ":" in address else f"{scheme}://{address}:{port}"
-
-
-def engine_url(inv: Inventory, host: Host, port: int | None = None) -> str:
-    """A host's engine (the first, or the one on `port`) as gateways and the host's checks reach it."""
-    port = port or inv.ports.engine
-    if not cross_host(inv):
-        return _url("http", "127.0.0.1", port)
-    return _url("http" if inv.tls.mode == "off" else "https", host.address, port)
-
-
-def gateway_engines(inv: Inventory) -> list[dict[str, str]]:
-    """The engines each gateway routes to (and relays /metrics of, for Prometheus): all of the
-    deployment's, least outstanding first (service/routing.py)."""
-    return [
-        {"name": name, "url": engine_url(inv, host, port), "model": inv.model.served_name}
-        for host in serving_hosts(inv)
-        for name, port in _engines_of(inv, host)
-    ]
-
-
-def _package_groups(inv: Inventory, host: Host) -> list[str]:
-    groups = inv.host_groups(host)
-    return [*groups, "redis"] if host is redis_host(inv) else groups
-
-
-def _redis_vars(inv: Inventory) -> dict[str, Any]:
-    host = redis_host(inv)
-    if host is None:
+def _redis_vars(plan: DeploymentPlan) -> dict[str, Any]:
+    redis = plan.redis
+    if redis is None:
         return {"redis_host": "", "gateway_redis_url": ""}
-    on = inv.tls.mode != "off"
-    address = f"[{host.address}]" if ":" in host.address else host.address
-    password_file = redis_auth.ensure_password(inv.deployment)
+    on = redis.tls
+    address = f"[{redis.address}]" if ":" in redis.address else redis.address
     return {
-        "redis_host": host.name,
-        "redis_bind_address": host.address,
-        "redis_port": inv.ports.redis,
+        "redis_host": redis.host,
+        "redis_bind_address": redis.address,
+        "redis_port": redis.port,
         "redis_tls": on,
-        "redis_password_file": str(password_file),
+        # made by the flow before rendering (redis_auth.ensure_password)
+        "redis_password_file": str(redis_auth.password_file(plan.inventory.deployment)),
         # A template, evaluated by Ansible in no_log tasks only: the password is never written
         # into this run directory. rediss:// takes the gateway's own certificate and CA.
         "gateway_redis_url": (
             f"{'rediss' if on else 'redis'}://:{{{{ lookup('ansible.builtin.file', redis_password_file) }}}}"
-            f"@{address}:{inv.ports.redis}/0"
+            f"@{address}:{redis.port}/0"
         ),
     }
 
 
-def _tls_vars(inv: Inventory) -> dict[str, Any]:
-    on = inv.tls.mode != "off"
-    tls_dir = HOST_LAYOUT["pli_tls_dir"]
-    engine_tls = on and cross_host(inv)
+def _tls_vars(plan: DeploymentPlan) -> dict[str, Any]:
+    on = plan.inventory.tls.mode != "off"
+    tls_dir = plan.layout["pli_tls_dir"]
+    engine_tls = on and plan.cross_host
     return {
         "pli_tls_enabled": on,
         "pli_gateway_scheme": "https" if on else "http",
@@ -171,39 +156,33 @@ def _tls_vars(inv: Inventory) -> dict[str, Any]:
     }
 
 
-def _engine_host_vars(inv: Inventory, host: Host) -> dict[str, Any]:
-    """Per GPU host whose GPUs the inventory describes: its tuned engines and Ray service
-    (installer/engines.py). Nothing otherwise: the engine role runs its one engine as always."""
-    if engines.tuned(inv) is None:
+def _engine_host_vars(hp: HostPlan) -> dict[str, Any]:
+    """A serving host's engines, each with its whole argv, and its Ray service (installer/engines.py)."""
+    if "serving" not in hp.groups:
         return {}
-    ray = engines.ray_node(inv, host)
     return {
-        "engine_instances": [e.as_vars() for e in engines.engine_instances(inv, host)],
-        "engine_ray": ray.as_vars() if ray else {},
+        "engine_instances": [e.as_vars() for e in hp.engines],
+        "engine_ray": hp.ray.as_vars() if hp.ray else {},
     }
 
 
-def _network_host_vars(inv: Inventory, host: Host) -> dict[str, Any]:
+def _network_host_vars(inv: Inventory, hp: HostPlan) -> dict[str, Any]:
     """Per host: where its engine listens, the URLs its checks use, and (paths on this
     machine, never contents) the certificate files the tls role sends it."""
-    on = inv.tls.mode != "off"
     found: dict[str, Any] = {
-        "engine_bind_address": host.address if cross_host(inv) else "127.0.0.1",
-        "engine_tls": on and cross_host(inv),
-        "healthcheck_url": engine_url(inv, host),
-        # With TLS the gateway is checked by its certificate's address, as clients reach it.
-        "healthcheck_gateway_url": _url(
-            "https" if on else "http", host.address if on else "127.0.0.1", inv.ports.gateway
-        ),
+        "engine_bind_address": hp.engine_bind_address,
+        "engine_tls": hp.engine_tls,
+        "healthcheck_url": hp.engine_url,
+        "healthcheck_gateway_url": hp.gateway_url,
     }
-    if on:
-        files = tls_store.host_files(inv, host.name)
+    if inv.tls.mode != "off":
+        files = tls_store.host_files(inv, hp.name)
         found |= {"tls_ca_src": str(files.ca), "tls_cert_src": str(files.cert), "tls_key_src": str(files.key)}
     return found
 
 
-def _monitoring_vars(inv: Inventory) -> dict[str, Any]:
-    mon = inv.monitoring
+def _monitoring_vars(plan: DeploymentPlan) -> dict[str, Any]:
+    mon = plan.inventory.monitoring
     return {
         "monitoring_prometheus_port": mon.prometheus_port,
         "monitoring_retention": mon.retention,
@@ -214,34 +193,25 @@ def _monitoring_vars(inv: Inventory) -> dict[str, Any]:
         "monitoring_install_from": mon.install_from,
         "monitoring_webhook_url": mon.webhook_url or "",
         # Prometheus fetches each engine's metrics from the gateway on the engine's own host.
-        "monitoring_engines": {h.name: engine_names(inv, h) for h in serving_hosts(inv)},
+        "monitoring_engines": {h.name: list(h.engine_names) for h in plan.serving()},
     }
 
 
-def _engines_of(inv: Inventory, host: Host) -> list[tuple[str, int]]:
-    """(name, port) of each engine the host runs (installer/engines.py): the first is named after
-    the host, the others `<host>-<n>`; a Ray worker host runs none."""
-    return [
-        (host.name if e.name == "engine" else f"{host.name}-{e.name.removeprefix('engine-')}", e.port)
-        for e in engines.engine_instances(inv, host)
-    ]
-
-
-def engine_names(inv: Inventory, host: Host) -> list[str]:
-    """The names every gateway knows this host's engines by (routing, drains, metrics labels)."""
-    return [name for name, _port in _engines_of(inv, host)]
-
-
 def write(
-    inv: Inventory, man: Manifest, dest: Path, keys_json: str, extra_vars: dict[str, Any] | None = None
+    plan: DeploymentPlan, man: Manifest, dest: Path, keys_json: str, extra_vars: dict[str, Any] | None = None
 ) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
-    metrics_token.ensure_token(inv.deployment)  # what the roles' file lookup reads
+    deployment = plan.inventory.deployment
+    if plan.redis is not None and not redis_auth.password_file(deployment).is_file():
+        # the flows make it first (redis_auth.ensure_password); rendering never writes a secret
+        raise InstallerError(f"no Redis password for deployment {deployment} yet",
+                             ["call redis_auth.ensure_password before rendering"])
+    metrics_token.ensure_token(deployment)  # what the roles' file lookup reads
     inv_dir = dest / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
-    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(inv, man), sort_keys=False))
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(plan, man), sort_keys=False))
     (inv_dir / "group_vars" / "all.yml").write_text(
         "# rendered by installer from the inventory file; edit that file instead\n"
-        + yaml.safe_dump({**group_vars(inv, man, keys_json), **(extra_vars or {})}, sort_keys=False)
+        + yaml.safe_dump({**group_vars(plan, man, keys_json), **(extra_vars or {})}, sort_keys=False)
     )
     return inv_dir

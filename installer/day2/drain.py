@@ -17,7 +17,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from installer.ansible import render
+from installer import plan
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
@@ -38,7 +38,8 @@ def serving(inv: Inventory) -> list[Host]:
 
 
 def names_of(inv: Inventory, hosts: list[Host]) -> list[str]:
-    return sorted({n for h in hosts for n in render.engine_names(inv, h)})
+    names = plan.build(inv).engine_names
+    return sorted({n for h in hosts for n in names(h.name)})
 
 
 def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = None) -> None:

@@ -25,8 +25,7 @@ while every engine that gateway knows is drained; the pinned proof is stricter t
 
 import time
 
-from installer import prove
-from installer.ansible import render
+from installer import plan, prove
 from installer.ansible.runner import PlaybookResult
 from installer.day2 import drain
 from installer.day2.drain import DrainError
@@ -68,7 +67,7 @@ def _prove(inv: Inventory, host: Host, secret: str) -> prove.Proof:
 def _prove_engines(inv: Inventory, host: Host, drained: list[str], everyone: list[str], secret: str) -> str | None:
     """Re-admit the host's engines on its own gateway, then prove each one alone through it.
     Its gateway ends routing to them when they passed, and drained of them again when not."""
-    own = render.engine_names(inv, host)
+    own = list(plan.build(inv).engine_names(host.name))
     readmitted = [n for n in drained if n not in own]
     passed = False
     try:
@@ -102,7 +101,8 @@ def prove_batch(inv: Inventory, hosts: list[Host], drained: list[str], secret: s
     On success each host's gateway routes to its own engines and to those outside `drained`;
     the caller then re-admits the batch everywhere."""
     everyone = drain.names_of(inv, drain.serving(inv))
-    with_engines = [h for h in hosts if render.engine_names(inv, h)]
+    names = plan.build(inv).engine_names
+    with_engines = [h for h in hosts if names(h.name)]
     problems: dict[str, str] = {}
     for host in [*with_engines, *(h for h in hosts if h not in with_engines)]:
         try:

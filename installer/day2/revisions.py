@@ -190,7 +190,9 @@ def _write_snapshot(rev: Revision, inv: Inventory, man: Manifest, playbooks_dir:
     tmp = snap.with_name(snap.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    (tmp / "inventory.json").write_text(inv.model_dump_json(indent=1))
+    # Only what the inventory set: the plan leaves unset engine sizing to the tuner, so a
+    # revision reloaded for an upgrade or rollback must not see every default as set.
+    (tmp / "inventory.json").write_text(inv.model_dump_json(indent=1, exclude_unset=True))
     (tmp / "manifest.json").write_text(man.to_json())
     shutil.copytree(playbooks_dir, tmp / "playbooks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.rmtree(snap, ignore_errors=True)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from installer import keys
+from installer import keys, plan, redis_auth
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain, gate, revisions
@@ -116,7 +116,10 @@ def _configure(
     inv, man = rev.inventory(), rev.manifest()
     keys_json = keys.render_hosts_file(keys.load())  # the keys of today, whatever the revision
     run_dir = log.dir / label
-    inv_dir = render.write(inv, man, run_dir, keys_json, extra_vars=rev.host_vars())
+    deployment_plan = plan.build(inv)
+    if deployment_plan.redis is not None:
+        redis_auth.ensure_password(inv.deployment)  # the roles read it with a file lookup
+    inv_dir = render.write(deployment_plan, man, run_dir, keys_json, extra_vars=rev.host_vars())
     return run_playbook(
         "site.yml", inv_dir, run_dir / "ansible", on_task=on_task,
         playbooks_dir=rev.playbooks_dir,

@@ -10,6 +10,7 @@ from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain, revisions
 from installer.inventory import Host, Inventory
+from installer.topology import HOST_LAYOUT
 
 TaskEvent = Callable[[str, str, str], None]
 
@@ -20,8 +21,8 @@ def uninstall(
     sub = inv.model_copy(update={"hosts": hosts})
     inv_dir = run_dir / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
-    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(render.hosts_yaml(sub), sort_keys=False))
-    (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(dict(render.HOST_LAYOUT)))
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(render.targets_yaml(sub), sort_keys=False))
+    (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(dict(HOST_LAYOUT)))
     return run_playbook("uninstall.yml", inv_dir, run_dir / "ansible", on_task=on_task)
 
 

@@ -389,6 +389,7 @@ def tune(
     hosts: list[HostHardware],
     *,
     max_model_len: int,
+    concurrency: int,
     max_num_seqs: int | None = None,
     gpu_memory_utilization: float | None = None,
     base_port: int = 8000,
@@ -397,7 +398,9 @@ def tune(
     """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured).
 
     quantization="fp8" opts into online fp8 weights for speed (FP8_WHY); by default weights stay
-    as the checkpoint has them unless they do not fit otherwise.
+    as the checkpoint has them unless they do not fit otherwise. The layout must hold
+    max_num_seqs sequences, or `concurrency` (the inventory's default max_num_seqs) when
+    max_num_seqs is left to be derived from the KV cache.
     """
     if not hosts:
         raise TuneError("no hosts to tune for")
@@ -427,7 +430,7 @@ def tune(
             f"{spec.max_position_embeddings} positions"
         )
         length = spec.max_position_embeddings
-    plan_seqs = max_num_seqs or 64
+    plan_seqs = max_num_seqs or concurrency
     try:
         rec = recommend(
             spec,

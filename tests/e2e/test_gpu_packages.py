@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, Manifest, scan
@@ -75,7 +76,7 @@ class Lab:
         cuda = BRANCHES[branch]["cuda"]
         inv_dir = self.tmp / f"inv-{label}"
         (inv_dir / "group_vars").mkdir(parents=True)
-        hosts = render.hosts_yaml(load_inventory(self.inventory))
+        hosts = render.hosts_yaml(deployment_plan.build(load_inventory(self.inventory)))
         hosts["all"]["hosts"] = {self.target.name: hosts["all"]["hosts"][self.target.name]}
         hosts["all"]["children"] = {}
         (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts))

@@ -51,7 +51,7 @@ hw = HostHardware.from_facts(doctor.facts())
 for model, length in (("deepseek-v2-lite", 4096), ("deepseek-r1-distill-qwen-32b", 32768),
                       ("deepseek-r1-distill-llama-70b", 8192), ("deepseek-v3", 4096)):
     try:
-        t = tune(preset(model), [hw], max_model_len=length)
+        t = tune(preset(model), [hw], concurrency=64, max_model_len=length)
         print(model, json.dumps(t.settings), t.notes)
         for e in t.engines:  # which GPUs each engine got, over which link, pinned where
             links = sorted({hw.link(a, b) for a in e.gpus for b in e.gpus if a < b})

@@ -74,7 +74,7 @@ def test_all_reduce_reports_bandwidth_against_the_expected_figure(facts: dict[st
 
 def test_tuner_places_engines_on_the_real_gpus(facts: dict[str, Any]) -> None:
     hw = HostHardware.from_facts(facts)
-    t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
+    t = tune(preset("deepseek-v2-lite"), [hw], concurrency=64, max_model_len=4096)
     assert t.settings["tensor_parallel_size"] == 1
     assert [e.env["CUDA_VISIBLE_DEVICES"] for e in t.engines] == [
         str(g.index) for g in sorted(hw.gpus, key=lambda g: (g.numa_node, g.bus_id))

@@ -32,11 +32,13 @@ import pytest
 import yaml
 
 from installer import metrics_token
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.ansible.runner import run_playbook
 from installer.bundle import monitoring_tarballs
 from installer.inventory import load_inventory
 from installer.paths import PLAYBOOKS_DIR
+from installer.topology import HOST_LAYOUT
 
 pytestmark = pytest.mark.e2e
 LAB = os.environ.get("PLI_MON_LAB", "montb")
@@ -137,9 +139,9 @@ def test_the_role_installs_and_runs_upstream_tarballs(lab_host, tmp_path: Path) 
     # The installer's own Ansible inventory for these hosts, and the variables the role reads.
     inventory_dir = tmp_path / "ansible"
     (inventory_dir / "group_vars").mkdir(parents=True)
-    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(render.hosts_yaml(inv)))
+    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(render.hosts_yaml(deployment_plan.build(inv))))
     group_vars = {
-        **render.HOST_LAYOUT, **render._monitoring_vars(inv), "pli_deployment": inv.deployment,
+        **HOST_LAYOUT, **render._monitoring_vars(deployment_plan.build(inv)), "pli_deployment": inv.deployment,
         "pli_bundle_dir": BUNDLE_ON_HOST, "engine_device": "cpu", "gateway_port": inv.ports.gateway,
         "pli_metrics_token_src": str(metrics_token.ensure_token(inv.deployment)),
     }

@@ -134,7 +134,7 @@ def test_built_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
     playbooks, modules = Path(out["playbooks"]), Path(out["modules"])
     assert playbooks == site / "installer" / "_data" / "playbooks"
     assert modules == site / "installer" / "_data" / "terraform"
-    assert "engine_max_num_seqs" in out["engine_defaults"]
+    assert "engine_limit_nofile" in out["engine_defaults"]
 
     # Every file of playbooks/ and terraform/modules/, and nothing else, is in the installed copy.
     assert _files(playbooks) == _files(src / "playbooks")

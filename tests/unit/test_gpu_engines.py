@@ -1,25 +1,26 @@
-"""Engines per host from the tuner (installer/engines.py), rendered into the engine role's
-variables and through the role's real preflight and templates (ansible-playbook, connection
-local, files written under a temp dir): several engines per GPU host with CUDA_VISIBLE_DEVICES
-and CPUAffinity, Ray units for a model larger than a host, and the CPU case unchanged."""
+"""Engines per host from the tuner (installer/engines.py) in the deployment plan, rendered into
+the engine role's variables and through the role's real preflight and templates
+(tests/support/engine_role.py): several engines per GPU host with CUDA_VISIBLE_DEVICES and
+CPUAffinity, Ray units for a model larger than a host, and the CPU case unchanged."""
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
 import pytest
-import yaml
 
 from installer import engines
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.gpu import planner
 from installer.gpu.tuner import TuneError
 from installer.inventory.models import Inventory
+from tests.support.engine_role import render_role, rendered_vars
 
-REPO = Path(__file__).parents[2]
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
 
 
 def inventory(tmp: Path, preset: str = "", hosts: int = 1, **gpu: Any) -> Inventory:
@@ -35,85 +36,63 @@ def inventory(tmp: Path, preset: str = "", hosts: int = 1, **gpu: Any) -> Invent
     })
 
 
+def inventory_with(tmp: Path, **engine: Any) -> Inventory:
+    """One CPU host; `engine` settings added to the engine section."""
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    return Inventory.model_validate({
+        "deployment": "demo", "model": {"path": str(model), "served_name": engine.pop("served_name", "m")},
+        "hosts": [{"name": "h0", "address": "10.0.0.1"}], "engine": {"device": "cpu", **engine},
+    })
+
+
 def test_cpu_and_undescribed_gpu_hosts_run_the_one_engine_of_old(tmp_path: Path) -> None:
     for inv in (inventory(tmp_path), inventory(tmp_path, cuda="13.0")):
-        assert engines.engine_instances(inv, inv.hosts[0]) == [
-            engines.EngineInstance("engine", "private-llm-engine", 8000)
-        ]
-        assert engines.ray_node(inv, inv.hosts[0]) is None
-        host = render.hosts_yaml(inv)["all"]["hosts"]["h0"]
-        assert "engine_instances" not in host and "engine_ray" not in host
+        p = deployment_plan.build(inv)
+        (engine,) = p.hosts[0].engines
+        assert (engine.name, engine.unit, engine.port, engine.devices, engine.cpus) == (
+            "engine", "private-llm-engine", 8000, "", "")
+        assert p.hosts[0].ray is None and p.tuned is None
+        host = render.hosts_yaml(p)["all"]["hosts"]["h0"]
+        assert [e["argv"] for e in host["engine_instances"]] == [list(engine.argv)] and host["engine_ray"] == {}
 
 
 def test_a_small_model_on_eight_gpus_runs_eight_pinned_engines(tmp_path: Path) -> None:
     inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8, numa_nodes=2)
-    found = engines.engine_instances(inv, inv.hosts[0])
+    p = deployment_plan.build(inv)
+    found = p.hosts[0].engines
     assert [(e.unit, e.port, e.devices) for e in found] == [
         ("private-llm-engine", 8000, "0"), *((f"private-llm-engine-{i}", 8000 + i, str(i)) for i in range(1, 8))
     ]
     # 2 NUMA nodes of 64 CPUs (HostHardware.of_type: 16 per GPU); 4 engines share each node
     assert [e.cpus for e in found[:5]] == ["0-15", "16-31", "32-47", "48-63", "64-79"]
-    assert found[0].args[:2] == ["--tensor-parallel-size", "1"]
-    assert found[0].env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    host = render.hosts_yaml(inv)["all"]["hosts"]["h0"]
+    assert found[0].tuned_args[:2] == ("--tensor-parallel-size", "1")
+    assert dict(found[0].env) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    host = render.hosts_yaml(p)["all"]["hosts"]["h0"]
     assert len(host["engine_instances"]) == 8 and host["engine_ray"] == {}
     # Every gateway routes to all eight, and drains and metrics name them the same way.
-    names = render.engine_names(inv, inv.hosts[0])
-    assert names == ["h0", *(f"h0-{i}" for i in range(1, 8))]
-    routes = render.gateway_engines(inv)
-    assert [r["name"] for r in routes] == names
-    assert [r["url"].rsplit(":", 1)[1] for r in routes] == [str(8000 + i) for i in range(8)]
+    names = p.engine_names("h0")
+    assert names == ("h0", *(f"h0-{i}" for i in range(1, 8)))
+    assert [u.name for u in p.upstreams] == list(names)
+    assert [u.url.rsplit(":", 1)[1] for u in p.upstreams] == [str(8000 + i) for i in range(8)]
 
 
 def test_a_model_larger_than_a_host_gets_a_ray_head_and_worker(tmp_path: Path) -> None:
     inv = inventory(tmp_path, "deepseek-v3", hosts=2, type="h100", count=8)
-    head, worker = inv.hosts
-    (engine,) = engines.engine_instances(inv, head)
-    assert "--pipeline-parallel-size" in engine.args and engine.devices == ""
-    assert engine.env["RAY_ADDRESS"] == f"10.0.0.1:{engines.RAY_PORT}"
-    assert engines.engine_instances(inv, worker) == [] or engines.ray_node(inv, worker)
-    h, w = engines.ray_node(inv, head), engines.ray_node(inv, worker)
+    p = deployment_plan.build(inv)
+    head, worker = p.hosts
+    (engine,) = head.engines
+    assert "--pipeline-parallel-size" in engine.argv and engine.devices == ""
+    assert dict(engine.env)["RAY_ADDRESS"] == f"10.0.0.1:{engines.RAY_PORT}"
+    assert worker.engines == ()
+    h, w = head.ray, worker.ray
     assert h and h.role == "head" and f"--port={engines.RAY_PORT}" in h.argv and h.node_ip == "10.0.0.1"
     assert w and w.role == "worker" and f"--address=10.0.0.1:{engines.RAY_PORT}" in w.argv
 
 
-def _render_role(tmp: Path, host_vars: dict[str, Any], device: str) -> dict[str, str]:
-    """The engine role's preflight and unit/env templates, run by Ansible; {file name: text}."""
-    out = tmp / "out"
-    out.mkdir(parents=True)
-    project = tmp / "project"
-    project.mkdir()
-    role = REPO / "playbooks" / "roles" / "engine"
-    tasks: list[dict[str, Any]] = [
-        {"name": "Engine preflight", "ansible.builtin.include_role": {
-            "name": "engine", "tasks_from": "preflight", "public": True}},
-        {"name": "Units", "ansible.builtin.template": {
-            "src": str(role / "templates" / "engine.service.j2"), "dest": f"{out}/{{{{ _engine_instance.unit }}}}"},
-         "loop": "{{ _engine_instances }}", "loop_control": {"loop_var": "_engine_instance"}},
-        {"name": "Env", "ansible.builtin.template": {
-            "src": str(role / "templates" / "engine.env.j2"), "dest": f"{out}/engine.env"}},
-        {"name": "Ray", "ansible.builtin.template": {
-            "src": str(role / "templates" / "ray.service.j2"), "dest": f"{out}/ray"},
-         "when": "engine_ray | length > 0"},
-    ]
-    (project / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
-    layout = {**render.HOST_LAYOUT, "pli_bundle_dir": "/b", "pli_release_id": "r-1",
-              "engine_served_model_name": "m", "engine_model_dir_name": "m", "engine_device": device}
-    r = ansible_runner.run(
-        private_data_dir=str(tmp), project_dir=str(project), playbook="play.yml",
-        inventory="localhost ansible_connection=local",
-        extravars={**layout, **host_vars, "ansible_python_interpreter": sys.executable},
-        envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "True",
-                 # ansible-runner starts ansible-playbook by name: this interpreter's first
-                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
-        quiet=True, suppress_env_files=True,
-    )
-    assert r.rc == 0, r.stdout.read()[-3000:]
-    return {p.name: p.read_text() for p in out.iterdir()}
-
-
 def test_cpu_unit_is_rendered_as_before(tmp_path: Path) -> None:
-    files = _render_role(tmp_path, {}, "cpu")
+    files = render_role(tmp_path, rendered_vars(deployment_plan.build(inventory_with(tmp_path)), "h0"))
     assert set(files) == {"private-llm-engine", "engine.env"}
     unit = files["private-llm-engine"]
     assert (
@@ -127,32 +106,29 @@ def test_cpu_unit_is_rendered_as_before(tmp_path: Path) -> None:
 
 def test_extra_args_reach_vllm_literally(tmp_path: Path) -> None:
     # systemd would expand %n and $HOME in ExecStart, quoted or not (#18: inventory strings in unit files)
-    files = _render_role(tmp_path, {"engine_extra_args": ["--served-model-name=%n", "$HOME"]}, "cpu")
+    inv = inventory_with(tmp_path, extra_args=["--served-model-name=%n", "$HOME"])
+    files = render_role(tmp_path, rendered_vars(deployment_plan.build(inv), "h0"))
     exec_line = next(line for line in files["private-llm-engine"].splitlines() if line.startswith("ExecStart="))
-    assert "--served-model-name=%%n '$$HOME'" in exec_line
+    assert exec_line.endswith("--enforce-eager --served-model-name=%%n '$$HOME'")
 
 
 def test_an_org_model_name_is_served_whole_from_one_folder(tmp_path: Path) -> None:
     # vLLM's usual name form: the API keeps the '/', the weights' folder on the host cannot.
-    model = tmp_path / "model"
-    model.mkdir()
-    inv = Inventory.model_validate({"deployment": "demo", "engine": {"device": "cpu"},
-                                    "model": {"path": str(model), "served_name": "Qwen/Qwen2.5-7B-Instruct"},
-                                    "hosts": [{"name": "h0", "address": "10.0.0.1"}]})
-    names = {"engine_served_model_name": inv.model.served_name, "engine_model_dir_name": inv.model.dir_name}
-    files = _render_role(tmp_path, names, "cpu")
+    inv = inventory_with(tmp_path, served_name="Qwen/Qwen2.5-7B-Instruct")
+    variables = rendered_vars(deployment_plan.build(inv), "h0")
+    files = render_role(tmp_path, variables)
     assert (
         "--model /var/lib/private-llm/models/Qwen--Qwen2.5-7B-Instruct "
         "--served-model-name Qwen/Qwen2.5-7B-Instruct --host"
     ) in files["private-llm-engine"]
     # A folder that is not one path component stops the role before any unit is written.
     with pytest.raises(AssertionError, match="engine_model_dir_name be one folder name"):
-        _render_role(tmp_path / "bad", {**names, "engine_model_dir_name": "Qwen/Qwen2.5-7B-Instruct"}, "cpu")
+        render_role(tmp_path / "bad", {**variables, "engine_model_dir_name": "Qwen/Qwen2.5-7B-Instruct"})
 
 
 def test_tuned_units_carry_devices_affinity_and_the_tuners_flags(tmp_path: Path) -> None:
     inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8, numa_nodes=2)
-    files = _render_role(tmp_path, render.hosts_yaml(inv)["all"]["hosts"]["h0"], "gpu")
+    files = render_role(tmp_path, rendered_vars(deployment_plan.build(inv), "h0"))
     assert {f"private-llm-engine-{i}" for i in range(1, 8)} | {"private-llm-engine"} <= set(files)
     unit = files["private-llm-engine-3"]
     assert "Environment=CUDA_VISIBLE_DEVICES=3\n" in unit and "CPUAffinity=48-63\n" in unit
@@ -164,11 +140,12 @@ def test_tuned_units_carry_devices_affinity_and_the_tuners_flags(tmp_path: Path)
 
 def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
     inv = inventory(tmp_path, "deepseek-v3", hosts=2, type="h100", count=8)
-    files = _render_role(tmp_path, render.hosts_yaml(inv)["all"]["hosts"]["h0"], "gpu")
+    p = deployment_plan.build(inv)
+    files = render_role(tmp_path, rendered_vars(p, "h0"))
     assert f"bin/ray start --head --node-ip-address=10.0.0.1 --port={engines.RAY_PORT}" in files["ray"]
     assert "VLLM_HOST_IP=10.0.0.1\n" in files["engine.env"]
     assert f"Environment=RAY_ADDRESS=10.0.0.1:{engines.RAY_PORT}" in files["private-llm-engine"]
-    worker = _render_role(tmp_path / "w", render.hosts_yaml(inv)["all"]["hosts"]["h1"], "gpu")
+    worker = render_role(tmp_path / "w", rendered_vars(p, "h1"))
     assert "private-llm-engine" not in worker  # a Ray worker runs no engine of its own
     assert "--address=10.0.0.1:" in worker["ray"]
 
@@ -177,17 +154,17 @@ def test_engine_ports_may_not_run_into_another_service(tmp_path: Path) -> None:
     inv = inventory(tmp_path, "deepseek-r1-distill-qwen-7b", type="h200", count=8)
     inv = inv.model_copy(update={"ports": inv.ports.model_copy(update={"gateway": 8005})})
     with pytest.raises(TuneError, match=r"includes ports\.gateway 8005"):
-        engines.engine_instances(inv, inv.hosts[0])
+        deployment_plan.build(inv)
 
 
 def test_fp8_weights_only_when_the_inventory_asks(tmp_path: Path) -> None:
     plain = inventory(tmp_path, "deepseek-v2-lite", type="h200", count=1)
-    assert "--quantization" not in engines.engine_instances(plain, plain.hosts[0])[0].args
+    assert "--quantization" not in deployment_plan.build(plain).hosts[0].engines[0].argv
     data = plain.model_dump(mode="json", exclude_unset=True)
     data["engine"]["quantization"] = "fp8"
     fp8 = Inventory.model_validate(data)
-    args = engines.engine_instances(fp8, fp8.hosts[0])[0].args
-    assert args[args.index("--quantization") + 1] == "fp8"
+    argv = deployment_plan.build(fp8).hosts[0].engines[0].argv
+    assert argv[argv.index("--quantization") + 1] == "fp8"
     # A GPU without fp8 (Ampere) refuses it, with what to do, before any host is touched.
     data["gpu"]["type"] = "a100-80g"
     with pytest.raises(TuneError, match="fp8"):

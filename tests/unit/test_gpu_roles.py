@@ -11,6 +11,7 @@ import datetime
 import inspect
 from pathlib import Path
 
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.gpu import matrix
@@ -108,7 +109,7 @@ def test_render_gives_the_gpu_roles_their_variables(tmp_path: Path) -> None:
     inv = load_inventory(inv_file)
     man = Manifest(target={}, components={}, packages=[])
     extra = list(inspect.signature(render.group_vars).parameters)[2:]  # e.g. the gateway's keys
-    gv = render.group_vars(inv, man, *["[]"] * len(extra))
+    gv = render.group_vars(deployment_plan.build(inv), man, *["[]"] * len(extra))
     assert gv["engine_device"] == "gpu"
     assert gv["nvidia_driver_plan"]["cuda_version"] == matrix.DEFAULT_CUDA
     assert gv["nvidia_driver_plan"]["generations"]["hopper"]["branch"] == 580

@@ -39,7 +39,7 @@ def test_max_num_seqs_is_half_length_sequences_in_the_kv_cache() -> None:
 
 
 def test_two_tp4_engines_on_an_8_gpu_host_each_on_its_own_socket() -> None:
-    t = tune(preset("deepseek-r1-distill-llama-70b"), [hgx_h200()], max_model_len=8192)
+    t = tune(preset("deepseek-r1-distill-llama-70b"), [hgx_h200()], concurrency=64, max_model_len=8192)
     assert t.settings["tensor_parallel_size"] == 4 and t.settings["engines_per_host"] == 2
     e0, e1 = t.engines
     assert (e0.gpus, e0.cpus, e0.numa_nodes, e0.port) == ([0, 1, 2, 3], "0-63", [0], 8000)
@@ -50,7 +50,7 @@ def test_two_tp4_engines_on_an_8_gpu_host_each_on_its_own_socket() -> None:
 
 
 def test_engines_sharing_a_socket_split_its_cores() -> None:
-    t = tune(preset("deepseek-r1-distill-qwen-7b"), [hgx_h200()], max_model_len=4096)
+    t = tune(preset("deepseek-r1-distill-qwen-7b"), [hgx_h200()], concurrency=64, max_model_len=4096)
     assert t.settings["engines_per_host"] == 8
     assert [e.cpus for e in t.engines[:4]] == ["0-15", "16-31", "32-47", "48-63"]
     assert [e.env["CUDA_VISIBLE_DEVICES"] for e in t.engines] == [str(i) for i in range(8)]
@@ -60,7 +60,7 @@ def test_inventory_settings_win_over_derived_ones() -> None:
     t = tune(
         preset("deepseek-r1-distill-qwen-7b"),
         [hgx_h200()],
-        max_model_len=4096,
+        concurrency=64, max_model_len=4096,
         max_num_seqs=32,
         gpu_memory_utilization=0.85,
     )
@@ -69,14 +69,14 @@ def test_inventory_settings_win_over_derived_ones() -> None:
 
 
 def test_max_model_len_is_capped_by_the_model() -> None:
-    t = tune(preset("deepseek-r1-distill-qwen-7b"), [hgx_h200()], max_model_len=262144)
+    t = tune(preset("deepseek-r1-distill-qwen-7b"), [hgx_h200()], concurrency=64, max_model_len=262144)
     assert t.settings["max_model_len"] == 131072
     assert any("lowered" in n for n in t.notes)
 
 
 def test_a_model_larger_than_a_host_uses_ray_pipeline_parallelism() -> None:
     hosts = [HostHardware.of_type(f"h{i}", gpu_type("h100"), 8, cpus=96, numa_nodes=2) for i in range(2)]
-    t = tune(preset("deepseek-v3"), hosts, max_model_len=8192)
+    t = tune(preset("deepseek-v3"), hosts, concurrency=64, max_model_len=8192)
     assert (t.settings["tensor_parallel_size"], t.settings["pipeline_parallel_size"]) == (8, 2)
     assert t.ray is not None and t.ray.head == "h0" and t.ray.workers == ["h1"]
     assert "--address=h0:6379" in t.ray.worker_argv
@@ -95,7 +95,7 @@ def test_too_little_hardware_is_an_error_naming_what_is_missing() -> None:
         tune(
             preset("deepseek-v3"),
             [HostHardware.of_type("h0", gpu_type("h100"), 8)],
-            max_model_len=4096,
+            concurrency=64, max_model_len=4096,
         )
 
 
@@ -105,7 +105,7 @@ def test_mixed_gpus_are_refused() -> None:
         HostGPU(1, "NVIDIA H100 80GB HBM3", 81559, "9.0", 0, "2a"),
     )
     with pytest.raises(TuneError, match="mixed GPUs"):
-        tune(preset("deepseek-v2-lite"), [HostHardware("x", gpus, {0: (0, 1)})], max_model_len=4096)
+        tune(preset("deepseek-v2-lite"), [HostHardware("x", gpus, {0: (0, 1)})], concurrency=64, max_model_len=4096)
 
 
 def test_from_doctor_facts_of_a_real_probe() -> None:
@@ -117,7 +117,7 @@ def test_from_doctor_facts_of_a_real_probe() -> None:
     facts = {"host": "probe", "gpus": gpus, "numa_nodes": {"0": "0-15"}}
     hw = HostHardware.from_facts(json.loads(json.dumps(facts)))
     assert len(hw.gpus) == len(gpus) and hw.numa_cpus == {0: tuple(range(16))}
-    t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
+    t = tune(preset("deepseek-v2-lite"), [hw], concurrency=64, max_model_len=4096)
     assert t.settings["tensor_parallel_size"] == 1 and len(t.engines) == len(gpus)
 
 
@@ -127,7 +127,7 @@ def test_hopper_captures_cuda_graphs_only_up_to_max_num_seqs() -> None:
     t = tune(
         preset("deepseek-v2-lite"),
         [HostHardware.of_type("h", gpu_type("h200"), 1)],
-        max_model_len=4096,
+        concurrency=64, max_model_len=4096,
         max_num_seqs=64,
     )
     args = t.engines[0].args
@@ -143,7 +143,7 @@ def test_hopper_captures_cuda_graphs_only_up_to_max_num_seqs() -> None:
 def test_other_generations_keep_vllms_cuda_graph_sizes() -> None:
     for gpu in ("a100-80g", "l40s", "b200"):
         host = HostHardware.of_type("a", gpu_type(gpu), 1)
-        t = tune(preset("deepseek-r1-distill-qwen-7b"), [host], max_model_len=4096)
+        t = tune(preset("deepseek-r1-distill-qwen-7b"), [host], concurrency=64, max_model_len=4096)
         assert "--max-cudagraph-capture-size" not in t.engines[0].args, gpu
         assert "max_cudagraph_capture_size" not in t.settings
 
@@ -190,7 +190,7 @@ def test_tp2_engines_take_the_nvlink_pairs_and_tp4_stays_on_a_socket() -> None:
 def test_a_pcie_only_tp_group_is_named_in_the_notes() -> None:
     """A 70B model needs two H200s; over PHB the tuner places it, and says what that costs."""
     host = _host_from_topo(FIXTURES / "synthetic_pcie_4gpu_interleaved_topo.txt", numa_from_topo=True)
-    t = tune(preset("deepseek-r1-distill-llama-70b"), [host], max_model_len=8192, max_num_seqs=8)
+    t = tune(preset("deepseek-r1-distill-llama-70b"), [host], concurrency=64, max_model_len=8192, max_num_seqs=8)
     assert t.settings["tensor_parallel_size"] == 2
     assert [e.gpus for e in t.engines] == [[0, 2], [1, 3]]
     assert [e.numa_nodes for e in t.engines] == [[0], [1]]
@@ -202,7 +202,7 @@ def test_the_real_h200_facts_give_one_pinned_engine() -> None:
     facts = json.loads((FIXTURES / "h200_r580" / "doctor_facts.json").read_text())
     hw = HostHardware.from_facts(facts)
     assert hw.links == {} and [g.numa_node for g in hw.gpus] == [0]
-    t = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
+    t = tune(preset("deepseek-v2-lite"), [hw], concurrency=64, max_model_len=4096)
     (e,) = t.engines
     assert e.gpus == [0] and e.numa_nodes == [0] and e.cpus == "0-15"
 
@@ -214,10 +214,10 @@ def test_the_real_two_gpu_h200_facts_place_tp2_over_nvlink() -> None:
     (host,) = json.loads((FIXTURES / "h200x2_r580" / "doctor_check.json").read_text())["hosts"]
     hw = HostHardware.from_facts(host["facts"])
     assert hw.link(0, 1) == "NV18"
-    lite = tune(preset("deepseek-v2-lite"), [hw], max_model_len=4096)
+    lite = tune(preset("deepseek-v2-lite"), [hw], concurrency=64, max_model_len=4096)
     assert [(e.gpus, e.cpus, e.env["CUDA_VISIBLE_DEVICES"]) for e in lite.engines] == [
         ([0], "0-15", "0"), ([1], "16-31", "1")]
-    big = tune(preset("deepseek-r1-distill-llama-70b"), [hw], max_model_len=8192)
+    big = tune(preset("deepseek-r1-distill-llama-70b"), [hw], concurrency=64, max_model_len=8192)
     (e,) = big.engines
     assert big.settings["tensor_parallel_size"] == 2 and e.gpus == [0, 1] and e.cpus == "0-31"
 
@@ -230,8 +230,8 @@ def test_fp8_weights_only_when_asked_for() -> None:
     batched tokens 1.30-1.33x output tok/s at concurrency 64 and TTFT p99 no worse, but changed
     numerics, so never derived for speed: the bf16 plan says how to ask for it."""
     h200 = [HostHardware.of_type("h", gpu_type("h200"), 1)]
-    plain = tune(preset("deepseek-v2-lite"), h200, max_model_len=4096)
-    fast = tune(preset("deepseek-v2-lite"), h200, max_model_len=4096, quantization="fp8")
+    plain = tune(preset("deepseek-v2-lite"), h200, concurrency=64, max_model_len=4096)
+    fast = tune(preset("deepseek-v2-lite"), h200, concurrency=64, max_model_len=4096, quantization="fp8")
     assert "--quantization" not in plain.engines[0].args and plain.settings["quantization"] is None
     args = fast.engines[0].args
     assert args[args.index("--quantization") + 1] == "fp8" and fast.settings["quantization"] == "fp8"
@@ -243,8 +243,9 @@ def test_fp8_weights_only_when_asked_for() -> None:
     # the bf16 plan names the opt-in and its cost; the fp8 one, an fp8 checkpoint and an A100 do not
     assert [n for n in plain.notes if "engine.quantization: fp8" in n and "numerics" in n]
     assert not [n for n in fast.notes if "engine.quantization" in n]
-    v3 = tune(preset("deepseek-v3"), [hgx_h200(), hgx_h200("gpu2")], max_model_len=4096)
-    a100 = tune(preset("deepseek-v2-lite"), [HostHardware.of_type("a", gpu_type("a100-80g"), 1)], max_model_len=4096)
+    v3 = tune(preset("deepseek-v3"), [hgx_h200(), hgx_h200("gpu2")], concurrency=64, max_model_len=4096)
+    a100 = tune(preset("deepseek-v2-lite"), [HostHardware.of_type("a", gpu_type("a100-80g"), 1)],
+                concurrency=64, max_model_len=4096)
     assert not [n for n in v3.notes + a100.notes if "engine.quantization" in n]
     # half the expert bytes: more of the GPU left for the KV cache
     assert fast.settings["kv_tokens_per_engine"] > plain.settings["kv_tokens_per_engine"]
@@ -253,8 +254,9 @@ def test_fp8_weights_only_when_asked_for() -> None:
 def test_fp8_weights_are_refused_where_they_cannot_be_had() -> None:
     with pytest.raises(TuneError, match="no fp8 tensor cores"):
         tune(preset("deepseek-v2-lite"), [HostHardware.of_type("a", gpu_type("a100-80g"), 1)],
-             max_model_len=4096, quantization="fp8")
+             concurrency=64, max_model_len=4096, quantization="fp8")
     with pytest.raises(TuneError, match="already fp8"):
-        tune(preset("deepseek-v3"), [hgx_h200(), hgx_h200("gpu2")], max_model_len=4096, quantization="fp8")
+        tune(preset("deepseek-v3"), [hgx_h200(), hgx_h200("gpu2")], concurrency=64, max_model_len=4096,
+             quantization="fp8")
     with pytest.raises(TuneError, match="'int4' is not one the tuner sets"):
-        tune(preset("deepseek-v2-lite"), [hgx_h200()], max_model_len=4096, quantization="int4")
+        tune(preset("deepseek-v2-lite"), [hgx_h200()], concurrency=64, max_model_len=4096, quantization="int4")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from installer import plan as deployment_plan
 from installer.ansible import render as ansible_render
 from installer.bundle import os_packages
 from installer.inventory.models import Inventory
@@ -98,7 +99,7 @@ def _inventory(hosts: list[dict], **extra: object) -> Inventory:
 def test_the_first_host_monitors_unless_the_inventory_names_monitoring_hosts() -> None:
     inv = _inventory([{"name": "a", "address": "10.0.0.1"}, {"name": "b", "address": "10.0.0.2"}])
     assert [inv.host_groups(h) for h in inv.hosts] == [["serving", "monitoring"], ["serving"]]
-    assert ansible_render.hosts_yaml(inv)["all"]["children"]["monitoring"]["hosts"] == {"a": {}}
+    assert ansible_render.hosts_yaml(deployment_plan.build(inv))["all"]["children"]["monitoring"]["hosts"] == {"a": {}}
     inv = _inventory([
         {"name": "a", "address": "10.0.0.1"},
         {"name": "mon", "address": "10.0.0.9", "groups": ["monitoring"]},
@@ -116,7 +117,7 @@ def test_monitoring_packages_go_to_the_monitoring_group_and_node_exporter_everyw
 def test_the_inventory_monitoring_section_reaches_the_role() -> None:
     inv = _inventory([{"name": "a", "address": "10.0.0.1"}],
                      monitoring={"alert_profile": "test", "ttft_p99_target_s": 0.8, "retention": "30d"})
-    got = ansible_render._monitoring_vars(inv)
+    got = ansible_render._monitoring_vars(deployment_plan.build(inv))
     assert got["monitoring_alert_profile"] == "test"
     assert got["monitoring_ttft_p99_target_s"] == 0.8
     assert got["monitoring_retention"] == "30d"

@@ -11,6 +11,7 @@ import jinja2
 import pytest
 import yaml
 
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
@@ -102,7 +103,7 @@ def test_the_installer_generates_the_token_once_and_keeps_it_private(
 
     def run(n: int) -> tuple[dict[str, Any], Path]:
         """What a run of `installer up` renders into its run directory."""
-        inv_dir = render.write(load_inventory(site), man, tmp_path / f"run{n}", "{}")
+        inv_dir = render.write(deployment_plan.build(load_inventory(site)), man, tmp_path / f"run{n}", "{}")
         return yaml.safe_load((inv_dir / "group_vars" / "all.yml").read_text()), inv_dir
 
     first, inv_dir = run(1)

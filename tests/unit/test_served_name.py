@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from installer import paths
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.day2 import revisions
@@ -89,7 +90,7 @@ def _accepted(name: str) -> bool:
 def test_the_roles_get_the_full_name_and_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
     inv = Inventory.model_validate(_inventory_data(tmp_path, "Qwen/Qwen2.5-7B-Instruct"))
-    gv = render.group_vars(inv, Manifest({}, {}, []), "{}")
+    gv = render.group_vars(deployment_plan.build(inv), Manifest({}, {}, []), "{}")
     assert gv["model_dir_name"] == gv["engine_model_dir_name"] == "Qwen--Qwen2.5-7B-Instruct"
     # The API keeps the full name: vLLM serves it, the gateway routes it, the health check asks for it.
     assert gv["model_served_name"] == gv["engine_served_model_name"] == gv["healthcheck_model"]

@@ -13,6 +13,7 @@ import paramiko
 import pytest
 from ansible.plugins.connection import ConnectionBase
 
+from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.inventory import Inventory
 from installer.ssh import Target, known_hosts_option
@@ -104,6 +105,6 @@ def test_ansible_gets_the_known_hosts_option_as_one_argument(tmp_path: Path) -> 
             "engine": {"device": "cpu"},
         }
     )
-    common = render.hosts_yaml(inv)["all"]["hosts"]["h1"]["ansible_ssh_common_args"]
+    common = render.hosts_yaml(deployment_plan.build(inv))["all"]["hosts"]["h1"]["ansible_ssh_common_args"]
     # Ansible's own ssh connection splits the string this way; the option is the one tested above.
     assert known_hosts_option(known) in ConnectionBase._split_ssh_args(common)

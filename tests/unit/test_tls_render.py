@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from installer import plan as deployment_plan
+from installer import redis_auth
 from installer.ansible import render
 from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
@@ -33,12 +35,12 @@ MAN = Manifest(target={}, components={}, packages=[])
 
 def test_one_host_keeps_its_engine_on_loopback_and_serves_https(tmp_path: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 1))
-    gv = render.group_vars(inv, MAN, "{}")
+    gv = render.group_vars(deployment_plan.build(inv), MAN, "{}")
     assert gv["gateway_engines"] == [{"name": "h1", "url": "http://127.0.0.1:8000", "model": "tiny"}]
     assert gv["pli_tls_enabled"] is True and gv["pli_gateway_scheme"] == "https"
     assert gv["pli_tls_dir"] == "/etc/private-llm/tls"
     assert gv["gateway_redis_url"] == "" and gv["redis_host"] == ""
-    host = render.hosts_yaml(inv)["all"]["hosts"]["h1"]
+    host = render.hosts_yaml(deployment_plan.build(inv))["all"]["hosts"]["h1"]
     assert host["engine_bind_address"] == "127.0.0.1" and host["engine_tls"] is False
     assert host["healthcheck_gateway_url"] == "https://10.0.0.1:8080"
     assert host["tls_key_src"].endswith("tls/demo/hosts/h1/server.key")
@@ -47,11 +49,11 @@ def test_one_host_keeps_its_engine_on_loopback_and_serves_https(tmp_path: Path) 
 
 def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 3))
-    gv = render.group_vars(inv, MAN, "{}")
+    gv = render.group_vars(deployment_plan.build(inv), MAN, "{}")
     assert [e["url"] for e in gv["gateway_engines"]] == [
         "https://10.0.0.1:8000", "https://10.0.0.2:8000", "https://10.0.0.3:8000",
     ]
-    hosts = render.hosts_yaml(inv)["all"]["hosts"]
+    hosts = render.hosts_yaml(deployment_plan.build(inv))["all"]["hosts"]
     assert hosts["h2"]["engine_bind_address"] == "10.0.0.2" and hosts["h2"]["engine_tls"] is True
     assert hosts["h2"]["healthcheck_url"] == "https://10.0.0.2:8000"
     assert gv["healthcheck_client_cert"] == "/etc/private-llm/tls/server.pem"
@@ -60,11 +62,13 @@ def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: P
     assert gv["gateway_redis_url"].startswith("rediss://:{{ lookup('ansible.builtin.file', redis_password_file) }}@")
     assert gv["gateway_redis_url"].endswith("@10.0.0.1:6379/0")
     password = Path(gv["redis_password_file"])
+    assert not password.exists()  # rendering writes no secret: the flow makes it first
+    assert redis_auth.ensure_password(inv.deployment) == password
     assert password.stat().st_mode & 0o777 == 0o600 and len(password.read_text()) == 64
     assert os_packages.wanted(inv)["redis"] == ["redis-server"]
     # Nothing secret in what is written to the run directory.
     prepare(inv)
-    out = render.write(inv, MAN, tmp_path / "run", "{}")
+    out = render.write(deployment_plan.build(inv), MAN, tmp_path / "run", "{}")
     written = (out / "hosts.yml").read_text() + (out / "group_vars" / "all.yml").read_text()
     assert password.read_text() not in written
     key = (state / "tls" / "demo" / "hosts" / "h1" / "server.key").read_text()
@@ -74,10 +78,10 @@ def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: P
 
 def test_tls_off_is_plain_http_everywhere(tmp_path: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 2, "tls: {mode: off}\n"))
-    gv = render.group_vars(inv, MAN, "{}")
+    gv = render.group_vars(deployment_plan.build(inv), MAN, "{}")
     assert gv["pli_tls_enabled"] is False and gv["pli_gateway_scheme"] == "http"
     assert [e["url"] for e in gv["gateway_engines"]] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
     assert gv["gateway_redis_url"].startswith("redis://:")
-    host = render.hosts_yaml(inv)["all"]["hosts"]["h1"]
+    host = render.hosts_yaml(deployment_plan.build(inv))["all"]["hosts"]["h1"]
     assert host["engine_tls"] is False and "tls_key_src" not in host
     assert host["healthcheck_gateway_url"] == "http://127.0.0.1:8080"

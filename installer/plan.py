@@ -1,0 +1,131 @@
+"""The deployment plan: everything that follows from one inventory, computed once and frozen.
+
+Which hosts serve, which engines each runs (unit, port, full vLLM argv, CUDA_VISIBLE_DEVICES,
+CPU affinity, environment), where they listen, which engines every gateway routes to, which
+host keeps the shared Redis, and the on-host paths. `build()` has no side effect: it reads the
+model's config.json for the tuner and writes nothing. The Ansible renderer
+(installer/ansible/render.py) only serialises a plan, `installer plan` prints its engines, and
+the flows ask it for engine names instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from installer import engines
+from installer.engines import EngineInstance, RayNode
+from installer.gpu.tuner import Tuned
+from installer.inventory import Host, Inventory
+from installer.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One engine as every gateway routes to it (and relays its /metrics for Prometheus)."""
+
+    name: str
+    url: str
+    model: str
+
+
+@dataclass(frozen=True)
+class RedisPlan:
+    host: str
+    address: str
+    port: int
+    tls: bool
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    host: Host
+    groups: tuple[str, ...]
+    package_groups: tuple[str, ...]  # groups whose OS packages it installs (with "redis" on the Redis host)
+    engines: tuple[EngineInstance, ...]
+    engine_names: tuple[str, ...]  # what gateways, drains and metrics labels call its engines
+    ray: RayNode | None
+    engine_bind_address: str
+    engine_tls: bool
+    engine_url: str  # its first engine, as the host's checks reach it
+    gateway_url: str  # its gateway, as the health check reaches it
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+
+@dataclass(frozen=True)
+class DeploymentPlan:
+    inventory: Inventory
+    hosts: tuple[HostPlan, ...]
+    cross_host: bool  # several serving hosts: engines on the network, every gateway routes to all
+    upstreams: tuple[Upstream, ...]
+    redis: RedisPlan | None
+    tuned: Tuned | None = field(default=None, compare=False, repr=False)  # the tuner's reasons, for `plan`
+    layout: Mapping[str, str] = field(default_factory=lambda: MappingProxyType(dict(HOST_LAYOUT)))
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in self.hosts if h.name == name)
+
+    def engine_names(self, name: str) -> tuple[str, ...]:
+        return self.host(name).engine_names
+
+    def serving(self) -> tuple[HostPlan, ...]:
+        return tuple(h for h in self.hosts if "serving" in h.groups)
+
+    def engine_commands(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """(host, unit, vLLM argv) of every engine: what `installer plan` shows and `up` deploys."""
+        return [(h.name, e.unit, e.argv) for h in self.hosts for e in h.engines]
+
+
+def _url(scheme: str, address: str, port: int) -> str:
+    return f"{scheme}://[{address}]:{port}" if ":" in address else f"{scheme}://{address}:{port}"
+
+
+def _engine_url(inv: Inventory, host: Host, port: int) -> str:
+    if not cross_host(inv):
+        return _url("http", "127.0.0.1", port)
+    return _url("http" if inv.tls.mode == "off" else "https", host.address, port)
+
+
+def _names(host: Host, found: list[EngineInstance]) -> tuple[str, ...]:
+    """The first engine is named after the host, the others `<host>-<n>`; a Ray worker runs none."""
+    return tuple(host.name if e.name == "engine" else f"{host.name}-{e.name.removeprefix('engine-')}" for e in found)
+
+
+def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host) -> HostPlan:
+    on = inv.tls.mode != "off"
+    network = cross_host(inv)
+    found = engines.instances(inv, tuned, host)
+    groups = tuple(inv.host_groups(host))
+    return HostPlan(
+        host=host,
+        groups=groups,
+        package_groups=(*groups, "redis") if host is redis_host(inv) else groups,
+        engines=tuple(found),
+        engine_names=_names(host, found),
+        ray=engines.ray_node(inv, tuned, host),
+        engine_bind_address=host.address if network else "127.0.0.1",
+        engine_tls=on and network,
+        engine_url=_engine_url(inv, host, inv.ports.engine),
+        # With TLS the gateway is checked by its certificate's address, as clients reach it.
+        gateway_url=_url("https" if on else "http", host.address if on else "127.0.0.1", inv.ports.gateway),
+    )
+
+
+def build(inv: Inventory) -> DeploymentPlan:
+    """The plan of this inventory. Raises tuner.TuneError when the model does not fit the GPUs
+    the inventory describes (or their engines' ports run into another service's)."""
+    tuned = engines.tuned(inv)
+    hosts = tuple(_host_plan(inv, tuned, h) for h in inv.hosts)
+    by_name = {h.name: h for h in hosts}
+    upstreams = tuple(
+        Upstream(name, _engine_url(inv, host, e.port), inv.model.served_name)
+        for host in serving_hosts(inv)
+        for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
+    )
+    rh = redis_host(inv)
+    redis = None if rh is None else RedisPlan(rh.name, rh.address, inv.ports.redis, inv.tls.mode != "off")
+    return DeploymentPlan(inv, hosts, cross_host(inv), upstreams, redis, tuned)
