@@ -129,3 +129,12 @@ def build(inv: Inventory) -> DeploymentPlan:
     rh = redis_host(inv)
     redis = None if rh is None else RedisPlan(rh.name, rh.address, inv.ports.redis, inv.tls.mode != "off")
     return DeploymentPlan(inv, hosts, cross_host(inv), upstreams, redis, tuned)
+
+
+def engine_commands_before_preflight(inv: Inventory) -> list[tuple[str, str, tuple[str, ...]]] | None:
+    """What `installer plan` can promise before any host is probed: every engine's (host, unit,
+    argv). None for a GPU inventory without gpu.type/gpu.count: `up` lays those engines out at
+    preflight, from the GPUs the hosts report."""
+    if inv.engine.device == "gpu" and engines.declared_hardware(inv) is None:
+        return None
+    return build(inv).engine_commands()

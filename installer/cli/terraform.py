@@ -4,12 +4,14 @@
 from the deploy flow's provision phase.
 """
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from installer import deploy
+from installer import plan as deployment_plan
 from installer.bundle import terraform_tools
 from installer.cli import deploy as deploy_cli
 from installer.cli.gpu import print_fit_section
@@ -70,6 +72,11 @@ def plan(
     inv = load_inventory(inventory)
     # Does the model fit the GPUs at all? Cheap, offline, and worth knowing before anything else.
     print_fit_section(inv)
+    commands = deployment_plan.engine_commands_before_preflight(inv)  # exactly what `up` deploys
+    if commands is None:
+        console.print("engines: laid out at preflight for the GPUs the hosts report (no gpu.type/gpu.count)")
+    for host, unit, argv in commands or []:
+        console.print(f"{host} {unit}: {shlex.join(argv)}", soft_wrap=True)
     trusted = tuple(trusted_key or ())
     if inv.provider != "baremetal":
         # The bundle's terraform runs here with the cloud credentials: its signature first.

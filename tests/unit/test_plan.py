@@ -41,7 +41,8 @@ def inventory(tmp: Path, hosts: int, engine: dict[str, Any], gpu: dict[str, Any]
 def _units_match_the_plan(tmp: Path, inv: Inventory) -> deployment_plan.DeploymentPlan:
     """Every engine unit the role renders runs exactly the argv `installer plan` reports."""
     p = deployment_plan.build(inv)
-    reported = p.engine_commands()  # what `installer plan` prints
+    reported = deployment_plan.engine_commands_before_preflight(inv)  # what `installer plan` prints
+    assert reported == p.engine_commands()
     assert reported
     for host in p.serving():
         files = render_role(tmp / host.name, rendered_vars(p, host.name))
@@ -74,6 +75,11 @@ def test_a_gpu_inventory_deploys_the_argv_plan_reports(tmp_path: Path) -> None:
     fit = gpu_fit.fit(inv)
     assert fit is not None and fit.tuned is not None
     assert [tuple(e.args) for e in fit.tuned.engines] == [e.tuned_args for h in p.hosts for e in h.engines]
+
+
+def test_plan_promises_no_argv_for_gpus_only_preflight_will_see(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, 1, {"device": "gpu"}, {"cuda": "13.0"}, "deepseek-r1-distill-qwen-7b")
+    assert deployment_plan.engine_commands_before_preflight(inv) is None
 
 
 def test_the_plan_is_frozen(tmp_path: Path) -> None:
