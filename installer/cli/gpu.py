@@ -17,17 +17,18 @@ from typing import Annotated, Any
 
 import typer
 
-from installer.ansible.render import HOST_LAYOUT
+from installer import engines
 from installer.cli.root import app
 from installer.errors import InstallerError
 from installer.gpu import doctor as gpu_doctor
 from installer.gpu.matrix import gpu_type
 from installer.gpu.planner import load_config
-from installer.gpu.tuner import HostHardware, Tuned, TuneError, tune
+from installer.gpu.tuner import HostHardware, Tuned, TuneError
 from installer.inventory import Inventory, load_inventory
 from installer.paths import state_dir
 from installer.runlog import RunLog
 from installer.ssh import Target, targets
+from installer.topology import HOST_LAYOUT
 from installer.ui import console, table
 
 DOCTOR_SCRIPT = Path(gpu_doctor.__file__)
@@ -238,19 +239,8 @@ def print_fit_section(inv: Inventory) -> Tuned | None:
         )
         return None
     spec = load_config(inv.model.path)
-    user = inv.engine.model_fields_set
     try:
-        tuned = tune(
-            spec,
-            hosts,
-            max_model_len=inv.engine.max_model_len,
-            max_num_seqs=inv.engine.max_num_seqs if "max_num_seqs" in user else None,
-            gpu_memory_utilization=(
-                inv.engine.gpu_memory_utilization if "gpu_memory_utilization" in user else None
-            ),
-            base_port=inv.ports.engine,
-            quantization=inv.engine.quantization,
-        )
+        tuned = engines.tune_for(inv, hosts)  # the call `up` makes (installer/plan.py)
     except TuneError as exc:
         console.print(f"[red]GPU fit: {exc}[/]")
         for line in exc.details:

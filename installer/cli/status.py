@@ -10,8 +10,8 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
+from installer import plan
 from installer import status as st
-from installer.ansible.render import engine_names
 from installer.cli.root import app
 from installer.inventory import Inventory, load_inventory
 from installer.ui import console, table
@@ -29,7 +29,8 @@ def prometheus_url(inv: Inventory) -> str | None:
 
 def _report(inv: Inventory, prometheus: str | None, timeout_s: float) -> st.StatusReport:
     ctx = st.Context(inv, prometheus, timeout_s)
-    return st.collect(ctx, st.COLLECTORS, lambda host: engine_names(inv, host))
+    names = plan.build(inv).engine_names
+    return st.collect(ctx, st.COLLECTORS, lambda host: list(names(host.name)))
 
 
 def _render(report: st.StatusReport) -> Group:
