@@ -9,8 +9,8 @@ import typer
 from rich.filesize import decimal
 
 from installer.bundle import build as bundle_build
-from installer.bundle import contents, sign
-from installer.bundle.manifest import MANIFEST, Manifest, parse
+from installer.bundle import contents, sign, signed_tar
+from installer.bundle.manifest import Manifest, parse
 from installer.cli.root import app
 from installer.inventory import load_inventory
 from installer.ui import console, table
@@ -66,22 +66,19 @@ def build_cmd(
 ) -> None:
     """Collect every byte the inventory's hosts need into one checksummed, signed bundle file."""
     inv = load_inventory(inventory)
-    key = sign_key or (sign.default_private_key() if sign.default_private_key().is_file() else None)
-    private = sign.load_private_key(key) if key is not None else None  # a bad key fails first
-    root, man, built = bundle_build.build(inv, progress=lambda m: console.print(f"  fetching {m}"))
-    signature = sign.signature_for((root / MANIFEST).read_bytes(), private) if private else None
-    bundle_build.write_tar(root, output, signature=signature)
+    out = signed_tar.build_tar(inv, output, sign_key, progress=lambda m: console.print(f"  fetching {m}"))
+    man = out.manifest
     console.print(
-        f"[green]{'built' if built else 'cached'}[/] bundle {man.bundle_id[:12]} "
+        f"[green]{'built' if out.built else 'cached'}[/] bundle {man.bundle_id[:12]} "
         f"({len(man.files)} files, {man.total_size / 1e9:.2f} GB) -> {output}"
     )
-    if private is None:
+    if out.key is None:
         console.print(
             "[yellow]unsigned:[/] no signing key (make one with `installer bundle keygen`); "
             "`installer up --bundle` refuses unsigned bundles unless given --insecure"
         )
     else:
-        console.print(f"signed with key {sign.key_id(private.public_key())} ({key})")
+        console.print(f"signed with key {out.key_id} ({out.key})")
 
 
 @bundle_app.command("verify")

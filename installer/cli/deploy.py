@@ -5,12 +5,10 @@ from typing import Annotated
 
 import typer
 
-from installer import deploy
-from installer.cli.root import InventoryOpt, app
-from installer.errors import AnsibleError
+from installer.cli.root import InventoryOpt, app, run_up
 from installer.inventory import load_inventory
 from installer.inventory_checks import check_inventory
-from installer.ui import RichReporter, console, table
+from installer.ui import console
 
 
 @app.command()
@@ -64,36 +62,4 @@ def up(
     ] = False,
 ) -> None:
     """Validate, bundle, preflight, push and configure: bring every host to a serving state."""
-    inv = load_inventory(inventory)
-    reporter = RichReporter([h.name for h in inv.hosts])
-    if insecure and bundle:
-        console.print(
-            "[bold red on yellow] INSECURE [/] [bold red]--insecure: the bundle is used even if it "
-            "is unsigned or signed by an unknown key; its origin is not verified[/]"
-        )
-    result = deploy.up(
-        inventory, reporter, bundle_path=bundle, check=check, prune=prune,
-        trusted_keys=tuple(trusted_key or ()), insecure=insecure, adopt=adopt,
-    )
-    # The gpu column only where a host ran the GPU checks: CPU deployments keep their table.
-    gpu = any(h.gpu for h in result.hosts)
-    rows = [
-        [h.name, h.address, h.state, str(h.changed), h.endpoint, h.model, h.detail[:80]] + ([h.gpu] if gpu else [])
-        for h in result.hosts
-    ]
-    console.print(table(
-        f"deployment {inv.deployment} — release {result.manifest.release_id}",
-        ["host", "address", "state", "changed", "endpoint", "model", "detail"] + (["gpu"] if gpu else []), rows,
-    ))
-    timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
-    console.print(f"phases: {timings}")
-    console.print(f"run log: {result.run_dir}")
-    if not result.success:
-        failed = [f"{h.name}: {h.detail}" for h in result.hosts if h.state not in ("ready", "checked")]
-        raise AnsibleError(f"{len(failed)} host(s) failed; see the run log", failed)
-    if check:
-        console.print(f"[yellow]check mode:[/] {result.changed} change(s) would be made")
-    elif result.changed == 0:
-        console.print("[green]converged:[/] nothing changed on any host (changed=0)")
-    else:
-        console.print(f"[green]done:[/] {result.changed} change(s) applied; every host serves")
+    run_up(inventory, bundle, trusted_key or [], insecure, check, prune=prune, adopt=adopt)

@@ -1,6 +1,6 @@
 """The root of the `installer` command: the typer app every command module registers on, the
-options they share, and the --state-dir option (installer.paths: `--state-dir`, or next to the
-command's --inventory).
+options they share, the --state-dir option (installer.paths: `--state-dir`, or next to the
+command's --inventory), and `run_up`, which both `up` and `plan` (in check mode) print with.
 
 Command modules import this module and nothing else of installer.cli, so no command depends on
 another one (pyproject.toml, [tool.importlinter]).
@@ -12,7 +12,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from installer import paths
+from installer import deploy, paths
+from installer.errors import AnsibleError
+from installer.inventory import load_inventory
+from installer.ui import RichReporter, console, table
 
 app = typer.Typer(
     name="installer",
@@ -73,3 +76,43 @@ def _state_dir_option(
 InventoryOpt = Annotated[
     Path, typer.Option("--inventory", "-i", help="Inventory YAML file.", show_default=False)
 ]
+
+
+def run_up(
+    inventory: Path, bundle: Path | None, trusted_key: list[Path], insecure: bool, check: bool,
+    prune: bool = False, adopt: bool = False,
+) -> None:
+    """`installer up` (installer.deploy.up) with live phases, then one row per host."""
+    inv = load_inventory(inventory)
+    reporter = RichReporter([h.name for h in inv.hosts])
+    if insecure and bundle:
+        console.print(
+            "[bold red on yellow] INSECURE [/] [bold red]--insecure: the bundle is used even if it "
+            "is unsigned or signed by an unknown key; its origin is not verified[/]"
+        )
+    result = deploy.up(
+        inventory, reporter, bundle_path=bundle, check=check, prune=prune,
+        trusted_keys=tuple(trusted_key), insecure=insecure, adopt=adopt,
+    )
+    # The gpu column only where a host ran the GPU checks: CPU deployments keep their table.
+    gpu = any(h.gpu for h in result.hosts)
+    rows = [
+        [h.name, h.address, h.state, str(h.changed), h.endpoint, h.model, h.detail[:80]] + ([h.gpu] if gpu else [])
+        for h in result.hosts
+    ]
+    console.print(table(
+        f"deployment {inv.deployment} — release {result.manifest.release_id}",
+        ["host", "address", "state", "changed", "endpoint", "model", "detail"] + (["gpu"] if gpu else []), rows,
+    ))
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
+    console.print(f"phases: {timings}")
+    console.print(f"run log: {result.run_dir}")
+    if not result.success:
+        failed = [f"{h.name}: {h.detail}" for h in result.hosts if h.state not in ("ready", "checked")]
+        raise AnsibleError(f"{len(failed)} host(s) failed; see the run log", failed)
+    if check:
+        console.print(f"[yellow]check mode:[/] {result.changed} change(s) would be made")
+    elif result.changed == 0:
+        console.print("[green]converged:[/] nothing changed on any host (changed=0)")
+    else:
+        console.print(f"[green]done:[/] {result.changed} change(s) applied; every host serves")

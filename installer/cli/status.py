@@ -10,30 +10,14 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
-from installer import plan
-from installer import status as st
 from installer.cli.root import app
-from installer.inventory import Inventory, load_inventory
+from installer.inventory import load_inventory
+from installer.status.model import StatusReport
+from installer.status.report import report as status_report
 from installer.ui import console, table
 
 
-def prometheus_url(inv: Inventory) -> str | None:
-    """Prometheus on the first monitoring host (by default the inventory's first host)."""
-    monitors = [h for h in inv.hosts if "monitoring" in inv.host_groups(h)]
-    if not monitors:
-        return None
-    address = monitors[0].address
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{inv.monitoring.prometheus_port}"
-
-
-def _report(inv: Inventory, prometheus: str | None, timeout_s: float) -> st.StatusReport:
-    ctx = st.Context(inv, prometheus, timeout_s)
-    names = plan.build(inv).engine_names
-    return st.collect(ctx, st.COLLECTORS, lambda host: list(names(host.name)))
-
-
-def _render(report: st.StatusReport) -> Group:
+def _render(report: StatusReport) -> Group:
     stamp = time.strftime("%H:%M:%S", time.localtime(report.taken_at))
     title = f"deployment {report.deployment} — {stamp}, Prometheus {report.prometheus_url or 'none'}"
     parts: list = [table(title, ["host", "engine", *[c.header for c in report.columns]], report.table_rows())]
@@ -58,19 +42,18 @@ def status_cmd(
 ) -> None:
     """Show each host's engines: ready, model, release, traffic, latency, KV cache, GPU memory."""
     inv = load_inventory(inventory)
-    url = prometheus or prometheus_url(inv)
     if as_json:
         if watch:
             raise typer.BadParameter("--watch and --json do not go together; run --json in a loop instead")
-        print(json.dumps(_report(inv, url, timeout).to_json(), indent=1))
+        print(json.dumps(status_report(inv, prometheus, timeout).to_json(), indent=1))
         return
     if not watch:
-        console.print(_render(_report(inv, url, timeout)))
+        console.print(_render(status_report(inv, prometheus, timeout)))
         return
-    with Live(_render(_report(inv, url, timeout)), console=console, screen=False) as live:
+    with Live(_render(status_report(inv, prometheus, timeout)), console=console, screen=False) as live:
         try:
             while True:
                 time.sleep(watch)
-                live.update(_render(_report(inv, url, timeout)))
+                live.update(_render(status_report(inv, prometheus, timeout)))
         except KeyboardInterrupt:
             pass

@@ -1,7 +1,8 @@
 """`installer plan` and `installer down`: the Terraform side of a deployment.
 
 `installer up` provisions through the same library (installer.terraform.provision), called
-from the deploy flow's provision phase.
+from the deploy flow's provision phase; `plan` asks installer/preview.py and installer/gpu_fit.py,
+`down` installer/day2/down.py.
 """
 
 import shlex
@@ -10,18 +11,15 @@ from typing import Annotated
 
 import typer
 
-from installer import deploy
+from installer import gpu_fit, preview
 from installer import plan as deployment_plan
-from installer.bundle import terraform_tools
-from installer.cli import deploy as deploy_cli
-from installer.cli.gpu import print_fit_section
-from installer.cli.root import InventoryOpt, app
-from installer.day2 import revisions, uninstall
+from installer.cli.root import InventoryOpt, app, run_up
+from installer.day2 import down as teardown
 from installer.errors import AnsibleError
+from installer.gpu.tuner import Tuned
 from installer.inventory import Inventory, load_inventory
-from installer.runlog import RunLog
-from installer.terraform import contract, provision
 from installer.terraform.cli import ChangeSummary
+from installer.terraform.provision import describe
 from installer.ui import console, table
 
 BundleOpt = Annotated[
@@ -44,8 +42,6 @@ InsecureOpt = Annotated[
         help="Accept an unsigned or untrusted --bundle, and run its terraform here. Unsafe.",
     ),
 ]
-# Changes that bring up new machines: Ansible has nothing to compare them with yet.
-_NEW_MACHINE = ("create", "replace")
 
 
 def _note(text: str) -> None:
@@ -56,9 +52,81 @@ def _print_changes(title: str, summary: ChangeSummary) -> None:
     rows = [[c.action, c.address] for c in summary.changes if c.action != "noop"]
     if rows:
         console.print(table(title, ["action", "resource"], rows))
-    console.print(f"terraform: {provision.describe(summary)}")
+    console.print(f"terraform: {describe(summary)}")
     for warning in summary.warnings:
         console.print(f"[yellow]{warning.line()}[/]")
+
+
+def print_fit_section(inv: Inventory) -> Tuned | None:
+    """Print whether the inventory's model fits its GPUs, and the vLLM settings derived for it."""
+    fit = gpu_fit.fit(inv)
+    if fit is None:
+        return None
+    if fit.unknown:
+        console.print(f"GPU fit: {fit.unknown}")
+        return None
+    if fit.refused is not None:
+        console.print(f"[red]GPU fit: {fit.refused}[/]")
+        for line in fit.refused.details:
+            console.print(f"  {line}")
+        return None
+    tuned, spec = fit.tuned, fit.spec
+    assert tuned is not None and spec is not None
+    s, mem = tuned.settings, tuned.recommendation.fit
+    assert mem is not None
+    console.print(
+        f"GPU fit — {spec.name}: {spec.total_params() / 1e9:.1f}B parameters "
+        f"({spec.active_params() / 1e9:.1f}B active), {fit.source}: "
+        f"[green]{tuned.recommendation.verdict}[/]"
+    )
+    rows = [
+        [k, str(s[k]), tuned.why.get(k, "")]
+        for k in (
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "engines_per_host",
+            "gpu_memory_utilization",
+            "max_model_len",
+            "max_num_seqs",
+            "kv_cache_dtype",
+            "quantization",
+            "enable_prefix_caching",
+        )
+    ]
+    rows.append(
+        [
+            "memory per GPU",
+            f"{mem.weights_gib:.1f} weights + {mem.activation_gib + mem.overhead_gib:.1f} "
+            f"activations/overhead + {mem.kv_gib:.1f} KV GiB",
+            f"of {mem.budget_gib:.1f} GiB vLLM may use",
+        ]
+    )
+    console.print(table("vLLM settings", ["setting", "value", "why"], rows))
+    console.print(
+        table(
+            "engines",
+            ["host", "engine", "port", "CUDA_VISIBLE_DEVICES", "CPUs", "NUMA"],
+            [
+                [
+                    e.host,
+                    str(e.index),
+                    str(e.port),
+                    e.env.get("CUDA_VISIBLE_DEVICES", "all"),
+                    e.cpus,
+                    ",".join(map(str, e.numa_nodes)) or "-",
+                ]
+                for e in tuned.engines
+            ],
+        )
+    )
+    if tuned.ray:
+        console.print(
+            f"Ray: head {tuned.ray.head}, workers {', '.join(tuned.ray.workers)} "
+            f"(port {tuned.ray.port})"
+        )
+    for note in tuned.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    return tuned
 
 
 @app.command()
@@ -79,24 +147,16 @@ def plan(
         console.print(f"{host} {unit}: {shlex.join(argv)}", soft_wrap=True)
     trusted = tuple(trusted_key or ())
     if inv.provider != "baremetal":
-        # The bundle's terraform runs here with the cloud credentials: its signature first.
-        opened = deploy.open_verified(bundle, trusted, insecure, _note) if bundle else None
-        ws = provision.prepare(inv, tools=terraform_tools.from_bundle(opened), note=_note)
-        summary, plan_file = provision.plan(ws)
-        plan_file.unlink(missing_ok=True)  # `up` plans again: the state may move meanwhile
-        _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", summary)
-        existing = contract.parse(ws.tf.outputs())
-        new_machines = [
-            c for c in summary.changes if c.action in _NEW_MACHINE and "_instance." in c.address
-        ]
-        if new_machines or not existing:
+        cloud = preview.cloud_changes(inv, bundle, trusted, insecure, _note)
+        _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", cloud.summary)
+        if not cloud.check_hosts:
             console.print(
-                f"ansible: {len(new_machines)} new machine(s); `installer up` creates them, then "
+                f"ansible: {len(cloud.new_machines)} new machine(s); `installer up` creates them, then "
                 "runs every role on every host (nothing to compare with before they exist)"
             )
             return
     # The hosts exist: Ansible's check mode tells what it would change on them.
-    deploy_cli.up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True)
+    run_up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True)
 
 
 @app.command()
@@ -107,42 +167,36 @@ def down(
     """Remove the deployment: private-llm from bare-metal hosts, or the cloud resources (asks first)."""
     inv = load_inventory(inventory)
     if inv.provider == "baremetal":
-        remove_from_hosts(inv, yes)
+        _remove_from_hosts(inv, yes)
         return
-    ws = provision.prepare(inv, note=_note)
-    summary, plan_file = provision.plan(ws, destroy=True)
-    if not summary.remove:
-        plan_file.unlink(missing_ok=True)
+    pending = teardown.plan_destroy(inv, _note)
+    if pending is None:
         console.print(f"nothing to destroy: deployment {inv.deployment} has no cloud resources")
         return
+    summary = pending.summary
     _print_changes(f"terraform destroy — deployment {inv.deployment} ({inv.provider})", summary)
     question = f"Destroy these {summary.remove} resource(s) of deployment {inv.deployment}?"
     if not yes and not typer.confirm(question, default=False):
-        plan_file.unlink(missing_ok=True)
+        pending.discard()
         console.print("[yellow]kept:[/] nothing was destroyed")
         raise typer.Exit(1)
-    done = provision.apply(ws, plan_file, _note)
+    done = teardown.destroy(pending, _note)
     console.print(f"[green]destroyed:[/] {done.remove} resource(s) of deployment {inv.deployment}")
 
 
-def remove_from_hosts(inv: Inventory, yes: bool) -> None:
+def _remove_from_hosts(inv: Inventory, yes: bool) -> None:
     names = ", ".join(h.name for h in inv.hosts)
     question = f"Remove private-llm (services, files, user) from {len(inv.hosts)} host(s): {names}?"
     if not yes and not typer.confirm(question, default=False):
         console.print("[yellow]kept:[/] nothing was removed")
         raise typer.Exit(1)
-    log = RunLog("down", inv.deployment)
-    pb = uninstall.uninstall(inv, list(inv.hosts), log.dir)
-    rows = []
-    for h in inv.hosts:
-        hr = pb.hosts.get(h.name)
-        state = "removed" if hr and hr.success else "FAILED"
-        rows.append([h.name, h.address, state, str(hr.changed) if hr else "-", hr.error[:80] if hr else "unreachable"])
+    removal = teardown.remove_from_hosts(inv)
+    rows = [
+        [h.name, h.address, "removed" if h.removed else "FAILED", h.changed, h.detail[:80]]
+        for h in removal.hosts
+    ]
     columns = ["host", "address", "state", "changed", "detail"]
     console.print(table(f"down — deployment {inv.deployment}", columns, rows))
-    removed = [h.name for h in inv.hosts if pb.hosts.get(h.name) and pb.hosts[h.name].success]
-    revisions.forget_hosts(inv.deployment, removed)
-    log.write_summary({"success": pb.success, "removed": removed})
-    if not pb.success:
-        raise AnsibleError("private-llm could not be removed from every host; see the run log", [str(log.dir)])
-    console.print(f"[green]removed:[/] private-llm from {len(removed)} host(s)")
+    if not removal.success:
+        raise AnsibleError("private-llm could not be removed from every host; see the run log", [str(removal.log_dir)])
+    console.print(f"[green]removed:[/] private-llm from {len(removal.removed)} host(s)")

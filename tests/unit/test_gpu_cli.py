@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from installer.cli import _register, app
 from installer.cli import gpu as gpu_cli
+from installer.cli import terraform as tf_cli
 from installer.gpu import planner
 from installer.inventory import load_inventory
 from installer.ui import console
@@ -60,7 +61,7 @@ def _inventory(tmp_path: Path, preset: str, engine: str = "{device: gpu}") -> Pa
 def test_fit_section_without_gpu_facts_says_how_to_get_them(tmp_path: Path) -> None:
     inv = load_inventory(_inventory(tmp_path, "deepseek-v2-lite"))
     with console.capture() as cap:
-        assert gpu_cli.print_fit_section(inv) is None
+        assert tf_cli.print_fit_section(inv) is None
     assert "run `installer doctor -i <inventory>` once" in cap.get()
 
 
@@ -70,7 +71,7 @@ def test_fit_section_from_the_last_doctor_run(tmp_path: Path, _state: Path) -> N
     (run / "summary.json").write_text(json.dumps({"hosts": [H200_CHECK]}))
     inv = load_inventory(_inventory(tmp_path, "deepseek-v2-lite"))
     with console.capture() as cap:
-        tuned = gpu_cli.print_fit_section(inv)
+        tuned = tf_cli.print_fit_section(inv)
     text = cap.get()
     assert tuned is not None and tuned.settings["tensor_parallel_size"] == 1
     assert "installer doctor: 1 host(s) probed" in text and "full concurrency" in text
@@ -83,13 +84,13 @@ def test_fit_section_says_what_hardware_is_missing(tmp_path: Path, _state: Path)
     (run / "summary.json").write_text(json.dumps({"hosts": [H200_CHECK]}))
     inv = load_inventory(_inventory(tmp_path, "deepseek-v3"))
     with console.capture() as cap:
-        assert gpu_cli.print_fit_section(inv) is None
+        assert tf_cli.print_fit_section(inv) is None
     assert "needs 6 hosts of 1 x h200" in cap.get()
 
 
 def test_cpu_deployments_have_no_gpu_fit(tmp_path: Path) -> None:
     inv = load_inventory(_inventory(tmp_path, "deepseek-v2-lite", "{device: cpu}"))
-    assert gpu_cli.print_fit_section(inv) is None
+    assert tf_cli.print_fit_section(inv) is None
 
 
 def test_cli_module_is_registered() -> None:

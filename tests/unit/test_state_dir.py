@@ -104,9 +104,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         seen.append(paths.resolve_state_dir()[0])
         raise _Seen
 
-    from installer.cli import bundle, day2, deploy, gpu, status, terraform, tls
+    from installer.cli import bundle, day2, deploy, gpu, root, status, terraform, tls
 
-    for module in (bundle, day2, deploy, gpu, status, terraform, tls):
+    for module in (bundle, day2, deploy, gpu, root, status, terraform, tls):
         monkeypatch.setattr(module, "load_inventory", record)
     monkeypatch.setattr("installer.inventory.load_inventory", record)
     monkeypatch.setattr(keys, "load", record)

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from installer.cli import _register, app
 from installer.cli import terraform as tf_cli
+from installer.terraform import provision
 from installer.terraform.cli import ChangeSummary, ResourceChange
 from tests.unit.terraform_helpers import cloud_inventory
 
@@ -50,10 +51,10 @@ def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         calls["applied"] = True
         return summary
 
-    monkeypatch.setattr(tf_cli.provision, "prepare", lambda *_a, **_k: _Workspace({}))
-    monkeypatch.setattr(tf_cli.provision, "plan", plan)
-    monkeypatch.setattr(tf_cli.provision, "apply", apply)
-    monkeypatch.setattr(tf_cli.deploy_cli, "up", lambda **kw: calls.update(checked=kw))
+    monkeypatch.setattr(provision, "prepare", lambda *_a, **_k: _Workspace({}))
+    monkeypatch.setattr(provision, "plan", plan)
+    monkeypatch.setattr(provision, "apply", apply)
+    monkeypatch.setattr(tf_cli, "run_up", lambda **kw: calls.update(checked=kw))
     calls["site"] = tmp_path / "aws.yml"
     cloud_inventory("aws", tmp_path)
     return calls

@@ -1,0 +1,121 @@
+"""`installer doctor`: the GPU checks of installer/gpu/doctor.py, run on every inventory host
+over SSH (all at once) or on this machine, with the results kept in the run log.
+
+The doctor itself runs on the hosts with the standard library only; this module is its
+control-machine side: it copies the script over each host's SSH connection, runs it, and reads
+back the one JSON line it prints.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from installer.errors import InstallerError
+from installer.gpu import doctor as gpu_doctor
+from installer.inventory import Inventory
+from installer.runlog import RunLog
+from installer.ssh import Target, targets
+from installer.topology import HOST_LAYOUT
+
+DOCTOR_SCRIPT = Path(gpu_doctor.__file__)
+# The engine's environment has torch with CUDA once `installer up` has installed a release.
+HOST_TORCH_PYTHON = f"{HOST_LAYOUT['pli_root']}/current/venv/bin/python"
+# Room for the GEMM and the all-reduce on every GPU of a large host.
+HOST_TIMEOUT_S = 900.0
+
+
+class GPUCheckError(InstallerError):
+    """One or more hosts failed their GPU checks."""
+
+
+@dataclass(frozen=True)
+class Options:
+    gemm: bool = True
+    nccl: bool = True
+    min_tflops: float = 0.0
+
+    def argv(self) -> list[str]:
+        """The doctor's command line on a host."""
+        args = ["check", "--min-tflops", str(self.min_tflops), "--torch-python", HOST_TORCH_PYTHON]
+        return args + ([] if self.gemm else ["--no-gemm"]) + ([] if self.nccl else ["--no-nccl"])
+
+
+@dataclass(frozen=True)
+class DoctorRun:
+    deployment: str
+    results: list[dict[str, Any]]  # one per host, in inventory order; "error" when it gave none
+    log_dir: Path
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if r["status"] == "fail"]
+
+    def raise_for_failures(self) -> None:
+        """GPUCheckError naming each failed host and what failed on it."""
+        if not self.failed:
+            return
+        raise GPUCheckError(
+            f"{len(self.failed)} of {len(self.results)} host(s) failed their GPU checks",
+            [
+                f"{r['host']}: "
+                + (
+                    r.get("error")
+                    or "; ".join(f"{c['name']}: {c['detail']}" for c in r["checks"] if c["status"] == "fail")
+                )
+                for r in self.failed
+            ],
+        )
+
+
+def check_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> dict[str, Any]:
+    """Copy the doctor to a temporary file on the host, run it, remove it; its JSON result."""
+    remote = (
+        't=$(mktemp /tmp/pli-doctor.XXXXXX) && cat > "$t" && '
+        f'python3 "$t" {shlex.join(args)}; rc=$?; rm -f "$t"; exit $rc'
+    )
+    try:
+        p = subprocess.run(
+            t.ssh_argv(remote),
+            input=DOCTOR_SCRIPT.read_bytes(),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"host": t.name, "status": "fail", "error": f"no answer within {timeout:.0f} s"}
+    out = p.stdout.decode(errors="replace").strip().splitlines()
+    if not out or not out[-1].startswith("{"):
+        err = (p.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        return {"host": t.name, "status": "fail", "error": f"ssh rc {p.returncode}: {err}"}
+    result: dict[str, Any] = json.loads(out[-1])
+    result["host"] = t.name
+    return result
+
+
+def check_hosts(hosts: Sequence[Target], args: list[str], timeout: float = HOST_TIMEOUT_S) -> list[dict[str, Any]]:
+    """Every host's result, all hosts at once; a host that gives none is a failed one, by name."""
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
+        return list(pool.map(lambda t: check_host(t, args, timeout), hosts))
+
+
+def doctor(inv: Inventory | None, options: Options, json_out: Path | None = None) -> DoctorRun:
+    """Check the GPUs of every host of `inv` (None: this machine), keep the results in the run
+    log (and in `json_out`)."""
+    if inv is None:
+        results = [gpu_doctor.check(gemm=options.gemm, nccl=options.nccl, min_tflops=options.min_tflops)]
+        deployment = "local"
+    else:
+        results = check_hosts(targets(inv), options.argv())
+        deployment = inv.deployment
+    log = RunLog("doctor", deployment)
+    log.write_summary({"hosts": results})
+    if json_out:
+        json_out.write_text(json.dumps({"hosts": results}, indent=1) + "\n")
+    return DoctorRun(deployment, results, log.dir)

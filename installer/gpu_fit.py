@@ -1,0 +1,90 @@
+"""Whether the inventory's model fits its GPUs, for `installer plan`: the GPUs come from the
+cloud section (gpu type and count) or from the latest `installer doctor -i` run, the model from
+its config.json, and installer/gpu/tuner.py derives the vLLM settings and engine layout."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from installer import engines
+from installer.errors import InstallerError
+from installer.gpu.matrix import gpu_type
+from installer.gpu.planner import ModelSpec, load_config
+from installer.gpu.tuner import HostHardware, Tuned, TuneError
+from installer.inventory import Inventory
+from installer.paths import state_dir
+
+NO_GPU_FACTS = (
+    "the inventory does not say which GPUs the hosts have; run "
+    "`installer doctor -i <inventory>` once and plan again"
+)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A layout (tuned), or why there is none: the GPUs are unknown, or the model does not fit."""
+
+    spec: ModelSpec | None = None
+    source: str = ""  # where the GPUs were read from
+    tuned: Tuned | None = None
+    unknown: str = ""  # why nothing could be sized
+    refused: TuneError | None = None  # the model does not fit these GPUs
+
+
+def doctor_hosts(inv: Inventory) -> list[HostHardware]:
+    """The hosts as the latest `installer doctor -i` of this deployment saw them."""
+    runs = sorted(
+        (state_dir() / "runs").glob(f"*-doctor-{inv.deployment}"), key=lambda p: p.stat().st_mtime
+    )
+    for run in reversed(runs):
+        try:
+            summary = json.loads((run / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        hosts = [
+            HostHardware.from_facts(h["facts"], h["host"])
+            for h in summary.get("hosts", [])
+            if h.get("facts", {}).get("gpus")
+        ]
+        if hosts:
+            return hosts
+    return []
+
+
+def gpu_hosts(inv: Inventory) -> tuple[list[HostHardware], str]:
+    """(hosts, where their GPUs come from) for planning: the gpu section, as `up` reads it, else
+    the cloud section, else doctor facts."""
+    declared = engines.declared_hardware(inv)
+    if declared:
+        return declared, f"gpu: {inv.gpu.count} x {inv.gpu.type} per serving host"
+    cloud = inv.cloud
+    if cloud is not None and cloud.gpu is not None and cloud.gpu.count:
+        gpu = gpu_type(cloud.gpu.type)
+        hosts = [
+            HostHardware.of_type(f"{inv.deployment}-{i + 1}", gpu, cloud.gpu.count)
+            for i in range(cloud.count)
+        ]
+        return hosts, f"cloud.gpu: {cloud.count} x {cloud.gpu.count} x {gpu.name}"
+    hosts = doctor_hosts(inv)
+    if hosts:
+        return hosts, f"installer doctor: {len(hosts)} host(s) probed"
+    return [], ""
+
+
+def fit(inv: Inventory) -> Fit | None:
+    """The model on the inventory's GPUs; None for a CPU deployment."""
+    if inv.engine.device != "gpu":
+        return None
+    try:
+        hosts, source = gpu_hosts(inv)
+    except InstallerError as exc:  # a cloud GPU type the catalogue does not know
+        return Fit(unknown=str(exc))
+    if not hosts:
+        return Fit(unknown=NO_GPU_FACTS)
+    spec = load_config(inv.model.path)
+    try:
+        tuned = engines.tune_for(inv, hosts)  # the call `up` makes (installer/plan.py)
+    except TuneError as exc:
+        return Fit(spec, source, refused=exc)
+    return Fit(spec, source, tuned)

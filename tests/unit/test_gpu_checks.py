@@ -1,0 +1,55 @@
+"""`installer doctor`'s fan-out (installer/gpu_checks.py): the real doctor script, copied and run
+through each host's ssh argv, all hosts at once.
+
+A "host" here runs the argv's remote command with `bash -c` on this machine instead of over
+ssh: the same mktemp/cat/python3 command line and the same doctor run, so what comes back is a
+real result (on a machine without a GPU, "skip"), and a host whose ssh fails is a failed host.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from installer import gpu_checks
+from installer.ssh import Target
+
+
+class HereHost(Target):
+    def ssh_argv(self, command: str | None = None) -> list[str]:
+        assert command is not None
+        return ["bash", "-c", command]
+
+
+class DownHost(Target):
+    def ssh_argv(self, command: str | None = None) -> list[str]:
+        return ["sh", "-c", f"echo 'ssh: connect to host {self.address} port 22: No route to host' >&2; exit 255"]
+
+
+class SilentHost(Target):
+    def ssh_argv(self, command: str | None = None) -> list[str]:
+        return ["sleep", "30"]
+
+
+def _host(kind: type[Target], name: str) -> Target:
+    return kind(name, "10.0.0.9", "root", 22, None, None)
+
+
+def test_a_failing_host_is_named_while_the_others_report() -> None:
+    hosts = [_host(HereHost, "a"), _host(DownHost, "b"), _host(HereHost, "c")]
+    results = gpu_checks.check_hosts(hosts, gpu_checks.Options(gemm=False, nccl=False).argv())
+    assert [r["host"] for r in results] == ["a", "b", "c"]
+    a, b, c = results
+    # the doctor ran to its end on the two reachable hosts: their facts and checks came back
+    assert "error" not in a and a["facts"] == c["facts"] and a["checks"] and a["status"] == c["status"]
+    assert b == {"host": "b", "status": "fail",
+                 "error": "ssh rc 255: ssh: connect to host 10.0.0.9 port 22: No route to host"}
+    run = gpu_checks.DoctorRun("demo", results, Path("runs"))
+    with pytest.raises(gpu_checks.GPUCheckError, match=r"^1 of 3 host\(s\) failed their GPU checks$") as err:
+        run.raise_for_failures()
+    assert err.value.details == ["b: ssh rc 255: ssh: connect to host 10.0.0.9 port 22: No route to host"]
+
+
+def test_a_host_that_does_not_answer_fails_alone_after_the_timeout() -> None:
+    results = gpu_checks.check_hosts([_host(SilentHost, "slow"), _host(HereHost, "ok")], ["check"], timeout=1)
+    assert results[0] == {"host": "slow", "status": "fail", "error": "no answer within 1 s"}
+    assert "error" not in results[1] and results[1]["facts"]
