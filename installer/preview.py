@@ -22,14 +22,15 @@ _NEW_MACHINE = ("create", "replace")
 
 @dataclass(frozen=True)
 class CloudPlan:
+    workspace: provision.Workspace
     summary: ChangeSummary
     new_machines: list[ResourceChange] = field(default_factory=list)
-    hosts_exist: bool = False  # the state already holds hosts under the contract
 
-    @property
     def check_hosts(self) -> bool:
-        """Whether Ansible's check mode can say more: every host exists and none is replaced."""
-        return self.hosts_exist and not self.new_machines
+        """Whether Ansible's check mode can say more: the hosts exist and none is new. Reads the
+        state's outputs, whose host contract may be broken: asked after the plan is shown."""
+        existing = contract.parse(self.workspace.tf.outputs())
+        return bool(existing) and not self.new_machines
 
 
 def cloud_changes(
@@ -46,6 +47,5 @@ def cloud_changes(
     ws = provision.prepare(inv, tools=terraform_tools.from_bundle(opened), note=note)
     summary, plan_file = provision.plan(ws)
     plan_file.unlink(missing_ok=True)
-    existing = contract.parse(ws.tf.outputs())
     new_machines = [c for c in summary.changes if c.action in _NEW_MACHINE and "_instance." in c.address]
-    return CloudPlan(summary, new_machines, bool(existing))
+    return CloudPlan(ws, summary, new_machines)

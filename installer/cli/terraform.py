@@ -149,7 +149,7 @@ def plan(
     if inv.provider != "baremetal":
         cloud = preview.cloud_changes(inv, bundle, trusted, insecure, _note)
         _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", cloud.summary)
-        if not cloud.check_hosts:
+        if not cloud.check_hosts():
             console.print(
                 f"ansible: {len(cloud.new_machines)} new machine(s); `installer up` creates them, then "
                 "runs every role on every host (nothing to compare with before they exist)"

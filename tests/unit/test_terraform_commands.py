@@ -107,3 +107,39 @@ def test_down_on_baremetal_asks_before_removing_and_never_runs_terraform(
     assert result.exit_code == 1 and not stubbed["applied"]
     assert "Remove private-llm (services, files, user) from 1 host(s)" in result.output
     assert "kept: nothing was removed" in result.output
+
+
+def _cloud_with_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outputs: dict[str, Any]) -> Path:
+    """A cloud deployment whose state holds `outputs` and whose plan only updates a resource."""
+    def plan(_ws: object, destroy: bool = False) -> tuple[ChangeSummary, Path]:
+        (tmp_path / "x.tfplan").write_text("plan")
+        return ChangeSummary(change=1, changes=[ResourceChange("module.hosts.aws_security_group.this", "update")]), (
+            tmp_path / "x.tfplan"
+        )
+
+    monkeypatch.setattr(provision, "prepare", lambda *_a, **_k: _Workspace(outputs))
+    monkeypatch.setattr(provision, "plan", plan)
+    cloud_inventory("aws", tmp_path)
+    return tmp_path / "aws.yml"
+
+
+def test_plan_of_existing_cloud_hosts_goes_on_to_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host = {"name": "gpu-demo-1", "public_address": "54.1.2.3", "private_address": "10.80.1.5",
+            "ssh_user": "ubuntu", "gpu_type": None, "gpu_count": None}
+    site = _cloud_with_hosts(monkeypatch, tmp_path, {"contract_version": {"value": 1}, "hosts": {"value": [host]}})
+    checked: dict[str, Any] = {}
+    monkeypatch.setattr(tf_cli, "run_up", lambda **kw: checked.update(kw))
+    result = runner.invoke(app, ["plan", "-i", str(site)])
+    assert result.exit_code == 0, result.output
+    assert "terraform: 0 to add, 1 to change, 0 to destroy" in result.output and "new machine" not in result.output
+    assert checked["check"] is True and checked["inventory"] == site
+    assert not (tmp_path / "x.tfplan").exists()  # `up` plans again
+
+
+def test_plan_shows_the_changes_before_a_broken_host_contract_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = _cloud_with_hosts(monkeypatch, tmp_path, {"contract_version": {"value": 2}, "hosts": {"value": []}})
+    result = runner.invoke(app, ["plan", "-i", str(site)])
+    assert "terraform: 0 to add, 1 to change, 0 to destroy" in result.output
+    assert "host contract version 2 is not 1" in str(result.exception)
