@@ -20,7 +20,8 @@ from installer.ui import console, table
 
 def _row(r: dict[str, Any]) -> list[str]:
     if "error" in r:
-        return [r["host"], "[red]fail[/]", "-", "-", "-", "-", "-", "-", "-", "-", r["error"][:70]]
+        # the error under "problems": every column between is unknown
+        return [r["host"], "[red]fail[/]", *["-"] * 9, r["error"][:70]]
     f = r["facts"]
     checks = {c["name"]: c for c in r["checks"]}
     gpus = [c["gpu"] for c in r["checks"] if "gpu" in c]

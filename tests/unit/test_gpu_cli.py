@@ -46,6 +46,11 @@ def test_table_row_of_the_h200_result() -> None:
     assert row[9] == "788" and row[10] == "ok (1 GPU)"
 
 
+def test_a_host_without_a_result_has_its_error_under_problems() -> None:
+    row = gpu_cli._row({"host": "b", "status": "fail", "error": "ssh rc 255: Connection refused"})
+    assert len(row) == 12 and row[-1] == "ssh rc 255: Connection refused" and row[2:-1] == ["-"] * 9
+
+
 def _inventory(tmp_path: Path, preset: str, engine: str = "{device: gpu}") -> Path:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
