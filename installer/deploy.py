@@ -27,6 +27,7 @@ from installer.errors import AnsibleError
 from installer.gpu import doctor as gpu_doctor
 from installer.inventory import Inventory, load_inventory
 from installer.paths import PLAYBOOKS_DIR
+from installer.plan import DeploymentPlan
 from installer.preflight import HostReport, Needs, run_preflight
 from installer.prove import Proof, gateway_base, prove
 from installer.runlog import RunLog
@@ -127,6 +128,7 @@ class Prepared:
     playbooks_dir: Path
     signature: str
     log: RunLog
+    deployment_plan: DeploymentPlan  # of the inventory as provisioned and probed
     pushed: list[bundle_push.PushResult] = field(default_factory=list)
     adopted_above: int = 0  # `up --adopt`: the highest revision the adopted hosts reported
 
@@ -231,7 +233,9 @@ def prepare(
         # them (a model that does not fit them stops here, before any host changes).
         inv = preflight_gpu.with_probed_hardware(inv, {r.name: r.facts for r in reports}, reporter.note)
 
-    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, adopted_above=adopted_above)
+    # Built once, before any host changes (a model that does not fit stops here).
+    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, plan.build(inv),
+                        adopted_above=adopted_above)
     if not check:
         with timed(log, reporter, "push"):
             prepared.pushed = bundle_push.push(
@@ -320,7 +324,7 @@ def up(
     for line in tls.report(inv, tls.prepare(inv)):  # issue or renew before the hosts get them
         reporter.note(line)
         log.log(line)
-    deployment_plan = plan.build(inv)  # of the inventory as provisioned and probed
+    deployment_plan = p.deployment_plan
     if deployment_plan.redis is not None:
         redis_auth.ensure_password(inv.deployment)  # the roles read it with a file lookup
     with timed(log, reporter, "configure"):
