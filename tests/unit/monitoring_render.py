@@ -31,7 +31,12 @@ def render(template: str, **variables: Any) -> str:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    return env.get_template(template).render(ansible_managed="managed by a test", **variables)
+    text = env.get_template(template).render(ansible_managed="managed by a test", **variables)
+    # Ansible ends the output with at least as many newlines as the template has at its end,
+    # even where trim_blocks took one after a closing tag.
+    source = (ROLE / "templates" / template).read_text()
+    missing = (len(source) - len(source.rstrip("\n"))) - (len(text) - len(text.rstrip("\n")))
+    return text + "\n" * max(0, missing)
 
 
 def inventory_vars(
