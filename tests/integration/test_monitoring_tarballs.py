@@ -20,7 +20,6 @@ One lab host, no deployment: about a minute. Lab name/subnet: PLI_MON_LAB / PLI_
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -39,50 +38,12 @@ from installer.bundle import monitoring_tarballs
 from installer.inventory import load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.topology import HOST_LAYOUT
+from tests.support.monitoring_tarballs import DEBIAN_AM_TEMPLATES, upstream_tarballs
 
 pytestmark = pytest.mark.e2e
 LAB = os.environ.get("PLI_MON_LAB", "montb")
 SUBNET = os.environ.get("PLI_MON_SUBNET", "10.213.43.0/24")
 BUNDLE_ON_HOST = "/var/lib/pli-monitoring-test/bundle"
-DEBIAN_AM_TEMPLATES = Path("/usr/share/prometheus/alertmanager")
-# (component, {name in the tarball: Debian's binary})
-PROGRAMS = {
-    "prometheus": {"prometheus": "/usr/bin/prometheus", "promtool": "/usr/bin/promtool"},
-    "alertmanager": {"alertmanager": "/usr/bin/prometheus-alertmanager", "amtool": "/usr/bin/amtool"},
-    "node_exporter": {"node_exporter": "/usr/bin/prometheus-node-exporter"},
-}
-
-
-def _version(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True, timeout=30)
-    m = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
-    assert m, out.stdout + out.stderr
-    return m[1]
-
-
-def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-    tar.addfile(info, io.BytesIO(data))
-
-
-def upstream_tarballs(dest: Path) -> dict[str, str]:
-    """Tarballs laid out as upstream's releases, from the installed Debian binaries."""
-    versions = {}
-    for component, programs in PROGRAMS.items():
-        missing = [b for b in programs.values() if not Path(b).is_file()]
-        if missing:
-            pytest.fail(f"{missing} missing: `sudo bash .ci/setup` installs Debian's prometheus packages")
-        version = _version(next(iter(programs.values())))
-        top = f"{component}-{version}.linux-amd64"
-        with tarfile.open(dest / f"{top}.tar.gz", "w:gz", compresslevel=1) as tar:
-            _add(tar, f"{top}/LICENSE", b"Apache License 2.0\n", 0o644)
-            for name, binary in programs.items():
-                _add(tar, f"{top}/{name}", Path(binary).read_bytes(), 0o755)
-        versions[component] = version
-    return versions
-
-
 def _ssh(info, host, command: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:  # type: ignore[no-untyped-def]
     return subprocess.run(
         ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
