@@ -140,6 +140,8 @@ def test_the_gate_runs_after_the_engine_install_and_before_any_engine_starts() -
     assert tasks.index("engine : Install the engine wheels offline") < gate
     units = tasks.index("engine : Write the engine systemd units")
     assert gate < units < tasks.index("engine : Enable and start the engines")
+    # `current` moves only after the gate: an engine restarting later never runs an ungated release
+    assert gate < tasks.index("engine : Point current at this release") < units
     assert not any(t.startswith("gpu_verify :") for t in tasks[:gate])  # no earlier run without torch
 
 
