@@ -95,6 +95,7 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
         carried=tuple(bundle_layout.carried(man)),
         host_torch=inv.engine.host_torch,
         host_torch_python=bundle_layout.host_torch_python(man),
+        host_torch_hosts=tuple(h.name for h in inv.hosts if "serving" in h.groups),
     )
 
 

@@ -63,9 +63,11 @@ class Needs:
     # {host name: declared OS target} and the targets the bundle carries (None: not checked).
     host_targets: dict[str, str] = field(default_factory=dict)
     carried: tuple[str, ...] | None = None
-    # engine.host_torch and the Python minor its environment must have (the bundle's lock).
+    # engine.host_torch, the Python minor its environment must have (the bundle's lock), and the
+    # hosts that run an engine from it (the serving hosts).
     host_torch: str | None = None
     host_torch_python: str = ""
+    host_torch_hosts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -151,7 +153,7 @@ def judge_os(facts: dict[str, str], needs: Needs, host: str) -> list[str]:
             f"{t.system_python} is Python {system}, not {t.name}'s {t.python_minor} that the bundle's "
             "wheels are built for; restore the release's python3"
         )
-    if needs.host_torch:
+    if needs.host_torch and host in needs.host_torch_hosts:
         have = facts.get("host_torch_python", "")
         python = f"{needs.host_torch}/bin/python3"
         if not have:
@@ -183,13 +185,14 @@ def parse_facts(stdout: str) -> dict[str, str]:
 
 def check_host(t: Target, needs: Needs) -> HostReport:
     report = HostReport(t.name, t.address)
+    host_torch = (needs.host_torch or "") if t.name in needs.host_torch_hosts else ""
     try:
         with _connect(t) as conn:
             before = time.time()
             command = (
                 f"PLI_BUNDLE_DIR={shlex.quote(needs.bundle_dir)} "
                 f"PLI_RELEASE_FILE={shlex.quote(needs.release_file)} "
-                f"PLI_HOST_TORCH={shlex.quote(needs.host_torch or '')} "
+                f"PLI_HOST_TORCH={shlex.quote(host_torch)} "
                 f"sh -c {shlex.quote(_PROBE + (preflight_gpu.PROBE if needs.gpu else ''))}"
             )
             result = conn.run(command, hide=True, warn=True, in_stream=False)

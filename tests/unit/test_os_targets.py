@@ -111,7 +111,8 @@ def test_preflight_checks_the_system_python_against_the_target() -> None:
 
 def test_preflight_checks_the_host_torch_python_from_the_bundle() -> None:
     facts = {"os_id": "ubuntu", "os_version": "24.04", "system_python": "3.12"}
-    needs = _needs(host_torch="/opt/torch/.venv", host_torch_python="3.12")
+    needs = _needs(host_torch="/opt/torch/.venv", host_torch_python="3.12", host_torch_hosts=("h1",))
+    assert preflight.judge_os(facts, needs, "monitor") == []  # runs no engine: needs no torch
     (missing,) = preflight.judge_os(facts, needs, "h1")
     assert missing.startswith("engine.host_torch: /opt/torch/.venv/bin/python3 is missing or does not run")
     (other,) = preflight.judge_os({**facts, "host_torch_python": "3.11"}, needs, "h1")
