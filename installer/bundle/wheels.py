@@ -483,7 +483,10 @@ def for_target(
 # come from the host.
 HOST_TORCH_LOCK = Path(__file__).with_name("locks") / "vllm-0.26.0-host-torch.txt"
 # What the host's environment must provide; a lock never carries these.
-HOST_TORCH_PROVIDES = re.compile(r"torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+-cu[0-9]+")
+# (the CuTe DSL's CUDA flavour, nvidia-cutlass-dsl-libs-cuNN, is vLLM's and flashinfer's, not torch's)
+HOST_TORCH_PROVIDES = re.compile(
+    r"torch|torchvision|torchaudio|triton|(?!nvidia-cutlass-dsl-)nvidia-[a-z0-9-]+-cu[0-9]+"
+)
 
 
 def host_torch_lock(path: Path | None = None) -> dict[str, object]:

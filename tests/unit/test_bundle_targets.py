@@ -336,7 +336,10 @@ def test_the_checked_in_host_torch_lock_is_vllm_without_the_hosts_stack() -> Non
     lock = wheels.host_torch_lock()
     assert (lock["python"], lock["torch"]) == ("3.12", "2.11.0")
     reqs = lock["requirements"]
-    assert isinstance(reqs, list) and "vllm==0.26.0" in reqs and len(reqs) == 94
+    assert isinstance(reqs, list) and "vllm==0.26.0" in reqs and len(reqs) == 95
+    # the CuTe DSL needs one CUDA flavour of its libraries, cu13 for torch 2.11.0+cu130: without it
+    # flashinfer's import fails ("No CTK flavor installed"), seen on the H200 on 2026-12-01
+    assert "nvidia-cutlass-dsl-libs-cu13==4.6.0" in reqs
     assert not [r for r in reqs if wheels.HOST_TORCH_PROVIDES.fullmatch(r.split("==")[0])]
     # shipped inside the installer's wheel (package data), so an installed installer has it
     pyproject = tomllib.loads((Path(wheels.__file__).parents[2] / "pyproject.toml").read_text())

@@ -68,7 +68,7 @@ if [ -n "${PROBE:-}" ]; then
   exit 0
 fi
 step "installer up"
-installer up -i h200.yml --bundle /root/bundle.tar --trusted-key ./*.pub 2>&1 | tee "$out/up.log" | tail -40
+installer up -i h200.yml --bundle /root/bundle.tar --trusted-key ./bundle-signing.pub 2>&1 | tee "$out/up.log" | tail -40
 rc=${PIPESTATUS[0]}
 step "up exit $rc"
 installer status -i h200.yml > "$out/status.txt" 2>&1; step "status exit $?"; cat "$out/status.txt"
