@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import shutil
 import subprocess
 import tarfile
 from email.utils import formatdate
@@ -132,3 +133,26 @@ def write_index(repo: Path) -> list[dict[str, str]]:
         lines.append(f" {hashlib.new(algo, packages).hexdigest()} {len(packages)} {PACKAGES}")
     (repo / RELEASE).write_text("\n".join(lines) + "\n")
     return parse_index(text)
+
+
+def index_of(debs: list[Path], scratch: Path) -> list[dict[str, str]]:
+    """The index entries `debs` would have as a repository, read in `scratch` (removed after):
+    a folder is checked this way before anything of it enters the bundle."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        for deb in debs:
+            shutil.copy2(deb, scratch / deb.name)
+        return write_index(scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def copy_debs(debs: list[Path], dest: Path) -> list[Path]:
+    """Copy `debs` into `dest` (made if missing); their new paths, in the same order."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for deb in debs:
+        shutil.copy2(deb, dest / deb.name)
+        out.append(dest / deb.name)
+    return out

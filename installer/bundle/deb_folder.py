@@ -11,7 +11,6 @@ these releases already has.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from installer.bundle import aptrepo, gpu_packages
@@ -55,23 +54,10 @@ def add(src: Path, debs_dir: Path, names: list[str], target: str) -> list[Path]:
             [f"on a machine that reaches the {target} archive: apt-get download {' '.join(names)} "
              "and their dependencies into it (docs/airgap.md)"],
         )
-    scratch = debs_dir.parent / ".deb-check"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    try:
-        for deb in found:
-            shutil.copy2(deb, scratch / deb.name)
-        wrong = problems(aptrepo.write_index(scratch), names)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    wrong = problems(aptrepo.index_of(found, debs_dir.parent / ".deb-check"), names)
     if wrong:
         raise BundleError(
             f"{where} is not what the {target} hosts need",
             [*wrong[:20], "fix: add the missing packages (with apt-get download) to the folder"],
         )
-    debs_dir.mkdir(parents=True, exist_ok=True)
-    out = []
-    for deb in found:
-        shutil.copy2(deb, debs_dir / deb.name)
-        out.append(debs_dir / deb.name)
-    return out
+    return aptrepo.copy_debs(found, debs_dir)

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from installer.bundle import aptrepo
 from installer.errors import BundleError
 from installer.paths import cache_dir
 
@@ -162,12 +163,7 @@ def download_debs(
     cached = sorted(entry.glob("*.deb"))
     if dest is None:
         return cached
-    dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    for deb in cached:
-        shutil.copy2(deb, dest / deb.name)
-        out.append(dest / deb.name)
-    return out
+    return aptrepo.copy_debs(cached, dest)
 
 
 def _fill_cache_entry(

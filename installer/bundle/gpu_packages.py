@@ -16,7 +16,6 @@ driver names (nvidia-driver-570-server-open, ...), NVIDIA's cuda-toolkit-X-Y, li
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -147,23 +146,13 @@ def add_to_bundle(inv: Inventory, debs_dir: Path) -> list[dict[str, str]]:
             ["download the driver, CUDA toolkit, NCCL and fabric manager .debs from NVIDIA's CUDA "
              "repository on a connected machine into it (see docs/gpu.md)"],
         )
-    scratch = debs_dir.parent / ".gpu-check"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    try:
-        for deb in found:
-            shutil.copy2(deb, scratch / deb.name)
-        problems = check(inv, aptrepo.write_index(scratch))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    problems = check(inv, aptrepo.index_of(found, debs_dir.parent / ".gpu-check"))
     if problems:
         raise BundleError(
             f"gpu.packages_dir {src} is not what the GPU roles need for CUDA {inv.gpu.cuda}", problems[:20]
         )
-    debs_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for deb in found:
-        shutil.copy2(deb, debs_dir / deb.name)
+    for deb in aptrepo.copy_debs(found, debs_dir):
         fields = dict(aptrepo.parse_paragraph(aptrepo.control_text(deb)))
         entries.append({
             "name": fields["Package"], "groups": "", "version": fields["Version"], "file": f"debs/{deb.name}",
