@@ -1,6 +1,7 @@
 """Writing files the control machine keeps secret (keys, certificates, passwords)."""
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,3 +25,18 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
 def write_private(path: Path, text: str) -> None:
     """Atomic replace of a 0600 text file: created 0600, so no moment exists when others can read it."""
     atomic_write(path, text.encode("utf-8"), 0o600)
+
+
+def publish_dir(tmp: Path, entry: Path) -> None:
+    """Rename the complete folder `tmp` into place as the cache entry `entry` (readable by all).
+
+    A cache entry is either absent or whole. Another process that filled the same entry first
+    made an equivalent one: keep it and drop `tmp`.
+    """
+    os.chmod(tmp, 0o755)
+    try:
+        os.replace(tmp, entry)
+    except OSError:
+        if not entry.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)

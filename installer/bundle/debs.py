@@ -24,6 +24,7 @@ from pathlib import Path
 
 from installer.bundle import aptrepo
 from installer.errors import BundleError
+from installer.files import publish_dir
 from installer.paths import cache_dir
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -203,12 +204,6 @@ def _fill_cache_entry(
         (debs / "manifest.json").write_text(
             json.dumps({**manifest, "debs": files}, indent=2) + "\n"
         )
-        os.chmod(debs, 0o755)
-        try:
-            os.replace(debs, entry)
-        except OSError:
-            # Another process filled the same entry first; its result is equivalent.
-            if not entry.is_dir():
-                raise
+        publish_dir(debs, entry)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -36,6 +36,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from installer import files
 from installer.errors import BundleError
 from installer.paths import cache_dir
 
@@ -367,14 +368,7 @@ def _fill_cache_entry(
             "seconds": round(time.monotonic() - started, 1),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        os.chmod(tmp, 0o755)
-        try:
-            os.replace(tmp, entry)
-        except OSError:
-            # Another process filled the same entry first; its result is equivalent.
-            if not entry.is_dir():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        files.publish_dir(tmp, entry)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -548,12 +542,7 @@ def _download_no_deps(reqs: list[str], *, python_version: str, platform_tags: li
                     f"could not download the locked wheels (CPython {python_version}, {platform_tags[0]}, --no-deps)",
                     [*tail, f"fix: {_explain_failure(output, python_version)}"],
                 )
-            os.chmod(tmp, 0o755)
-            try:
-                os.replace(tmp, entry)
-            except OSError:
-                if not entry.is_dir():
-                    raise
+            files.publish_dir(tmp, entry)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return sorted(entry.glob("*.whl"))
