@@ -8,6 +8,7 @@ Layout of a bundle directory (and of the tar `bundle build -o` writes, in this o
                        (exact wheel sets, installed with --no-deps) and debs/ (.deb files with
                        their apt index, Packages and Release: a flat repository)
     wheels/  tools/uv  model/  model.sha256
+    sbom.cdx.json      CycloneDX SBOM of the wheels, .debs, binaries and weights (sbom.py)
     playbooks/         the playbooks and roles that configure the hosts
 """
 
@@ -38,6 +39,7 @@ from installer.bundle import (
     monitoring_tarballs,
     os_packages,
     project_wheel,
+    sbom,
     sign,
     wheels,
 )
@@ -62,8 +64,8 @@ from installer.terraform import mirror as tf_mirror
 Progress = Callable[[str], None]
 
 # Bumped when the bundle's layout changes, so a cached bundle of the old layout is not reused.
-# 3: one folder per target OS release (layout.py).
-LAYOUT = 3
+# 3: one folder per target OS release (layout.py). 4: sbom.cdx.json (sbom.py).
+LAYOUT = 4
 _CHUNK = 1 << 20
 
 
@@ -323,6 +325,9 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
     progress("model")
     for src in sorted(p for p in inv.model.path.rglob("*") if p.is_file()):
         _link_or_copy(src, root / "model" / src.relative_to(inv.model.path))
+
+    progress("software bill of materials")
+    sbom.write(root, components, packages, inv.model.served_name)  # before scan: the manifest lists it
 
     progress("checksums")
     files = scan(root)

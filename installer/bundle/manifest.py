@@ -28,6 +28,10 @@ PLAYBOOKS_PREFIX = "playbooks/"
 # Used on the control machine only (Terraform and its provider mirror): never sent to hosts,
 # and not part of the release identity either.
 CONTROL_ONLY_PREFIXES = ("terraform/",)
+# The software bill of materials (sbom.py): listed and signed like any file, but derived from the
+# others (and naming Terraform's), so not part of the release identity either.
+SBOM = "sbom.cdx.json"
+DERIVED_FILES = (SBOM,)
 FORMAT = 1
 
 
@@ -57,7 +61,7 @@ class Manifest:
     def release_id(self) -> str:
         digest = hashlib.sha256()
         for f in sorted(self.files, key=lambda f: f.path):
-            if not f.path.startswith((PLAYBOOKS_PREFIX, *CONTROL_ONLY_PREFIXES)):
+            if not f.path.startswith((PLAYBOOKS_PREFIX, *CONTROL_ONLY_PREFIXES)) and f.path not in DERIVED_FILES:
                 digest.update(f"{f.path}\0{f.sha256}\0{f.size}\n".encode())
         return "r-" + digest.hexdigest()[:12]
 

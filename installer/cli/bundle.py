@@ -1,4 +1,4 @@
-"""`installer bundle build|verify|keygen|inspect|diff`: offline bundles on the control machine."""
+"""`installer bundle build|verify|keygen|inspect|sbom|diff`: offline bundles on the control machine."""
 
 import json
 import time
@@ -9,7 +9,7 @@ import typer
 from rich.filesize import decimal
 
 from installer.bundle import build as bundle_build
-from installer.bundle import contents, sign, signed_tar
+from installer.bundle import contents, sbom_read, sign, signed_tar
 from installer.bundle.manifest import Manifest, parse
 from installer.cli.root import app
 from installer.inventory import load_inventory
@@ -202,6 +202,31 @@ def inspect_cmd(
     console.print("[dim](from the manifest; `installer bundle verify` checks every byte)[/]")
 
 
+@bundle_app.command("sbom")
+def sbom_cmd(
+    bundle: BundleArg,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="cyclonedx-json (the signed file as is) or table."),
+    ] = "cyclonedx-json",
+    trusted_key: TrustedKeysOpt = None,
+    insecure: InsecureOpt = False,
+) -> None:
+    """Print a bundle's software bill of materials (its signature and sha256 are checked first)."""
+    if fmt not in ("cyclonedx-json", "table"):
+        raise typer.BadParameter(f"{fmt!r}: use cyclonedx-json or table", param_hint="--format")
+    found = sbom_read.read(bundle, sign.Trust(tuple(trusted_key or ()), insecure))
+    if fmt == "cyclonedx-json":
+        if found.signature.trusted_key is None:  # on stderr: stdout is the document
+            typer.echo(f"INSECURE: {found.signature.insecure_reason}", err=True)
+        print(found.text, end="")
+        return
+    warn_insecure(found.signature)
+    rows = [[e.kind, e.name, e.version or "-", e.licence or "-", e.sha256[:12]] for e in found.entries]
+    console.print(table("SBOM", ["kind", "component", "version", "licence", "sha256"], rows))
+    console.print(f"{len(rows)} components")
+
+
 @bundle_app.command("diff")
 def diff_cmd(
     old: Annotated[Path, typer.Argument(help="The bundle the hosts run now.", show_default=False)],
@@ -209,7 +234,8 @@ def diff_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """What an upgrade from OLD to NEW changes: components, files, and bytes sent to each host."""
-    d = contents.diff(_manifest_of(old)[0], _manifest_of(new)[0])
+    full = sbom_read.diff(old, new)
+    d = full.bundle
     if as_json:
         print(
             json.dumps(
@@ -224,6 +250,7 @@ def diff_cmd(
                     },
                     "transfer_bytes": d.transfer_bytes,
                     "new_size": d.new.total_size,
+                    "sbom_changes": None if full.sbom is None else [c.__dict__ for c in full.sbom],
                 },
                 indent=1,
             )
@@ -248,6 +275,17 @@ def diff_cmd(
         )
     else:
         console.print("no component changes")
+    if full.sbom is None:
+        console.print("[dim]SBOM: not compared (a bundle built before bundles carried one)[/]")
+    elif full.sbom:
+        sbom_rows = [
+            [sign_of.get(c.change, "[yellow]~[/]"), c.kind, c.name, c.old_version or "-",
+             c.new_version or "-"]
+            for c in full.sbom
+        ]
+        console.print(table("SBOM component changes", ["", "kind", "component", "old", "new"], sbom_rows))
+    else:
+        console.print("SBOM: no component changes")
     console.print(
         f"files: {len(d.added_files)} added, {len(d.removed_files)} removed, "
         f"{len(d.changed_files)} changed"

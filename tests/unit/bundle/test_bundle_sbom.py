@@ -1,0 +1,197 @@
+"""The bundle's SBOM (sbom.cdx.json): valid CycloneDX, every carried file with its sha256, signed
+with the manifest, printed by `installer bundle sbom` and compared by `installer bundle diff`.
+
+Small real bundles (real wheels, real keys, real tars) stand in for a built one.
+"""
+
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from typer.testing import CliRunner
+
+from installer.bundle import build, sbom, sbom_read, sign
+from installer.bundle.manifest import MANIFEST, SBOM, Manifest
+from installer.cli import _register, app
+from installer.errors import BundleError
+from tests.support.bundles import make_bundle, wheel
+
+CURL = "targets/debian-12/debs/curl_7.88.1-10+deb12u8_amd64.deb"
+JQ = "targets/ubuntu-24.04/debs/jq_1.7.1-3build1_amd64.deb"
+PROVIDER = "terraform/plugins/registry.terraform.io/hashicorp/aws/5.80.0/linux_amd64/terraform-provider-aws"
+# Every kind of file the SBOM lists, and some it does not (playbooks, the apt index).
+FILES = {
+    "wheels/demo-1.0-py3-none-any.whl": wheel("demo", "1.0", ["License-Expression: MIT"]),
+    "wheels/olde-2.3-py3-none-any.whl": wheel(
+        "olde", "2.3", ["License: UNKNOWN", "Classifier: License :: OSI Approved :: Apache Software License"]
+    ),
+    CURL: b"curl deb bytes",
+    JQ: b"jq deb bytes",
+    "targets/debian-12/debs/Packages": b"Package: curl\n",
+    "targets/debian-12/engine-wheels.txt": b"wheels/demo-1.0-py3-none-any.whl\n",
+    "tools/uv": b"#!/bin/sh\necho uv\n",
+    "terraform/bin/terraform": b"terraform binary",
+    PROVIDER: b"provider binary",
+    "monitoring/node_exporter-1.8.2.linux-amd64.tar.gz": b"tarball bytes",
+    "model/config.json": b'{"hidden_size": 64}',
+    "model/model.safetensors": os.urandom(3000),
+    "playbooks/site.yml": b"---\n- hosts: all\n",
+}
+PACKAGES = [{"name": "curl", "version": "7.88.1-10+deb12u8", "groups": "", "file": CURL, "target": "debian-12"}]
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("INSTALLER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "250")
+    return tmp_path
+
+
+@pytest.fixture
+def key(env: Path) -> Path:
+    return sign.keygen().private_key
+
+
+def _bundle(root: Path, key: Path | None, files: dict[str, bytes] = FILES) -> Manifest:
+    return make_bundle(root, key, dict(files), PACKAGES, with_sbom=True)
+
+
+def _doc(root: Path) -> dict:
+    return json.loads((root / SBOM).read_text())
+
+
+def test_the_sbom_validates_against_the_cyclonedx_schema(env: Path) -> None:
+    _bundle(env / "b", None)
+    text = (env / "b" / SBOM).read_text()
+    assert json.loads(text)["specVersion"] == "1.6"
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+
+
+def test_every_wheel_deb_tool_and_model_file_is_listed_with_its_sha256(env: Path) -> None:
+    man = _bundle(env / "b", None)
+    listed = {e.path: e for e in sbom.entries(_doc(env / "b"))}
+    carried = {
+        f.path: f.sha256 for f in man.files
+        if f.path.startswith(("wheels/", "tools/", "model/", "terraform/", "monitoring/")) or f.path.endswith(".deb")
+    }
+    assert len(carried) == 10
+    assert {p: e.sha256 for p, e in listed.items()} == carried
+    assert (listed["wheels/demo-1.0-py3-none-any.whl"].name, listed["wheels/demo-1.0-py3-none-any.whl"].licence) == (
+        "demo", "MIT")
+    assert listed["wheels/olde-2.3-py3-none-any.whl"].licence == "Apache Software License"
+    assert (listed[CURL].name, listed[CURL].version, listed[JQ].name) == ("curl", "7.88.1-10+deb12u8", "jq")
+    assert (listed[PROVIDER].name, listed[PROVIDER].version) == ("hashicorp/aws", "5.80.0")
+    assert (listed["tools/uv"].version, listed["model/model.safetensors"].kind) == ("0.13.9", "model")
+    purls = {c["bom-ref"]: c.get("purl") for c in _doc(env / "b")["components"]}
+    assert purls["wheels/demo-1.0-py3-none-any.whl"] == "pkg:pypi/demo@1.0"
+    assert purls[CURL] == "pkg:deb/debian/curl@7.88.1-10%2Bdeb12u8?arch=amd64&distro=bookworm"
+    assert purls[JQ] == "pkg:deb/ubuntu/jq@1.7.1-3build1?arch=amd64&distro=noble"
+
+
+def test_a_broken_wheel_is_refused_by_name(env: Path) -> None:
+    with pytest.raises(BundleError, match=r"bad-1\.0-py3-none-any\.whl is not a readable wheel"):
+        _bundle(env / "b", None, {**FILES, "wheels/bad-1.0-py3-none-any.whl": b"not a zip"})
+
+
+def test_the_sbom_is_in_the_signed_manifest_and_an_edit_fails_verification(env: Path, key: Path) -> None:
+    man = _bundle(env / "b", key)
+    assert SBOM in {f.path for f in man.files}
+    trust = sign.Trust((), insecure=False)
+    build.write_tar(env / "b", env / "b.tar")
+    assert sbom_read.read(env / "b.tar", trust).entries == sbom.entries(_doc(env / "b"))
+
+    doc = _doc(env / "b")
+    doc["components"][0]["version"] = "9.9"
+    (env / "b" / SBOM).write_text(json.dumps(doc))
+    with pytest.raises(BundleError, match="failed verification") as refused:
+        build.check_bundle(env / "b", trust)
+    assert [p.split(":")[0] for p in refused.value.details] == [SBOM]
+    with pytest.raises(BundleError, match="does not match the manifest's sha256"):
+        sbom_read.read(env / "b", trust)
+    build.write_tar(env / "b", env / "edited.tar")
+    with pytest.raises(BundleError, match="failed verification"):
+        build.check_bundle(env / "edited.tar", trust)
+
+
+def test_the_sbom_does_not_change_the_release(env: Path) -> None:
+    with_sbom = _bundle(env / "a", None)
+    without = make_bundle(env / "b", None, dict(FILES), PACKAGES)
+    assert with_sbom.bundle_id != without.bundle_id
+    assert with_sbom.release_id == without.release_id
+
+
+@pytest.fixture
+def cli(env: Path) -> CliRunner:
+    _register()
+    return CliRunner()
+
+
+def test_cli_sbom_prints_the_signed_file_or_a_table(cli: CliRunner, env: Path, key: Path) -> None:
+    _bundle(env / "b", key)
+    build.write_tar(env / "b", env / "b.tar")
+    out = cli.invoke(app, ["bundle", "sbom", str(env / "b.tar")])
+    assert out.exit_code == 0, out.output
+    assert out.stdout == (env / "b" / SBOM).read_text()
+
+    out = cli.invoke(app, ["bundle", "sbom", "--format", "table", str(env / "b.tar")])
+    assert out.exit_code == 0, out.output
+    for words in ("demo", "1.0", "MIT", "curl", "7.88.1-10+deb12u8", "jq", "hashicorp/aws", "node_exporter",
+                  "demo-model/model.safetensors", "10 components"):
+        assert words in out.output, words
+
+    assert cli.invoke(app, ["bundle", "sbom", "--format", "spdx", str(env / "b.tar")]).exit_code != 0
+
+
+def test_cli_sbom_refuses_an_unsigned_bundle_and_one_built_before_sboms(cli: CliRunner, env: Path) -> None:
+    _bundle(env / "b", None)
+    sign.keygen()
+    out = cli.invoke(app, ["bundle", "sbom", str(env / "b")])
+    assert out.exit_code != 0
+    out = cli.invoke(app, ["bundle", "sbom", "--insecure", str(env / "b")])
+    assert out.exit_code == 0 and "INSECURE" in out.stderr and json.loads(out.stdout)["bomFormat"] == "CycloneDX"
+
+    make_bundle(env / "old", None)
+    out = cli.invoke(app, ["bundle", "sbom", "--insecure", str(env / "old")])
+    assert out.exit_code != 0
+    assert f"has no {SBOM}" in str(out.exception)
+
+
+def test_cli_diff_shows_sbom_component_changes(cli: CliRunner, env: Path) -> None:
+    _bundle(env / "old", None)
+    build.write_tar(env / "old", env / "old.tar")
+    newer = {k: v for k, v in FILES.items() if k not in ("wheels/demo-1.0-py3-none-any.whl", JQ)}
+    newer["wheels/demo-1.1-py3-none-any.whl"] = wheel("demo", "1.1", ["License-Expression: MIT"])
+    newer["wheels/fresh-0.1-py3-none-any.whl"] = wheel("fresh", "0.1", [])
+    _bundle(env / "new", None, newer)
+
+    out = cli.invoke(app, ["bundle", "diff", "--json", str(env / "old.tar"), str(env / "new")])
+    assert out.exit_code == 0, out.output
+    changes = {
+        (c["change"], c["name"], c["old_version"], c["new_version"]) for c in json.loads(out.stdout)["sbom_changes"]
+    }
+    assert changes == {
+        ("version", "demo", "1.0", "1.1"), ("added", "fresh", "", "0.1"), ("removed", "jq", "1.7.1-3build1", "")
+    }
+
+    out = cli.invoke(app, ["bundle", "diff", str(env / "old.tar"), str(env / "new")])
+    assert out.exit_code == 0, out.output
+    assert "SBOM component changes" in out.output
+    assert any("demo" in line and "1.0" in line and "1.1" in line for line in out.output.splitlines())
+
+    make_bundle(env / "presbom", None)
+    out = cli.invoke(app, ["bundle", "diff", str(env / "presbom"), str(env / "new")])
+    assert out.exit_code == 0 and "SBOM: not compared" in out.output
+
+
+def test_the_tar_carries_the_sbom_as_a_listed_member(env: Path) -> None:
+    _bundle(env / "b", None)
+    build.write_tar(env / "b", env / "b.tar")
+    with tarfile.open(env / "b.tar") as tar:
+        assert SBOM in tar.getnames()
+    man = Manifest.from_json((env / "b" / MANIFEST).read_text())
+    assert sbom_read.of_bundle(env / "b.tar", man) == _doc(env / "b")
