@@ -1,18 +1,22 @@
 """The root of the `installer` command: the typer app every command module registers on, the
 options they share, the --state-dir option (installer.paths: `--state-dir`, or next to the
-command's --inventory), and `run_up`, which both `up` and `plan` (in check mode) print with.
+command's --inventory), `run_up`, which both `up` and `plan` (in check mode) print with, and
+`audited`, which appends each run of a command that changes the deployment to its audit trail.
 
 Command modules import this module and nothing else of installer.cli, so no command depends on
 another one (pyproject.toml, [tool.importlinter]).
 """
 
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from installer import deploy, paths
+from installer import audit, deploy, paths
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
 from installer.ui import RichReporter, console, table
@@ -28,6 +32,10 @@ err_console = Console(stderr=True, soft_wrap=True)  # an error line must stay gr
 # The lab's --inventory is the file `lab up` writes, not a deployment's: the lab keeps its
 # state where it is run (or in --state-dir).
 _NOT_ANCHORED = ("lab",)
+# The commands that change the deployment (its hosts, cloud resources, keys or trusted signers):
+# every run is appended to the state's audit trail, failed ones too. `up --check` changes nothing.
+# `lab up/down` make test machines, not a deployment; `ca export` and `releases` only read.
+AUDITED = ("up", "upgrade", "rollback", "down", "keys create", "keys revoke", "bundle keygen")
 
 
 def _anchor(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
@@ -71,6 +79,89 @@ def _state_dir_option(
 ) -> None:
     paths.use_state_dir(state_dir)
     _anchor_inventory_options(ctx.command, ctx)
+    _audit_changing_commands(ctx.command, ctx)
+
+
+def _audit_changing_commands(root: Any, ctx: typer.Context) -> None:
+    for name in AUDITED:
+        command = root
+        for part in name.split():
+            command = command.get_command(ctx, part) if command is not None else None
+        if command is not None and not getattr(command, "audited", False):
+            command.invoke = _recorded(name, command.invoke)
+            command.audited = True
+
+
+def _recorded(name: str, invoke: Callable[[typer.Context], Any]) -> Callable[[typer.Context], Any]:
+    @functools.wraps(invoke)
+    def run(ctx: typer.Context) -> Any:
+        if name == "up" and ctx.params.get("check"):
+            return invoke(ctx)
+        with audited(name, _argv(ctx), ctx.params.get("inventory")):
+            return invoke(ctx)
+
+    return run
+
+
+def _argv(ctx: typer.Context) -> list[str]:
+    """The arguments as the user gave them (defaults left out), rebuilt from the parsed command
+    line, from `--state-dir` down to the command's own options."""
+    contexts = []
+    node: Any = ctx  # the parents are the vendored click's Context, not typer's subclass
+    while node is not None:
+        contexts.append(node)
+        node = node.parent
+    argv: list[str] = []
+    for level in reversed(contexts):
+        if level.parent is not None:
+            argv.append(level.info_name or "")
+        for param in level.command.params:
+            source = level.get_parameter_source(param.name or "")
+            if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT"):
+                continue
+            value = level.params.get(param.name or "")
+            values = value if isinstance(value, list | tuple) else [value]
+            if param.param_type_name != "option":
+                argv += [str(v) for v in values]
+            elif getattr(param, "is_flag", False):
+                flag = param.opts if value else param.secondary_opts
+                argv += [max(flag, key=len)] if flag else []
+            else:
+                argv += [x for v in values for x in (max(param.opts, key=len), str(v))]
+    return argv
+
+
+@contextmanager
+def audited(command: str, argv: list[str], inventory: Path | None) -> Iterator[None]:
+    """Append one audit entry when the block ends: ok, or failed with the error's first line."""
+    try:
+        yield
+    except typer.Exit as exc:
+        code = exc.exit_code
+        _record(command, argv, inventory, None if code == 0 else f"exit code {code}", failing=code != 0)
+        raise
+    except typer.Abort:
+        _record(command, argv, inventory, "aborted", failing=True)
+        raise
+    except KeyboardInterrupt:
+        _record(command, argv, inventory, "interrupted", failing=True)
+        raise
+    except Exception as exc:
+        _record(command, argv, inventory, exc, failing=True)
+        raise
+    _record(command, argv, inventory, None, failing=False)
+
+
+def _record(
+    command: str, argv: list[str], inventory: Path | None, error: BaseException | str | None, failing: bool
+) -> None:
+    try:
+        audit.append(audit.new_entry(command, argv, inventory, error))
+    except (audit.AuditError, OSError) as exc:
+        if not failing:
+            raise
+        # The command's own error is the one the user must see; this one is said too.
+        err_console.print(f"[bold red]audit:[/] {exc}", highlight=False)
 
 
 InventoryOpt = Annotated[
