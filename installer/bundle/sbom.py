@@ -31,7 +31,7 @@ from packageurl import PackageURL
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from installer import __version__
-from installer.bundle import monitoring_tarballs
+from installer.bundle import deb_licence, monitoring_tarballs
 from installer.bundle.manifest import SBOM
 from installer.errors import BundleError, InstallerError
 from installer.hashing import sha256_files
@@ -148,8 +148,11 @@ def _components(
                                     digest, purl, wheel_licence(p)))
         elif top in ("debs", "targets") and rel.endswith(".deb"):
             name, version = _deb_fields(rel, packages)
+            stated = deb_licence.of_deb(p, name)
+            # One licence as the SBOM's statement: the Files: * one, or all of them joined.
+            licences = _licences([stated[0] if len(stated) == 1 else " AND ".join(f"({s})" for s in stated)])
             found.append(_component("deb", ComponentType.LIBRARY, name, version, rel, digest,
-                                    _deb_purl(rel, name, version)))
+                                    _deb_purl(rel, name, version), licences))
         elif top == "tools":
             tool = rel.split("/")[1]
             found.append(_component("tool", ComponentType.APPLICATION, tool,

@@ -19,6 +19,7 @@ from installer.bundle.manifest import MANIFEST, SBOM, Manifest
 from installer.cli import _register, app
 from installer.errors import BundleError
 from tests.support.bundles import make_bundle, wheel
+from tests.support.gpu_debs import fake_deb
 
 CURL = "targets/debian-12/debs/curl_7.88.1-10+deb12u8_amd64.deb"
 JQ = "targets/ubuntu-24.04/debs/jq_1.7.1-3build1_amd64.deb"
@@ -195,3 +196,35 @@ def test_the_tar_carries_the_sbom_as_a_listed_member(env: Path) -> None:
         assert SBOM in tar.getnames()
     man = Manifest.from_json((env / "b" / MANIFEST).read_text())
     assert sbom_read.of_bundle(env / "b.tar", man) == _doc(env / "b")
+
+
+DEP5 = """Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: curl
+
+Files: *
+Copyright: 1996-2023, Daniel Stenberg
+License: curl
+
+Files: lib/md4.c
+Copyright: 2001, Alexander Peslyak
+License: public-domain
+
+License: curl
+ COPYRIGHT AND PERMISSION NOTICE
+"""
+
+
+def test_a_deb_licence_comes_from_its_machine_readable_copyright_file(env: Path) -> None:
+    debs = env / "debs"
+    debs.mkdir()
+    fake_deb(debs, "curl", "7.88.1-10", files={"/usr/share/doc/curl/copyright": DEP5})
+    fake_deb(debs, "jq", "1.7.1-3", files={"/usr/share/doc/jq/copyright": "jq is MIT licensed, see COPYING\n"})
+    files = {
+        "targets/debian-12/debs/curl_7.88.1-10_all.deb": (debs / "curl_7.88.1-10_all.deb").read_bytes(),
+        "targets/debian-12/debs/jq_1.7.1-3_all.deb": (debs / "jq_1.7.1-3_all.deb").read_bytes(),
+        "tools/uv": b"uv",
+    }
+    _bundle(env / "b", None, files)
+    listed = {e.name: e.licence for e in sbom.entries(_doc(env / "b"))}
+    assert listed == {"curl": "curl", "jq": "", "uv": ""}  # free-text copyright: no licence claimed
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str((env / "b" / SBOM).read_text()) is None
