@@ -326,9 +326,6 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
     for src in sorted(p for p in inv.model.path.rglob("*") if p.is_file()):
         _link_or_copy(src, root / "model" / src.relative_to(inv.model.path))
 
-    progress("software bill of materials")
-    sbom.write(root, components, packages, inv.model.served_name)  # before scan: the manifest lists it
-
     progress("checksums")
     files = scan(root)
     target = {"arch": "x86_64", "targets": ", ".join(inv.targets())}
@@ -337,6 +334,8 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         "name": inv.model.served_name,
         "size": sum(f.size for f in files if f.path.startswith("model/")),
     }
+    progress("software bill of materials")
+    sbom.write(root, files, components, packages, inv.model.served_name)  # the scan below lists it
     (root / "model.sha256").write_text(man.checksums_text(prefix="model/"))
     man.files = scan(root)
     (root / MANIFEST).write_text(man.to_json())

@@ -32,9 +32,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from installer import __version__
 from installer.bundle import deb_licence, monitoring_tarballs
-from installer.bundle.manifest import SBOM
+from installer.bundle.manifest import SBOM, FileEntry
 from installer.errors import BundleError, InstallerError
-from installer.hashing import sha256_files
 from installer.inventory import targets as os_targets
 
 PATH_PROPERTY = "private-llm-installer:path"
@@ -173,17 +172,19 @@ def _components(
     return found
 
 
-def build(root: Path, versions: dict[str, Any], packages: list[dict[str, str]], model_name: str) -> str:
-    """The SBOM of the bundle directory `root` (every file in place), as CycloneDX 1.6 JSON."""
-    paths = sorted(
-        p for p in root.rglob("*")
-        if p.is_file() and p.relative_to(root).as_posix().startswith(LISTED_PREFIXES)
-    )
-    hashes = sha256_files(paths)
+def build(
+    root: Path, files: list[FileEntry], versions: dict[str, Any], packages: list[dict[str, str]],
+    model_name: str,
+) -> str:
+    """The SBOM of the bundle directory `root` as CycloneDX 1.6 JSON; `files`: its files with their
+    sha256, as manifest.scan found them (the weights are not hashed a second time)."""
+    listed = sorted((f for f in files if f.path.startswith(LISTED_PREFIXES)), key=lambda f: f.path)
+    paths = [root / f.path for f in listed]
+    hashes = {root / f.path: f.sha256 for f in listed}
     components = _components(root, paths, hashes, versions, packages, model_name)
     digest = hashlib.sha256()
-    for p in paths:
-        digest.update(f"{p.relative_to(root).as_posix()}\0{hashes[p]}\n".encode())
+    for f in listed:
+        digest.update(f"{f.path}\0{f.sha256}\n".encode())
     # The same contents give the same serial number, so an identical rebuild is recognisable.
     bom = Bom(serial_number=uuid.UUID(bytes=digest.digest()[:16], version=4), components=components)
     bundle = Component(
@@ -195,10 +196,13 @@ def build(root: Path, versions: dict[str, Any], packages: list[dict[str, str]], 
     return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
 
 
-def write(root: Path, versions: dict[str, Any], packages: list[dict[str, str]], model_name: str) -> Path:
+def write(
+    root: Path, files: list[FileEntry], versions: dict[str, Any], packages: list[dict[str, str]],
+    model_name: str,
+) -> Path:
     """Write root/sbom.cdx.json (before the manifest is made, so the manifest lists it)."""
     out = root / SBOM
-    out.write_text(build(root, versions, packages, model_name))
+    out.write_text(build(root, files, versions, packages, model_name))
     return out
 
 

@@ -29,7 +29,7 @@ def make_bundle(
         (root / "tools/uv").chmod(0o755)
     versions = {"demo": "1.0", "uv": "0.13.9"}
     if with_sbom:
-        sbom.write(root, versions, packages or [], "demo-model")
+        sbom.write(root, scan(root), versions, packages or [], "demo-model")
     man = Manifest({"os": "debian-12"}, versions, packages or [], scan(root))
     (root / MANIFEST).write_text(man.to_json())
     (root / CHECKSUMS).write_text(man.checksums_text())

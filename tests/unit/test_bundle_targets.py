@@ -197,6 +197,13 @@ def test_a_mixed_fleet_bundle_carries_each_target_and_each_host_gets_only_its_ow
         assert (root / "targets" / target / "debs" / "Packages").is_file()
     assert {(p["name"], p["target"]) for p in man.packages if p["target"] == "ubuntu-24.04"} == {
         ("prometheus-node-exporter", "ubuntu-24.04")}
+    # The SBOM (sbom.cdx.json, in the manifest): every wheel, .deb of each target, tool and weight.
+    doc = json.loads((root / "sbom.cdx.json").read_text())
+    listed = {c["bom-ref"]: c["hashes"][0]["content"] for c in doc["components"]}
+    carried = {f.path: f.sha256 for f in man.files if f.path.startswith(("wheels/", "tools/", "model/"))
+               or f.path.endswith(".deb")}
+    assert listed == carried and "sbom.cdx.json" in {f.path for f in man.files}
+    assert [p for p in listed if p.startswith("targets/ubuntu-24.04/debs/")]
 
     LocalHost.bases = {"deb": str(site / "host-deb"), "gpu": str(site / "host-gpu")}
     hosts = [LocalHost(n, "127.0.0.1", "root", 22, None, None) for n in ("deb", "gpu")]
