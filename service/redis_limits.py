@@ -20,7 +20,7 @@ log = logging.getLogger("service.redis_limits")
 # skewed clocks agree. A limit of 0 means unlimited. The record lives until its buckets are
 # full again, so a debt taken at reconciliation is not forgiven by expiry.
 # The wait goes back with all 17 digits: tostring() keeps 14, and a rounded wait can give a
-# Retry-After a second off LocalLimiter's (tests/unit/test_parity_token_bucket.py).
+# Retry-After a second off LocalLimiter's (tests/unit/service/test_parity_token_bucket.py).
 _BUCKET_LUA = """
 local rpm, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.engine_metrics import metrics_engine
 from tests.support.loopback import free_port, stop
-from tests.unit.monitoring_render import inventory_vars, render
+from tests.support.monitoring_render import inventory_vars, render
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -1,5 +1,5 @@
 """Two import contracts import-linter does not ship, checked by `lint-imports` with the built-in
-ones (pyproject.toml, [tool.importlinter]; tests/unit/test_import_contracts.py runs it):
+ones (pyproject.toml, [tool.importlinter]; tests/unit/docs/test_import_contracts.py runs it):
 
 - acyclic_modules: no module imports one that imports it back, by any chain. The built-in
   acyclic_siblings compares siblings only, so it misses a package and its own submodule
