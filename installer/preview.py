@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer import deploy
+from installer import prepare
 from installer.bundle import terraform_tools
 from installer.inventory import Inventory
 from installer.terraform import contract, provision
@@ -43,7 +43,7 @@ def cloud_changes(
     """Terraform's plan for a cloud inventory; the saved plan file is dropped, as `up` plans again
     (the state may move meanwhile)."""
     # The bundle's terraform runs here with the cloud credentials: its signature first.
-    opened = deploy.open_verified(bundle, trusted_keys, insecure, note) if bundle else None
+    opened = prepare.open_verified(bundle, trusted_keys, insecure, note) if bundle else None
     ws = provision.prepare(inv, tools=terraform_tools.from_bundle(opened), note=note)
     summary, plan_file = provision.plan(ws)
     plan_file.unlink(missing_ok=True)

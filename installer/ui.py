@@ -24,7 +24,7 @@ if not console.is_terminal:
 
 
 class RichReporter:
-    """Implements deploy.Reporter: one line per phase, live bars for pushes and Ansible tasks."""
+    """Implements prepare.Reporter: one line per phase, live bars for pushes and Ansible tasks."""
 
     def __init__(self, hosts: list[str]) -> None:
         self._hosts = hosts

@@ -5,8 +5,9 @@ from typing import Annotated
 
 import typer
 
+from installer import revisions
 from installer.cli.root import InventoryOpt, app
-from installer.day2 import records, revisions
+from installer.day2 import records
 from installer.day2.rolling import summary_rows
 from installer.day2.upgrade import DayTwoResult, rollback, upgrade
 from installer.errors import AnsibleError

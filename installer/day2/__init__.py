@@ -1,6 +1,6 @@
-"""Day 2: what is installed where (revisions), rolling upgrades and rollbacks with health gates.
+"""Day 2: rolling upgrades and rollbacks with health gates. What is installed where (the
+revisions) is installer/revisions.py, which `up` records into as well.
 
-revisions.py  the control machine's memory: .installer/state.json and one snapshot per revision
 drain.py      taking a host's engines out of every gateway's rotation, and back
 gate.py       proving a batch's own engines, each alone behind its own host's gateway
 rolling.py    host by host (in batches): drain -> configure -> re-admit on its own gateway and

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.day2 import revisions, uninstall
+from installer import revisions
+from installer.day2 import uninstall
 from installer.inventory import Inventory
 from installer.runlog import RunLog
 from installer.terraform import provision

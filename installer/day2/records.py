@@ -5,7 +5,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from installer.day2 import revisions
+from installer import revisions
 from installer.inventory import Host, Inventory
 from installer.ssh import target
 

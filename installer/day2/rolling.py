@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from installer import keys, plan, redis_auth
+from installer import keys, plan, redis_auth, revisions
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
-from installer.day2 import drain, gate, revisions
-from installer.day2.revisions import Revision
+from installer.day2 import drain, gate
 from installer.errors import AnsibleError
 from installer.inventory import Host, Inventory
+from installer.revisions import Revision
 from installer.runlog import RunLog
 
 Note = Callable[[str], None]

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import yaml
 
+from installer import revisions
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
-from installer.day2 import drain, revisions
+from installer.day2 import drain
 from installer.inventory import Host, Inventory
 from installer.topology import HOST_LAYOUT
 

@@ -4,13 +4,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import deploy
+from installer import prepare, revisions
 from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
-from installer.day2 import revisions
-from installer.day2.revisions import Revision, StateError
 from installer.day2.rolling import RollResult, roll
 from installer.inventory import load_inventory
+from installer.revisions import Revision, StateError
 from installer.runlog import RunLog
 from installer.ssh import targets
 
@@ -32,7 +31,7 @@ def _require_installed(deployment: str) -> dict[str, int]:
     return hosts
 
 
-def _finish(result: RollResult, log: RunLog, reporter: deploy.Reporter) -> DayTwoResult:
+def _finish(result: RollResult, log: RunLog, reporter: prepare.Reporter) -> DayTwoResult:
     log.write_summary({
         "success": result.success,
         "target_revision": result.target.number,
@@ -45,7 +44,7 @@ def _finish(result: RollResult, log: RunLog, reporter: deploy.Reporter) -> DayTw
 
 def upgrade(
     inventory_path: Path,
-    reporter: deploy.Reporter,
+    reporter: prepare.Reporter,
     *,
     bundle_path: Path | None = None,
     trusted_keys: tuple[Path, ...] = (),
@@ -57,13 +56,13 @@ def upgrade(
     """Everything `up` checks first (inventory, bundle signature and bytes, preflight, push),
     then host by host to the new revision."""
     _require_installed(load_inventory(inventory_path).deployment)
-    p = deploy.prepare(
+    p = prepare.prepare(
         inventory_path, reporter, command="upgrade", bundle_path=bundle_path,
         trusted_keys=trusted_keys, insecure=insecure, on_runlog=on_runlog,
     )
     target = revisions.next_revision(p.inv, p.manifest, p.root, p.playbooks_dir)
     reporter.note(f"target: revision {target.number} (release {target.release_id})")
-    with deploy.timed(p.log, reporter, "roll"):
+    with prepare.timed(p.log, reporter, "roll"):
         result = roll(
             target, p.log, batch_size=batch_size, drain_timeout_s=drain_timeout_s,
             note=reporter.note, on_task=reporter.task,
@@ -73,7 +72,7 @@ def upgrade(
 
 def rollback(
     inventory_path: Path,
-    reporter: deploy.Reporter,
+    reporter: prepare.Reporter,
     *,
     to: int | None = None,
     batch_size: int = 1,
@@ -93,14 +92,14 @@ def rollback(
     root = Path(target.bundle_root)
     if root.is_dir():
         # Usually a no-op: the hosts kept the bundle. Sent again where one was cleaned away.
-        with deploy.timed(log, reporter, "push"):
+        with prepare.timed(log, reporter, "push"):
             old = target.inventory()
             bundle_push.push(
                 targets(old), root, target.manifest(), reporter.push_progress, bundle_layout.host_targets(old)
             )
     else:
         reporter.note(f"bundle {target.bundle_id[:12]} is not on this machine; using the hosts' copies")
-    with deploy.timed(log, reporter, "roll"):
+    with prepare.timed(log, reporter, "roll"):
         result = roll(
             target, log, batch_size=batch_size, drain_timeout_s=drain_timeout_s,
             note=reporter.note, on_task=reporter.task,

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from installer import paths
+from installer import paths, revisions
 from installer.bundle.manifest import FileEntry, Manifest
-from installer.day2 import revisions
 from installer.inventory import load_inventory
 
 SITE = (

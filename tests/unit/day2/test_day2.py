@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from installer import revisions
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.bundle.manifest import FileEntry, Manifest
-from installer.day2 import drain, gate, revisions, rolling
+from installer.day2 import drain, gate, rolling
 from installer.day2.records import HostRecord
 from installer.errors import AnsibleError
 from installer.inventory import Host, load_inventory

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import keys, keys_push, paths
+from installer import keys, keys_push, paths, revisions
 from installer.cli import _register, app
-from installer.day2 import revisions
 from installer.inventory import load_inventory
 from tests.support.revisions import anchored_site, known_revision, release_record
 

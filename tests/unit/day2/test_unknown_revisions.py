@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import deploy, paths, preflight
+from installer import paths, preflight, prepare, revisions
 from installer.bundle import sign
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, FileEntry, Manifest, scan
 from installer.cli import _register, app
-from installer.day2 import revisions
 from installer.preflight import HostReport, Needs
 from tests.support.revisions import anchored_site, known_revision, release_record
 
@@ -116,8 +115,8 @@ def hosts_at(site: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen["pushed"] = True
         raise _Pushed
 
-    monkeypatch.setattr(deploy, "run_preflight", run_preflight)
-    monkeypatch.setattr(deploy.bundle_push, "push", push)
+    monkeypatch.setattr(prepare, "run_preflight", run_preflight)
+    monkeypatch.setattr(prepare.bundle_push, "push", push)
     seen["bundle"] = _signed_bundle(site)
     return seen
 
@@ -148,7 +147,7 @@ def test_up_adopt_takes_the_hosts_over_above_their_revision(site: Path, hosts_at
     assert isinstance(result.exception, _Pushed), result.output
     assert "adopting a" in result.output
     # The revision `up` then makes is numbered above what the adopted hosts ran.
-    prepared = deploy.prepare(site, _Reporter(), bundle_path=hosts_at["bundle"], adopt=True, check=True)
+    prepared = prepare.prepare(site, _Reporter(), bundle_path=hosts_at["bundle"], adopt=True, check=True)
     assert prepared.adopted_above == 7
     man = Manifest(target={}, components={}, packages=[], files=[FileEntry("wheels/y.whl", 1, "b" * 64)])
     above = prepared.adopted_above

@@ -4,6 +4,7 @@ the gateway stays apart from the installer, and no module imports a test module 
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -57,3 +58,16 @@ def test_forbidden_names_finds_test_modules_and_conftests_imported() -> None:
         "tests.e2e.test_up -> tests.e2e.conftest (l. 1)",
         "tests.unit.test_push -> tests.unit.test_sign (l. 1)",
     ]
+
+
+def test_no_contract_ignores_an_import_between_installer_modules() -> None:
+    """The flows share what they share from below (upgrade reuses prepare(), not deploy's copy),
+    so no contract lets one installer module import another against the direction."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    ignored = [
+        imp
+        for contract in config["tool"]["importlinter"]["contracts"]
+        for imp in contract.get("ignore_imports", [])
+    ]
+    inside = [imp for imp in ignored if all(side.strip().startswith("installer") for side in imp.split("->"))]
+    assert inside == [], f"ignored imports between installer modules: {inside}"

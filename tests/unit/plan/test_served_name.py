@@ -11,11 +11,10 @@ import ansible_runner
 import pytest
 import yaml
 
-from installer import paths
+from installer import paths, revisions
 from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
-from installer.day2 import revisions
 from installer.inventory import Inventory, load_inventory
 from installer.inventory.models import check_served_name, model_dir_name
 

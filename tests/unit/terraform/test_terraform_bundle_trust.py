@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import deploy
+from installer import prepare
 from installer.bundle import build, sign, terraform_tools
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest, scan
 from installer.cli import _register, app
@@ -95,7 +95,7 @@ def test_an_untrusted_bundle_runs_nothing(cloud: dict[str, Any], make: Any, comm
 
 def test_a_trusted_bundle_provisions_with_its_own_verified_terraform(cloud: dict[str, Any]) -> None:
     bundle = _bundle(cloud["tmp"] / "trusted", cloud["marker"], cloud["trusted"].private_key)
-    opened = deploy.open_verified(bundle)
+    opened = prepare.open_verified(bundle)
     ws = provision.prepare(cloud_inventory("aws", cloud["tmp"]), tools=terraform_tools.from_bundle(opened))
     assert Path(ws.tf.binary) == opened.root / "terraform" / "bin" / "terraform"
     assert cloud["marker"].read_text().splitlines()[:2] == [
