@@ -27,11 +27,12 @@ from installer.bundle.manifest import Manifest
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.paths import STATE_DIR_NAME, resolve_state_dir, state_dir
+from installer.topology import HOST_LAYOUT
 
 if TYPE_CHECKING:
     from installer.runlog import RunLog
 
-HOST_RELEASE_FILE = "/var/lib/private-llm/release.json"
+HOST_RELEASE_FILE = f"{HOST_LAYOUT['pli_state_dir']}/release.json"
 
 
 class StateError(InstallerError):

@@ -35,8 +35,9 @@ from installer.bundle import layout
 from installer.bundle.manifest import META_FILES, FileEntry, Manifest
 from installer.errors import BundleError
 from installer.ssh import Target
+from installer.topology import HOST_LAYOUT
 
-HOST_BUNDLES = "/var/lib/private-llm/bundles"
+HOST_BUNDLES = f"{HOST_LAYOUT['pli_state_dir']}/bundles"
 _CHUNK = 1 << 20
 _SENDFILE_CHUNK = 4 << 20  # progress is reported per chunk
 

@@ -21,8 +21,9 @@ from installer import plan
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
+from installer.topology import HOST_LAYOUT
 
-DRAIN_FILE = "/etc/private-llm/drain.json"
+DRAIN_FILE = f"{HOST_LAYOUT['pli_config_dir']}/drain.json"
 POLL_S = 0.5
 # Gateways re-read the drain file at most once a second (service/drain.py), each worker on its
 # own: after this long every worker's next request sees the new list.
