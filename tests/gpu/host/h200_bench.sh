@@ -8,6 +8,9 @@ set -uo pipefail
 S=$(cd "${1:?STASH}" && pwd); out=${2:?OUT}; mkdir -p "$out"
 export PATH=/root/ctl/bin:$PATH INSTALLER_STATE_DIR=/root/pli-state PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# bench's input length is in words: 1024 words make ~2,000 tokens of the tiny lab model's
+# vocabulary, past its 2048-token context with 512 out; 480 words made 1,202 tokens there.
+INPUT_LEN=${INPUT_LEN:-480}
 cd "$S/site"
 model=$(python3 -c 'import yaml; print(yaml.safe_load(open("h200.yml"))["model"]["served_name"])')
 NS=(nsenter -t "$(pgrep -xf '/lib/systemd/systemd --system' | head -1)" -m -p -u -i -C -r -w)
@@ -28,7 +31,7 @@ run() {  # target concurrency round
   local url
   if [ "$1" = gateway ]; then url=https://127.0.0.1:8080/v1; else url=http://127.0.0.1:8000/v1; fi
   SSL_CERT_FILE="$out/ca.pem" OPENAI_API_KEY="$key" installer bench --base-url "$url" --model "$model" \
-    --input-len 1024 --output-len 512 -n $(( $2 * 4 )) -c "$2" --json "$out/bench_$1_c$2_r$3.json" \
+    --input-len "$INPUT_LEN" --output-len 512 -n $(( $2 * 4 )) -c "$2" --json "$out/bench_$1_c$2_r$3.json" \
     > "$out/bench_$1_c$2_r$3.txt" 2>&1
   echo "$1 c$2 r$3 exit $?: $(grep -iE 'output tok/s|ttft' "$out/bench_$1_c$2_r$3.txt" | tr -s ' ' | head -3 | tr '\n' ' ')"
 }

@@ -29,7 +29,7 @@ if ! pgrep -xf "/lib/systemd/systemd --system" >/dev/null; then
   bash "$here/systemd_host.sh" "$S/kit" "$S/site/id_h200.pub" / > "$out/systemd_host.txt" 2>&1 \
     || { step "systemd host failed"; cat "$out/systemd_host.txt"; exit 4; }
 fi
-step "$(grep -E '^systemd:' "$out/systemd_host.txt")"
+step "$(grep -hE '^systemd:' "$out/systemd_host.txt" 2>/dev/null || echo 'systemd: already booted')"
 # The host's key, for the inventory's known_hosts (host keys are always checked).
 echo "[127.0.0.1]:2222 $(cut -d' ' -f1-2 /etc/ssh/ssh_host_ed25519_key.pub)" > "$S/site/known_hosts"
 chmod 0600 "$S/site/id_h200"
@@ -72,5 +72,11 @@ installer up -i h200.yml --bundle /root/bundle.tar --trusted-key ./bundle-signin
 rc=${PIPESTATUS[0]}
 step "up exit $rc"
 installer status -i h200.yml > "$out/status.txt" 2>&1; step "status exit $?"; cat "$out/status.txt"
+# the units' own story, whatever the outcome (a failed engine's cause is only there)
+NS=(nsenter -t "$(pgrep -xf '/lib/systemd/systemd --system' | head -1)" -m -p -u -i -C -r -w)
+for u in private-llm-engine private-llm-gateway; do
+  "${NS[@]}" journalctl -u "$u.service" -o short-unix --no-pager > "$out/journal_$u.txt" 2>&1
+done
+[ "$rc" = 0 ] || grep -E "Error|error:" "$out/journal_private-llm-engine.txt" | grep -v ulimit | tail -5 | cut -c1-400
 cp -r "$INSTALLER_STATE_DIR/runs" "$out/runs" 2>/dev/null
 exit "$rc"
