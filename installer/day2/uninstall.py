@@ -52,10 +52,13 @@ def prune(
         return None
     names = [h.name for h in gone]
     note(f"pruning {', '.join(names)}: draining, then removing private-llm")
-    # The remaining gateways still list the departed engines until they are reconfigured.
-    drain.set_drained(inv, drain.names_of(inv, gone))
-    drain.wait_idle(inv, drain.names_of(inv, gone), timeout_s=inv.gateway.drain_timeout_s + 30)
+    # The remaining gateways still list the departed engines until they are reconfigured. Their
+    # names come from the deployment as it ran, with the departed hosts in it: the new
+    # inventory's plan has no engines for them.
     old = inv.model_copy(update={"hosts": [*inv.hosts, *gone]})
+    leaving = drain.names_of(old, gone)
+    drain.set_drained(inv, leaving)
+    drain.wait_idle(inv, leaving, timeout_s=inv.gateway.drain_timeout_s + 30)
     pb = uninstall(old, gone, run_dir, on_task)
     revisions.forget_hosts(inv.deployment, [n for n in names if pb.hosts.get(n) and pb.hosts[n].success])
     return pb
