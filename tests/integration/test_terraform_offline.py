@@ -138,4 +138,4 @@ def test_cloud_bundles_carry_terraform_for_the_control_machine_only(
     assert [f.path for f in man.host_files] == ["wheels/a.whl"]
     assert man.host_size == 5 < man.total_size
     assert man.release_id == before.release_id  # terraform is not part of what hosts install
-    assert [w.path for w in push._wanted(bundle, man)] == ["wheels/a.whl"]
+    assert [w.path for w in push._wanted(bundle, man, man.host_files)] == ["wheels/a.whl"]
