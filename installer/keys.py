@@ -6,6 +6,7 @@ shown again. Hosts get `render_hosts_file()`: the active keys' hashes and limits
 """
 
 import hmac
+import json
 import re
 import secrets
 from datetime import UTC, date, datetime, time
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from installer.errors import InstallerError
 from installer.files import write_private
 from installer.paths import state_dir
-from service.keyfile import KEY_NAME_PATTERN, HostKey, HostKeyFile, hash_secret
+from service.keyfile import KEY_NAME_PATTERN, HostKey, HostKeyFile, QuotaPeriod, hash_secret
 
 SECRET_PREFIX = "sk-pli-"
 
@@ -36,6 +37,8 @@ class KeyRecord(BaseModel):
     models: list[str] = Field(default_factory=list)
     expires: datetime | None = None
     revoked: datetime | None = None
+    quota_tokens: int | None = None
+    quota_period: QuotaPeriod | None = None
 
     def status(self, now: datetime) -> str:
         if self.revoked:
@@ -81,6 +84,17 @@ def save(store: KeyStore, path: Path | None = None) -> None:
     write_private(path or store_path(), store.model_dump_json(indent=2) + "\n")
 
 
+def _check_quota(tokens: int | None, period: str | None) -> None:
+    if tokens is not None and tokens < 1:
+        raise KeyStoreError("--quota-tokens must be at least 1 (leave it out for no quota)")
+    if (tokens is None) != (period is None):
+        raise KeyStoreError(
+            "--quota-tokens and --quota-period go together (e.g. --quota-tokens 1000000 --quota-period month)"
+        )
+    if period is not None and period not in ("day", "month"):
+        raise KeyStoreError(f"--quota-period {period!r}: use day or month (UTC)")
+
+
 def create(
     name: str,
     *,
@@ -88,6 +102,8 @@ def create(
     tpm: int | None = None,
     models: list[str] | None = None,
     expires: datetime | None = None,
+    quota_tokens: int | None = None,
+    quota_period: QuotaPeriod | None = None,
     path: Path | None = None,
 ) -> tuple[KeyRecord, str]:
     """Add a key; returns its record and the secret, which exists nowhere else afterwards."""
@@ -98,6 +114,7 @@ def create(
     for label, value in (("--rpm", rpm), ("--tpm", tpm)):
         if value is not None and value < 1:
             raise KeyStoreError(f"{label} must be at least 1 (leave it out for no limit)")
+    _check_quota(quota_tokens, quota_period)
     now = datetime.now(UTC)
     if expires is not None and expires <= now:
         raise KeyStoreError(f"--expires {expires.isoformat()} is in the past")
@@ -115,6 +132,8 @@ def create(
         tpm=tpm,
         models=models or [],
         expires=expires,
+        quota_tokens=quota_tokens,
+        quota_period=quota_period,
     )
     store.keys.append(record)
     save(store, path)
@@ -133,17 +152,40 @@ def revoke(name: str, path: Path | None = None) -> KeyRecord:
     return active[-1]
 
 
+def set_quota(
+    name: str, quota_tokens: int | None, quota_period: QuotaPeriod | None, path: Path | None = None
+) -> KeyRecord:
+    """Set (or with None and None, remove) the token quota of the active key `name`."""
+    _check_quota(quota_tokens, quota_period)
+    store = load(path)
+    now = datetime.now(UTC)
+    active = [k for k in store.keys if k.name == name and k.status(now) == "active"]
+    if not active:
+        raise KeyStoreError(f"no active key named {name!r}", ["`installer keys list` shows the keys"])
+    for record in active:
+        record.quota_tokens, record.quota_period = quota_tokens, quota_period
+    save(store, path)
+    return active[-1]
+
+
 def render_hosts_file(store: KeyStore) -> str:
     """The gateways' keys file: unrevoked keys' hashes and limits (expired ones too: the
-    gateway refuses them itself, with a message that says why)."""
+    gateway refuses them itself, with a message that says why). The quota fields are written
+    only for keys that have one, so gateways older than quotas still read the file of a
+    deployment that uses none."""
     keys = [
         HostKey(
-            name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires
+            name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires,
+            quota_tokens=k.quota_tokens, quota_period=k.quota_period,
         )
         for k in store.keys
         if not k.revoked
     ]
-    return HostKeyFile(keys=keys).model_dump_json(indent=2) + "\n"
+    data = HostKeyFile(keys=keys).model_dump(mode="json")
+    for key in data["keys"]:
+        if key["quota_tokens"] is None:
+            del key["quota_tokens"], key["quota_period"]
+    return json.dumps(data, indent=2) + "\n"
 
 
 def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:

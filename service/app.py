@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +32,9 @@ from service.shared import SharedLimiter, SharedState
 from service.state import Gateway
 from service.tls import client_context, server_context
 from service.tls import watch as watch_certs
+from service.usage import NullLedger, UsageLedger
+
+log = logging.getLogger("service.app")
 
 
 def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI:
@@ -39,15 +43,18 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     metrics = Metrics()
     limits = settings.limits
     workers = shared.workers if shared else 1
+    limiter = _limiter(settings, metrics, shared)
+    keys = KeyRing(settings.keys_file)  # a missing or bad file fails start-up, loudly
     gateway = Gateway(
         settings=settings,
-        keys=KeyRing(settings.keys_file),  # a missing or bad file fails start-up, loudly
+        keys=keys,
         # Ready means checked within three intervals: one missed check is not an outage.
         router=Router(
             settings.engines, ready_window_s=3 * settings.health_interval_s,
             drain=DrainFile(settings.drain_file), shared=shared,
         ),
-        limiter=_limiter(settings, metrics, shared),
+        limiter=limiter,
+        usage=_ledger(settings, limiter, keys, metrics),
         metrics=metrics,
         # The cap is the gateway's: each worker takes its share.
         admission=Admission(-(-limits.max_in_flight // workers)),
@@ -73,7 +80,9 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.upstream_timeout_s
         )
-        gateway.upstream = Upstream(session, gateway.router, gateway.limiter, metrics, timeout)
+        gateway.upstream = Upstream(
+            session, gateway.router, gateway.limiter, metrics, timeout, gateway.usage
+        )
         gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics)
         tasks = [
             asyncio.create_task(gateway.health.run()),
@@ -102,6 +111,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()
+            await gateway.usage.close()
             await gateway.limiter.close()
             access_log.close()
             if metrics_server is not None:
@@ -148,6 +158,22 @@ def _limiter(settings: Settings, metrics: Metrics, shared: SharedState | None) -
     from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
 
     return RedisLimiter(settings.limits.redis_url, metrics, settings.tls)
+
+
+def _ledger(settings: Settings, limiter: Limiter, keys: KeyRing, metrics: Metrics) -> UsageLedger:
+    """Usage and quotas in the limiter's Redis, on its connections; none without Redis."""
+    if settings.limits.redis_url is None:
+        if keys.with_quota():
+            log.warning(
+                "quotas not enforced and usage not recorded without limits.redis_url: keys %s",
+                ", ".join(keys.with_quota()),
+            )
+        return NullLedger()
+    from service.redis_limits import RedisLimiter
+    from service.redis_usage import RedisLedger  # only deployments that use Redis need it
+
+    assert isinstance(limiter, RedisLimiter)
+    return RedisLedger(limiter.client, metrics)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

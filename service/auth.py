@@ -27,6 +27,8 @@ class ApiKey:
     tpm: int | None = None
     models: frozenset[str] = frozenset()
     expires: float | None = None  # epoch seconds
+    quota_tokens: int | None = None  # per quota_period, across every gateway (service/usage.py)
+    quota_period: str | None = None  # "day" or "month", UTC
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
@@ -62,6 +64,8 @@ class KeyRing:
                 tpm=k.tpm,
                 models=frozenset(k.models),
                 expires=k.expires.timestamp() if k.expires else None,
+                quota_tokens=k.quota_tokens,
+                quota_period=k.quota_period,
             )
             for k in parsed.keys
         )
@@ -82,6 +86,13 @@ class KeyRing:
                 log.info("reloaded %d API keys from %s", len(self._keys), path)
             except (OSError, ValueError, ValidationError) as exc:
                 log.error("keeping the previous API keys: cannot load %s: %s", path, exc)
+
+    def loaded(self) -> tuple[ApiKey, ...]:
+        return self._keys
+
+    def with_quota(self) -> list[str]:
+        """Names of the keys that have a token quota."""
+        return [k.name for k in self._keys if k.quota_tokens]
 
     def authenticate(self, authorization: str | None) -> ApiKey:
         if self.path is None:

@@ -6,10 +6,12 @@ nothing but pydantic so the control machine can use it without the gateway's dep
 
 import hashlib
 from datetime import datetime
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 KEY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+QuotaPeriod = Literal["day", "month"]
 
 
 def hash_secret(secret: str) -> str:
@@ -27,6 +29,16 @@ class HostKey(BaseModel):
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute; None: unlimited")
     models: list[str] = Field(default_factory=list, description="allowed models; empty: all")
     expires: datetime | None = Field(default=None, description="timezone-aware expiry")
+    quota_tokens: int | None = Field(
+        default=None, ge=1, description="tokens (prompt + completion) per quota_period; None: no quota"
+    )
+    quota_period: QuotaPeriod | None = Field(default=None, description="UTC day or calendar month")
+
+    @model_validator(mode="after")
+    def _quota_pair(self) -> "HostKey":
+        if (self.quota_tokens is None) != (self.quota_period is None):
+            raise ValueError("quota_tokens and quota_period go together")
+        return self
 
 
 class HostKeyFile(BaseModel):

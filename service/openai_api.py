@@ -118,7 +118,13 @@ class OpenAIRoutes:
             prompt_tokens, completion_tokens = estimate_tokens(body.input), 0
         if completion_tokens is None:
             completion_tokens = gw.settings.limits.default_completion_reserve
-        reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens)
+        # The quota first: a request it refuses takes nothing from the rate limits.
+        ticket = await gw.usage.admit(key, prompt_tokens + completion_tokens)
+        try:
+            reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens)
+        except GatewayError:
+            await gw.usage.release(key, ticket)
+            raise
         raw, strip_usage = _with_usage(body, raw, info)
         if gw.settings.log_prompts:
             field: str = next(
@@ -127,7 +133,7 @@ class OpenAIRoutes:
             info.prompt = body.model_dump(include={field})[field]
         session = _header(scope, self.session_header) if self.session_header else None
         return ProxyCall(
-            gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session
+            gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session, ticket
         )
 
 

@@ -23,6 +23,7 @@ from service.errors import GatewayError, error_bytes, send_error
 from service.limits import Limiter
 from service.metrics import Metrics
 from service.routing import Engine, Router
+from service.usage import NullLedger, Ticket, UsageLedger
 
 log = logging.getLogger("service.proxy")
 
@@ -43,6 +44,7 @@ class Upstream:
     limiter: Limiter
     metrics: Metrics
     timeout: aiohttp.ClientTimeout
+    usage: UsageLedger = NullLedger()  # noqa: RUF009  (stateless, so one instance may be shared)
 
 
 class _Retry(Exception):
@@ -117,8 +119,10 @@ class ProxyCall(Response):
         strip_usage: bool,
         reserved_tokens: int,
         session_id: str | None,
+        ticket: Ticket | None = None,
     ) -> None:
         self.up = upstream
+        self.ticket = ticket
         self.info = info
         self.key = key
         self.path = path
@@ -409,15 +413,19 @@ class ProxyCall(Response):
             self.up.metrics.upstream_errors.labels(self.info.engine or "-", "bad_usage").inc()
 
     async def _settle(self) -> None:
-        """Give back (or take) the difference between the reservation and the real usage."""
-        if not self.reserved:
-            return
+        """Give back (or take) the difference between the reservation and the real usage, in
+        the rate limits and the quota, and record the usage."""
         info = self.info
+        used: int | None
         if info.prompt_tokens is not None:
             used = info.prompt_tokens + (info.completion_tokens or 0)
         elif info.ttft_s is None:
             used = 0  # nothing reached the client: charge nothing
         else:
-            return  # a stream cut before its usage: keep the reservation
-        if used != self.reserved:
+            used = None  # a stream cut before its usage: keep the reservation
+        if self.reserved and used is not None and used != self.reserved:
             await self.up.limiter.adjust(self.key, self.reserved - used)
+        if self.ticket is not None:
+            await self.up.usage.settle(
+                self.key, self.model, self.ticket, info.prompt_tokens, info.completion_tokens, used
+            )

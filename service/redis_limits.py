@@ -46,20 +46,23 @@ return string.format('%.17g', wait)
 """
 
 
+def ssl_args(url: str, tls: TLSConfig | None) -> dict[str, str]:
+    """rediss://: verified against the deployment CA, showing this host's certificate (the
+    Redis of a deployment requires one, like the engines)."""
+    if tls is None or not url.startswith("rediss://"):
+        return {}
+    return {"ssl_ca_certs": str(tls.ca_file), "ssl_certfile": str(tls.certfile), "ssl_keyfile": str(tls.keyfile)}
+
+
 class RedisLimiter:
     """Buckets in Redis, shared by all gateways. If Redis cannot be reached the request is
     admitted (limits protect fairness, not access: authentication stays local), counted in
     `pli_gateway_limiter_errors_total` and logged at most every 10 s."""
 
     def __init__(self, url: str, metrics: Metrics, tls: TLSConfig | None = None) -> None:
-        # rediss://: verified against the deployment CA, showing this host's certificate
-        # (the Redis of a deployment requires one, like the engines).
-        ssl_args = (
-            {"ssl_ca_certs": str(tls.ca_file), "ssl_certfile": str(tls.certfile), "ssl_keyfile": str(tls.keyfile)}
-            if tls is not None and url.startswith("rediss://")
-            else {}
+        self._redis = aioredis.from_url(
+            url, socket_timeout=0.5, socket_connect_timeout=0.5, **ssl_args(url, tls)
         )
-        self._redis = aioredis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5, **ssl_args)
         self._script = self._redis.register_script(_BUCKET_LUA)
         self._metrics = metrics
         self._last_warning = 0.0
@@ -74,6 +77,11 @@ class RedisLimiter:
                 self._last_warning = time.monotonic()
                 log.warning("rate limits not enforced: redis unavailable: %s", exc)
             return 0.0
+
+    @property
+    def client(self) -> "aioredis.Redis":
+        """The connection pool, shared with the usage ledger (service/redis_usage.py)."""
+        return self._redis
 
     async def reserve(self, key: ApiKey, tokens: int) -> float:
         return await self._run(key, tokens, "reserve")

@@ -10,6 +10,7 @@ from service.limits import Admission, Limiter
 from service.metrics import Metrics
 from service.proxy import Upstream
 from service.routing import Router
+from service.usage import NullLedger, UsageLedger
 
 
 @dataclass(eq=False)
@@ -23,6 +24,7 @@ class Gateway:
     metrics: Metrics
     admission: Admission
     started_at: int
+    usage: UsageLedger = NullLedger()  # noqa: RUF009  (stateless, so one instance may be shared)
     upstream: Upstream = None  # type: ignore[assignment]  # set in the lifespan (needs a loop)
     health: HealthChecker = None  # type: ignore[assignment]
     server_ssl: ssl.SSLContext | None = None  # what the API port serves (None: plain HTTP)

@@ -14,7 +14,20 @@ __all__ = ["app", "main"]
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from installer.cli import audit, bench, bundle, day2, deploy, gpu, keys, lab, status, terraform, tls  # noqa: F401
+    from installer.cli import (  # noqa: F401
+        audit,
+        bench,
+        bundle,
+        day2,
+        deploy,
+        gpu,
+        keys,
+        lab,
+        status,
+        terraform,
+        tls,
+        usage,
+    )
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -13,12 +13,24 @@ from installer.ui import console, table
 if TYPE_CHECKING:
     from installer.keys_push import Checked
 
-keys_app = typer.Typer(help="Create, list and revoke the gateways' API keys.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Create, list and revoke the gateways' API keys, and set their token quotas.", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 
 InventoryOpt = Annotated[
     Path | None,
     typer.Option("--inventory", "-i", help="Send the updated key hashes to this deployment's gateways now."),
+]
+
+
+QuotaTokensOpt = Annotated[
+    int | None,
+    typer.Option("--quota-tokens", help="Tokens (prompt + completion) per --quota-period, across every gateway."),
+]
+QuotaPeriodOpt = Annotated[
+    Literal["day", "month"] | None,
+    typer.Option("--quota-period", help="The quota's period: a UTC day or calendar month."),
 ]
 
 
@@ -71,6 +83,8 @@ def create_cmd(
         str | None,
         typer.Option(help="YYYY-MM-DD (stops at 00:00 UTC that day) or an ISO date-time."),
     ] = None,
+    quota_tokens: QuotaTokensOpt = None,
+    quota_period: QuotaPeriodOpt = None,
     inventory: InventoryOpt = None,
     adopt: AdoptOpt = False,
 ) -> None:
@@ -83,6 +97,8 @@ def create_cmd(
         tpm=tpm,
         models=model_list,
         expires=keys.parse_expiry(expires) if expires else None,
+        quota_tokens=quota_tokens,
+        quota_period=quota_period,
     )
     console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
     # Plain print, no markup or wrapping, so it can be copied or piped exactly.
@@ -97,8 +113,25 @@ def list_cmd(
         typer.Option("--inventory", "-i", help="List this deployment's keys (its state is next to the inventory)."),
     ] = None,
 ) -> None:
-    """List keys with their limits and status (never a secret)."""
+    """List keys with their limits, quotas and status (never a secret); with --inventory, each
+    quota's use in its current period, read from the deployment's Redis."""
     now = datetime.now(UTC)
+    store = keys.load()
+    use: dict[str, dict[str, object]] = {}
+    if inventory is not None and any(k.quota_tokens and k.status(now) == "active" for k in store.keys):
+        from installer.inventory import load_inventory
+        from installer.usage import fetch, quota_use
+
+        use = quota_use(fetch(load_inventory(inventory), now.date()))
+
+    def quota(k: "keys.KeyRecord") -> str:
+        if not k.quota_tokens:
+            return "-"
+        seen = use.get(k.name) if k.status(now) == "active" else None
+        if seen is None:
+            return f"{k.quota_tokens}/{k.quota_period}"
+        return f"{seen['used']} of {k.quota_tokens}/{k.quota_period} (resets {seen['resets']})"
+
     rows = [
         [
             k.name,
@@ -107,15 +140,16 @@ def list_cmd(
             str(k.rpm or "-"),
             str(k.tpm or "-"),
             ",".join(k.models) or "all",
+            quota(k),
             k.expires.strftime("%Y-%m-%d %H:%M") if k.expires else "-",
             k.created.strftime("%Y-%m-%d %H:%M"),
         ]
-        for k in keys.load().keys
+        for k in store.keys
     ]
     console.print(
         table(
             "API keys",
-            ["name", "status", "sha256", "rpm", "tpm", "models", "expires", "created"],
+            ["name", "status", "sha256", "rpm", "tpm", "models", "quota (tokens)", "expires", "created"],
             rows,
         )
     )
@@ -132,3 +166,22 @@ def revoke_cmd(
     keys.revoke(name)
     console.print(f"[green]revoked[/] key [bold]{name}[/].")
     _send(checked, f"key {name} revoked")
+
+
+@keys_app.command("quota")
+def quota_cmd(
+    name: Annotated[str, typer.Argument(help="Name of the key.")],
+    quota_tokens: QuotaTokensOpt = None,
+    quota_period: QuotaPeriodOpt = None,
+    remove: Annotated[bool, typer.Option("--remove", help="Remove the key's quota.")] = False,
+    inventory: InventoryOpt = None,
+    adopt: AdoptOpt = False,
+) -> None:
+    """Set or remove an existing key's token quota (its use so far in the period still counts)."""
+    if remove == (quota_tokens is not None or quota_period is not None):
+        raise typer.BadParameter("give --quota-tokens N --quota-period day|month, or --remove")
+    checked = _checked(inventory, adopt, "keys quota")
+    record = keys.set_quota(name, quota_tokens, quota_period)
+    what = f"{record.quota_tokens} tokens per {record.quota_period}" if record.quota_tokens else "none"
+    console.print(f"[green]quota[/] of key [bold]{name}[/]: {what}.")
+    _send(checked, f"key {name}'s quota set")

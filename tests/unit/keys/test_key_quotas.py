@@ -1,0 +1,106 @@
+"""Token quotas in the key store and the hosts' file, and the control machine's reading of the
+recorded usage (installer/usage.py): periods, --since, --by and the sums."""
+
+import json
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from installer import keys, usage
+from service.auth import KeyRing
+from service.keyfile import HostKey, hash_secret
+from service.usage import period_bounds, usage_field
+
+
+def test_quota_reaches_the_hosts_file_only_for_keys_that_have_one(tmp_path: Path) -> None:
+    store = tmp_path / "keys.json"
+    keys.create("plain", path=store)
+    keys.create("budget", quota_tokens=1000, quota_period="month", path=store)
+    hosts = json.loads(keys.render_hosts_file(keys.load(store)))
+    plain, budget = hosts["keys"]
+    # a gateway older than quotas (extra="forbid") still reads a file without any
+    assert set(plain) == {"name", "sha256", "rpm", "tpm", "models", "expires"}
+    assert (budget["quota_tokens"], budget["quota_period"]) == (1000, "month")
+    hosts_file = tmp_path / "hosts.json"
+    keys.write_hosts_file(hosts_file, keys.load(store))
+    ring = KeyRing(hosts_file)
+    assert ring.with_quota() == ["budget"]
+    assert {k.name: (k.quota_tokens, k.quota_period) for k in ring.loaded()} == {
+        "plain": (None, None), "budget": (1000, "month")}
+
+
+def test_set_quota_changes_and_removes_it(tmp_path: Path) -> None:
+    store = tmp_path / "keys.json"
+    keys.create("team", path=store)
+    assert keys.set_quota("team", 50, "day", path=store).quota_tokens == 50
+    assert (keys.load(store).keys[0].quota_tokens, keys.load(store).keys[0].quota_period) == (50, "day")
+    keys.set_quota("team", None, None, path=store)
+    assert keys.load(store).keys[0].quota_tokens is None
+    with pytest.raises(keys.KeyStoreError, match="no active key named 'other'"):
+        keys.set_quota("other", 5, "day", path=store)
+
+
+@pytest.mark.parametrize(("tokens", "period", "why"), [
+    (0, "day", "at least 1"),
+    (10, None, "go together"),
+    (None, "day", "go together"),
+    (10, "week", "use day or month"),
+])
+def test_bad_quotas_are_refused_before_the_store_changes(tmp_path: Path, tokens, period, why) -> None:
+    store = tmp_path / "keys.json"
+    with pytest.raises(keys.KeyStoreError, match=why):
+        keys.create("k", quota_tokens=tokens, quota_period=period, path=store)
+    assert not store.exists()
+
+
+def test_the_hosts_file_refuses_half_a_quota() -> None:
+    with pytest.raises(ValidationError, match="go together"):
+        HostKey(name="k", sha256=hash_secret("s"), quota_tokens=5)
+
+
+@pytest.mark.parametrize(("period", "now", "period_id", "resets"), [
+    ("day", datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC), "d2026-12-31", datetime(2027, 1, 1, tzinfo=UTC)),
+    ("day", datetime(2026, 3, 1, 0, 0, 0, tzinfo=UTC), "d2026-03-01", datetime(2026, 3, 2, tzinfo=UTC)),
+    ("month", datetime(2026, 12, 15, 8, tzinfo=UTC), "m2026-12", datetime(2027, 1, 1, tzinfo=UTC)),
+    ("month", datetime(2028, 2, 29, 23, tzinfo=UTC), "m2028-02", datetime(2028, 3, 1, tzinfo=UTC)),
+])
+def test_quota_periods_are_utc_days_and_calendar_months(period, now, period_id, resets) -> None:
+    assert period_bounds(period, now) == (period_id, resets)
+
+
+def test_since_and_by_are_parsed_or_refused_with_the_fix() -> None:
+    today = date(2026, 12, 1)
+    assert usage.parse_since("7d", today) == date(2026, 11, 24)
+    assert usage.parse_since("today", today) == today
+    assert usage.parse_since("2026-11-01", today) == date(2026, 11, 1)
+    with pytest.raises(usage.UsageError, match="7d"):
+        usage.parse_since("last week", today)
+    assert usage.parse_by("model,day") == ("model", "day")
+    for wrong in ("key,key", "team", ""):
+        with pytest.raises(usage.UsageError, match="key, model, day"):
+            usage.parse_by(wrong)
+
+
+def test_rows_sum_over_what_is_not_grouped() -> None:
+    def day(**counts: tuple[int, int, int]) -> dict[str, int]:
+        out = {}
+        for where, (r, p, c) in counts.items():
+            key, model = where.split("__")
+            out |= {usage_field("r", key, model.replace("_", "/")): r,
+                    usage_field("p", key, model.replace("_", "/")): p,
+                    usage_field("c", key, model.replace("_", "/")): c}
+        return out
+
+    report = usage.Report("h1", {
+        "2026-11-30": day(a__org_m1=(1, 10, 5), b__org_m1=(2, 20, 8)),
+        "2026-12-01": day(a__org_m1=(3, 30, 9), a__m2=(1, 7, 1)),
+    }, [])
+    assert usage.rows(report, ("key",)) == [
+        {"key": "a", "requests": 5, "prompt_tokens": 47, "completion_tokens": 15, "total_tokens": 62},
+        {"key": "b", "requests": 2, "prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
+    ]
+    by_model_day = usage.rows(report, ("model", "day"))
+    assert [(r["model"], r["day"], r["requests"]) for r in by_model_day] == [
+        ("m2", "2026-12-01", 1), ("org/m1", "2026-11-30", 3), ("org/m1", "2026-12-01", 3)]
