@@ -216,9 +216,14 @@ def dist_version(wheel: Path) -> str:
 
 def _explain_failure(output: str, python_version: str) -> str:
     """The fix for the commonest pip download failures, in one sentence."""
-    missing = re.search(r"No matching distribution found for (\S+)", output)
+    missing = re.search(r"No matching distribution found for (\S+)", output) or re.search(
+        # pip's resolver says it this way when a pin has no wheel for the target at all
+        r"no matching distributions available for your environment:\s*\n\s+(\S+)", output
+    )
     if missing:
         name = missing.group(1)
+        pinned = re.search(rf"The user requested ({re.escape(name)}==\S+)", output)
+        name = pinned.group(1) if pinned else name
         hint = (
             f"{name} has no wheel for CPython {python_version} on the target platform in the "
             "configured package sources"

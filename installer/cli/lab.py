@@ -1,4 +1,4 @@
-"""`installer lab up|status|down`: Debian 12 hosts on this machine, as systemd-nspawn containers."""
+"""`installer lab up|status|down`: Debian 12/13 hosts on this machine, as systemd-nspawn containers."""
 
 import time
 from pathlib import Path
@@ -13,7 +13,7 @@ from installer.cli.root import app
 from installer.ui import console
 
 lab_app = typer.Typer(
-    help="A local lab: Debian 12 hosts in containers, reachable only over SSH, no internet.",
+    help="A local lab: Debian 12/13 hosts in containers, reachable only over SSH, no internet.",
     no_args_is_help=True,
 )
 app.add_typer(lab_app, name="lab")
@@ -36,21 +36,37 @@ def up_cmd(
             "--inventory", "-i", help="Inventory file to write (default: inventory/lab.yml)."
         ),
     ] = None,
+    releases: Annotated[
+        str,
+        typer.Option(
+            "--releases",
+            help="OS release of the hosts: one for all (debian-12 or debian-13), or one per host "
+            "in host order, comma-separated (debian-12,debian-13: a mixed fleet).",
+        ),
+    ] = "debian-12",
 ) -> None:
-    """Boot HOSTS Debian 12 hosts and write an inventory for them (reuses a running lab)."""
+    """Boot HOSTS Debian hosts and write an inventory for them (reuses a running lab)."""
     start = time.monotonic()
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=20),
         TimeElapsedColumn(), console=console, transient=False,
     ) as progress:  # fmt: skip
-        info = lab.up(hosts, name=name, subnet=subnet, inventory_path=inventory, progress=progress)
+        info = lab.up(
+            hosts,
+            name=name,
+            subnet=subnet,
+            inventory_path=inventory,
+            releases=[r.strip() for r in releases.split(",")],
+            progress=progress,
+        )
     table = Table(
         title=f'lab "{info.name}"', caption=f"{info.subnet}, up in {time.monotonic() - start:.0f} s"
     )
     table.add_column("host")
     table.add_column("address")
+    table.add_column("release")
     for host in info.hosts:
-        table.add_row(host.name, host.address)
+        table.add_row(host.name, host.address, host.release)
     console.print(table)
     console.print(f"inventory: {info.inventory_path}")
     first = info.hosts[0]

@@ -20,8 +20,13 @@ def _scalar(value: str) -> str:
 
 
 def render(
-    name: str, hosts: list[tuple[str, str]], private_key: Path, known_hosts: Path, model_path: Path
+    name: str,
+    hosts: list[tuple[str, str, str]],
+    private_key: Path,
+    known_hosts: Path,
+    model_path: Path,
 ) -> str:
+    """The inventory text; `hosts` are (name, address, target), each host's target declared."""
     count = f"{len(hosts)} host" + ("" if len(hosts) == 1 else "s")
     lines = [
         f'# written by `installer lab up` — lab "{name}", {count}',
@@ -33,8 +38,8 @@ def render(
         f"  known_hosts: {_scalar(str(known_hosts))}",
         "hosts:",
     ]
-    for host_name, address in hosts:
-        lines += [f"  - name: {host_name}", f"    address: {address}"]
+    for host_name, address, target in hosts:
+        lines += [f"  - name: {host_name}", f"    address: {address}", f"    target: {target}"]
     lines += [
         "model:",
         f"  path: {_scalar(str(model_path))}",

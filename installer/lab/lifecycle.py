@@ -3,7 +3,7 @@
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ class LabHost:
     name: str
     address: str
     netns: str  # `ip netns exec NETNS ...` runs a command next to the host, e.g. on its loopback
+    release: str = rootfs.DEFAULT_RELEASE  # its OS release, which is its bundle target
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def _info(st: LabState, inventory_path: Path, model_path: Path) -> LabInfo:
         name=st.name,
         subnet=st.subnet,
         control_address=st.control_address,
-        hosts=[LabHost(h.name, h.address, h.netns) for h in st.hosts],
+        hosts=[LabHost(h.name, h.address, h.netns, h.release) for h in st.hosts],
         private_key=access.key,
         known_hosts=access.known_hosts,
         inventory_path=inventory_path,
@@ -146,19 +147,31 @@ def _finish_inventory(st: LabState, inventory_path: Path | None) -> LabInfo:
     model_path = inventory.ensure_model()
     access = _access(st.name)
     text = inventory.render(
-        st.name, [(h.name, h.address) for h in st.hosts], access.key, access.known_hosts, model_path
+        st.name,
+        [(h.name, h.address, h.release) for h in st.hosts],
+        access.key,
+        access.known_hosts,
+        model_path,
     )
     written = inventory.write(inventory_path or inventory.default_path(), text)
     return _info(st, written, model_path)
 
 
-def _reuse(existing: LabState, plan: LabPlan, inventory_path: Path | None) -> LabInfo:
+def _reuse(
+    existing: LabState, plan: LabPlan, releases: list[str], inventory_path: Path | None
+) -> LabInfo:
     """Return the running lab when it is the one asked for; otherwise say how to get there."""
     fix = f"run `installer lab down --name {plan.name}` first, or pick another --name"
     if existing.subnet != str(plan.subnet) or len(existing.hosts) != len(plan.hosts):
         raise LabError(
             f"lab {plan.name!r} already exists with {len(existing.hosts)} hosts on "
             f"{existing.subnet} (asked: {len(plan.hosts)} on {plan.subnet}): {fix}"
+        )
+    running = [h.release for h in existing.hosts]
+    if running != releases:
+        raise LabError(
+            f"lab {plan.name!r} already exists with releases {','.join(running)} "
+            f"(asked: {','.join(releases)}): {fix}"
         )
     broken = [s.name for s in status(plan.name) if not (s.alive and s.ssh_ok)]
     if broken:
@@ -218,18 +231,18 @@ def _free_octet(bridge: str) -> int:
     return 0
 
 
-def _base_rootfs(steps: _Steps) -> Path:
-    base = rootfs.cached_base()
+def _base_rootfs(release: str, steps: _Steps) -> Path:
+    base = rootfs.cached_base(release)
     if base.is_dir():
         return base
-    task = steps.add("base image: debootstrap Debian 12 (first run only)")
+    task = steps.add(f"{release} base image: debootstrap (first run only)")
 
     def on_line(line: str) -> None:
         if line.startswith("I: "):
-            steps.update(task, description=f"base image: {line[3:70]}")
+            steps.update(task, description=f"{release} base image: {line[3:70]}")
 
-    base = rootfs.ensure_base(on_line)
-    steps.finish(task, "base image: built")
+    base = rootfs.ensure_base(release, on_line)
+    steps.finish(task, f"{release} base image: built")
     return base
 
 
@@ -257,22 +270,27 @@ def up(
     name: str = DEFAULT_NAME,
     subnet: str = DEFAULT_SUBNET,
     inventory_path: Path | None = None,
+    releases: Sequence[str] = (rootfs.DEFAULT_RELEASE,),
     progress: Progress | None = None,
 ) -> LabInfo:
-    """Boot a lab of `hosts` Debian 12 hosts and write its inventory; reuse it if it runs."""
+    """Boot a lab of `hosts` Debian hosts and write its inventory; reuse it if it runs.
+
+    `releases`: one release for every host, or one per host in host order (debian-12, debian-13).
+    """
     plan = naming.plan(name, subnet, hosts)
+    host_releases = rootfs.host_releases(releases, hosts)
     _require_root("lab up")
     _require_tools(_TOOLS)
-    if not rootfs.cached_base().is_dir():
+    if not all(rootfs.cached_base(r).is_dir() for r in host_releases):
         _require_tools(["debootstrap"])
     steps = _Steps(progress)
     with state.locked(name):
         existing = state.load(name)
         if existing is not None:
-            return _reuse(existing, plan, inventory_path)
+            return _reuse(existing, plan, host_releases, inventory_path)
         _check_free(plan)
         try:
-            return _create(plan, inventory_path, steps)
+            return _create(plan, host_releases, inventory_path, steps)
         except InstallerError as exc:
             raise LabError(
                 f"lab up failed: {exc}",
@@ -280,8 +298,10 @@ def up(
             ) from exc
 
 
-def _create(plan: LabPlan, inventory_path: Path | None, steps: _Steps) -> LabInfo:
-    base = _base_rootfs(steps)
+def _create(
+    plan: LabPlan, releases: list[str], inventory_path: Path | None, steps: _Steps
+) -> LabInfo:
+    bases = {r: _base_rootfs(r, steps) for r in dict.fromkeys(releases)}
     access = _access(plan.name)
     ensure_key_pair(access.key.parent, comment=f"installer-lab-{plan.name}")
     public_key = access.key.with_name(access.key.name + ".pub").read_text()
@@ -299,8 +319,9 @@ def _create(plan: LabPlan, inventory_path: Path | None, steps: _Steps) -> LabInf
                 veth=h.veth,
                 rootfs=str(hosts_dir / h.name / "rootfs"),
                 console_log=str(hosts_dir / h.name / "console.log"),
+                release=release,
             )
-            for h in plan.hosts
+            for h, release in zip(plan.hosts, releases, strict=True)
         ],
     )
     # Saved before anything exists, so `down` can always find what this run created.
@@ -309,7 +330,7 @@ def _create(plan: LabPlan, inventory_path: Path | None, steps: _Steps) -> LabInf
     tasks = [steps.add(f"{h.name}: copying rootfs", total=2) for h in plan.hosts]
     host_keys = _parallel(
         lambda i: _prepare_host(
-            base, plan, plan.hosts[i], st.hosts[i], public_key, steps, tasks[i]
+            bases[releases[i]], plan, plan.hosts[i], st.hosts[i], public_key, steps, tasks[i]
         ),
         range(len(plan.hosts)),
         COPY_WORKERS,

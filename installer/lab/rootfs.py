@@ -1,6 +1,7 @@
-"""Root filesystems: one debootstrapped Debian 12 base (cached), one private copy per host.
+"""Root filesystems: one debootstrapped base per Debian release (cached), one private copy per host.
 
-The base is what a minimal real server has and nothing more: the product must ship what such
+A lab host runs Debian 12 (bookworm) or Debian 13 (trixie), both from Debian's archive, so one
+lab can be a mixed fleet. Each base is what a minimal real server has and nothing more: the product must ship what such
 hosts lack (libnuma1, no compiler), so neither is added here. It is cached by a key over
 everything that shapes it, and built in a temp dir that is renamed into place only when
 complete, so an interrupted build never poisons the cache.
@@ -12,15 +13,19 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from installer.errors import LabError
+from installer.inventory import targets as os_targets
 from installer.lab import processes
 from installer.paths import cache_dir
 from installer.procs import run
 
-SUITE = "bookworm"
+# Lab releases: the bundle targets (installer/inventory/targets.py) whose archive is Debian's.
+# Ubuntu's archive and debootstrap scripts are not what this machine reaches, so no Ubuntu hosts.
+RELEASES = {name: t.codename for name, t in os_targets.TARGETS.items() if t.debian_archive}
+DEFAULT_RELEASE = os_targets.DEFAULT
 VARIANT = "minbase"
 INCLUDE = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "sudo")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -46,22 +51,47 @@ def cache_key(suite: str, variant: str, include: tuple[str, ...], mirror: str, a
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def debootstrap_argv(target: Path, mirror: str, arch: str) -> list[str]:
+def suite(release: str) -> str:
+    """The archive suite of a lab release, or LabError naming the ones a lab can boot."""
+    try:
+        return RELEASES[release]
+    except KeyError:
+        raise LabError(
+            f"a lab host cannot run {release!r}: lab hosts are built from Debian's archive; "
+            f"use one of {', '.join(RELEASES)}"
+        ) from None
+
+
+def host_releases(releases: Sequence[str], hosts: int) -> list[str]:
+    """Each host's release, in host order: one release for every host, or one per host."""
+    for release in releases:
+        suite(release)
+    if len(releases) == 1:
+        return list(releases) * hosts
+    if len(releases) != hosts:
+        raise LabError(
+            f"--releases names {len(releases)} releases for {hosts} hosts: give one release for "
+            f"all hosts, or one per host in host order (e.g. --releases {','.join(RELEASES)})"
+        )
+    return list(releases)
+
+
+def debootstrap_argv(target: Path, mirror: str, arch: str, suite: str = RELEASES[DEFAULT_RELEASE]) -> list[str]:
     return [
         "debootstrap", f"--variant={VARIANT}", f"--arch={arch}", f"--include={','.join(INCLUDE)}",
-        SUITE, str(target), mirror,
+        suite, str(target), mirror,
     ]  # fmt: skip
 
 
-def cached_base() -> Path:
-    """Where the base rootfs for the current recipe lives (it may not be built yet)."""
-    key = cache_key(SUITE, VARIANT, INCLUDE, mirror(), architecture())
+def cached_base(release: str = DEFAULT_RELEASE) -> Path:
+    """Where the base rootfs of a release for the current recipe lives (it may not be built yet)."""
+    key = cache_key(suite(release), VARIANT, INCLUDE, mirror(), architecture())
     return cache_dir() / "rootfs" / key / "rootfs"
 
 
-def ensure_base(on_line: Callable[[str], None] | None = None) -> Path:
-    """The cached base rootfs, debootstrapping it first if needed (about a minute, 265 MB)."""
-    base = cached_base()
+def ensure_base(release: str = DEFAULT_RELEASE, on_line: Callable[[str], None] | None = None) -> Path:
+    """The cached base rootfs of a release, debootstrapping it first if needed (about a minute)."""
+    base = cached_base(release)
     if base.is_dir():
         return base
     final = base.parent
@@ -71,14 +101,14 @@ def ensure_base(on_line: Callable[[str], None] | None = None) -> Path:
     remove_tree(build)
     build.mkdir()
     try:
-        _debootstrap(build, on_line)
+        _debootstrap(build, suite(release), on_line)
         # Downloaded .debs are 50 MB per copy that no host needs.
         for deb in (build / "rootfs" / "var" / "cache" / "apt" / "archives").glob("*.deb"):
             deb.unlink()
         (build / "recipe.json").write_text(
             json.dumps(
                 {
-                    "suite": SUITE,
+                    "suite": suite(release),
                     "variant": VARIANT,
                     "include": list(INCLUDE),
                     "mirror": mirror(),
@@ -98,8 +128,8 @@ def ensure_base(on_line: Callable[[str], None] | None = None) -> Path:
     return base
 
 
-def _debootstrap(build: Path, on_line: Callable[[str], None] | None) -> None:
-    argv = debootstrap_argv(build / "rootfs", mirror(), architecture())
+def _debootstrap(build: Path, suite: str, on_line: Callable[[str], None] | None) -> None:
+    argv = debootstrap_argv(build / "rootfs", mirror(), architecture(), suite)
     # If we die (SIGTERM, SIGKILL), debootstrap must not go on filling a build nobody will use.
     argv = ["setpriv", "--pdeathsig", "TERM", *argv]
     log_path = build / "debootstrap.log"
@@ -120,7 +150,7 @@ def _debootstrap(build: Path, on_line: Callable[[str], None] | None) -> None:
                 proc.wait()
     if proc.returncode != 0:
         raise LabError(
-            f"debootstrap failed (exit {proc.returncode}) from {mirror()}; "
+            f"debootstrap of {suite} failed (exit {proc.returncode}) from {mirror()}; "
             "set INSTALLER_DEBIAN_MIRROR to a Debian mirror this machine can reach",
             tail,
         )

@@ -52,6 +52,8 @@ class HostRecord:
     rootfs: str
     console_log: str
     pid: int | None = None
+    # Its OS release (installer/lab/rootfs.py RELEASES); state files from before releases: 12.
+    release: str = "debian-12"
 
 
 @dataclass

@@ -19,6 +19,10 @@ from tests.support.e2e import Run, host_run, installer, latest_summary
 # run) use different labs instead of colliding on names and addresses.
 LAB_NAME = os.environ.get("PLI_E2E_LAB", "ci")
 LAB_SUBNET = os.environ.get("PLI_E2E_SUBNET", "10.213.7.0/24")
+# The shared lab's OS releases, one for all hosts or one per host (`installer lab up --releases`).
+# debian-12,debian-13 deploys a mixed fleet; its trixie engine needs torch 2.13.0+cpu for CPython
+# 3.13, from PyTorch's CPU index or a find-links folder (PIP_FIND_LINKS) that carries the wheel.
+LAB_RELEASES = os.environ.get("PLI_E2E_RELEASES", "debian-12").split(",")
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +45,7 @@ def lab_hosts(e2e_state: Path):
     if state.load(LAB_NAME) is None and lab.leftovers(name=LAB_NAME):
         lab.down(name=LAB_NAME)  # debris of a run that was killed: `lab up` would refuse it
     try:
-        info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory)
+        info = lab.up(2, name=LAB_NAME, subnet=LAB_SUBNET, inventory_path=inventory, releases=LAB_RELEASES)
     except LabError as exc:  # the details (failed units, journal, console) are the diagnosis
         details = [str(exc), *exc.details]
         try:

@@ -1,5 +1,8 @@
 """The lab itself, on its own: up -> status -> SSH with strict host keys -> isolation -> down.
 
+Its one host runs Debian 13 (trixie), so the trixie image boots here; the shared lab's hosts are
+Debian 12 (and whatever PLI_E2E_RELEASES adds).
+
 Uses its own lab name and subnet, so it can run next to the shared `ci` lab and a user's lab.
 The tests run in file order; the last one takes the lab down and checks nothing is left.
 """
@@ -33,7 +36,7 @@ def forward_before() -> str:
 @pytest.fixture(scope="module")
 def info(e2e_state: Path, forward_before: str) -> Iterator[lab.LabInfo]:
     inventory = e2e_state / "lctest.yml"
-    yield lab.up(1, name=NAME, subnet=SUBNET, inventory_path=inventory)
+    yield lab.up(1, name=NAME, subnet=SUBNET, inventory_path=inventory, releases=["debian-13"])
     # Normally a no-op (the last test took it down); after a failure it cleans up.
     lab.down(NAME)
 
@@ -54,6 +57,8 @@ def test_up_writes_a_loadable_inventory(info: lab.LabInfo) -> None:
     inv = load_inventory(info.inventory_path)
     assert inv.deployment == NAME
     assert [h.address for h in inv.hosts] == ["10.213.9.11"]
+    assert [inv.host_target(h) for h in inv.hosts] == ["debian-13"]
+    assert [h.release for h in info.hosts] == ["debian-13"]
     assert inv.ssh.known_hosts == info.known_hosts
     assert (inv.model.path / "config.json").is_file()
 
@@ -66,9 +71,9 @@ def test_status_says_running(info: lab.LabInfo) -> None:
 
 
 def test_ssh_with_strict_host_key_checking(info: lab.LabInfo) -> None:
-    result = _ssh(info, "systemctl is-system-running; hostname")
+    result = _ssh(info, "systemctl is-system-running; hostname; . /etc/os-release; echo $VERSION_CODENAME")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["running", "lctest1"]
+    assert result.stdout.split() == ["running", "lctest1", "trixie"]
 
 
 def test_host_has_no_default_route_and_forwarding_is_untouched(
@@ -84,12 +89,14 @@ def test_host_has_no_default_route_and_forwarding_is_untouched(
 
 def test_up_again_returns_the_running_lab_and_refuses_a_different_one(info: lab.LabInfo) -> None:
     [before] = lab.status(NAME)
-    again = lab.up(1, name=NAME, subnet=SUBNET, inventory_path=info.inventory_path)
+    again = lab.up(1, name=NAME, subnet=SUBNET, inventory_path=info.inventory_path, releases=["debian-13"])
     assert again.hosts == info.hosts
     [after] = lab.status(NAME)
     assert after.pid == before.pid, "a running lab must be reused, not rebooted"
     with pytest.raises(LabError, match="already exists with 1 hosts"):
         lab.up(2, name=NAME, subnet=SUBNET)
+    with pytest.raises(LabError, match="already exists with releases debian-13 \\(asked: debian-12\\)"):
+        lab.up(1, name=NAME, subnet=SUBNET)
 
 
 def test_down_leaves_nothing_behind(info: lab.LabInfo) -> None:

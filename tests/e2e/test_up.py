@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e import Run, host_ssh, installer, latest_summary
+from tests.support.e2e import Run, host_run, host_ssh, installer, latest_summary
 
 pytestmark = pytest.mark.e2e
 CLIENT = Path(__file__).with_name("chat_client.py")
@@ -120,6 +120,47 @@ def test_engine_runs_as_a_hardened_service_from_the_release(deployed: Run, lab_h
         assert lines[3] == f"/opt/private-llm/releases/{release}"
         assert lines[4] == "install ok installed"
         assert int(lines[5]) > 0 and int(lines[6]) == 0 and int(lines[7]) == 1, out.stdout
+
+
+def _wheel_fits(filename: str, cpython_tag: str) -> bool:
+    """A wheel a target's CPython can install: pure Python, its own cpXY, or an older abi3."""
+    from packaging.utils import parse_wheel_filename
+
+    minor = int(cpython_tag[3:])
+    for tag in parse_wheel_filename(filename)[3]:
+        if tag.interpreter.startswith("py") or tag.interpreter == cpython_tag:
+            return True
+        if tag.abi == "abi3" and tag.interpreter.startswith("cp3") and int(tag.interpreter[3:]) <= minor:
+            return True
+    return False
+
+
+def test_each_host_runs_its_own_targets_python_from_its_own_files(deployed: Run, lab_hosts) -> None:
+    """A fleet of several targets gets one bundle; each host runs its release's CPython in both
+    venvs and holds only its own target's folder and wheels."""
+    from installer.inventory import load_inventory
+    from installer.inventory import targets as os_targets
+
+    inv = load_inventory(lab_hosts.inventory_path)
+    by_name = {h.name: h for h in lab_hosts.hosts}
+    version = "python -c 'import platform; print(platform.python_version())'"
+    for host in inv.hosts:
+        target = os_targets.get(inv.host_target(host))
+        out = host_run(
+            lab_hosts, by_name[host.name],
+            ". /etc/os-release; echo $ID-$VERSION_ID; "
+            f"/opt/private-llm/current/venv/bin/{version}; /opt/private-llm/current/gateway-venv/bin/{version}; "
+            "cd /var/lib/private-llm/bundles && "
+            "ls -d */targets/* | sed 's|.*/targets/||' | sort -u | tr '\\n' ' '; echo; "
+            "ls */wheels | grep '[.]whl$' | sort -u",
+        )  # fmt: skip
+        release, engine_py, gateway_py, carried, *wheel_files = out.splitlines()
+        assert release == target.name, f"{host.name} runs {release}, its inventory says {target.name}"
+        assert (engine_py, gateway_py) == (target.python, target.python), host.name
+        assert carried.split() == [target.name], f"{host.name} received targets {carried}"
+        misfits = [w for w in wheel_files if not _wheel_fits(w, target.cpython_tag)]
+        assert wheel_files and not misfits, f"{host.name} ({target.cpython_tag}) received {misfits}"
+        assert any(f"-{target.cpython_tag}-" in w for w in wheel_files), "no wheel built for its own CPython"
 
 
 def test_hosts_have_no_route_out(lab_hosts) -> None:

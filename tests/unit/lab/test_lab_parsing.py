@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from installer.errors import LabError
 from installer.lab import hosts, network, processes, rootfs, sshkeys
 from installer.sshkeys import known_hosts_lines
 
@@ -117,6 +118,32 @@ def test_mirror_is_overridable(monkeypatch) -> None:
     assert rootfs.debootstrap_argv(Path("/t"), rootfs.mirror(), "amd64")[-3:] == [
         "bookworm", "/t", "http://local/debian",
     ]  # fmt: skip
+    assert rootfs.debootstrap_argv(Path("/t"), rootfs.mirror(), "amd64", "trixie")[-3:] == [
+        "trixie", "/t", "http://local/debian",
+    ]  # fmt: skip
+
+
+def test_lab_releases_are_the_debian_targets() -> None:
+    assert rootfs.RELEASES == {"debian-12": "bookworm", "debian-13": "trixie"}
+    assert rootfs.suite("debian-13") == "trixie"
+    with pytest.raises(LabError, match=r"cannot run 'ubuntu-24.04'.*use one of debian-12, debian-13"):
+        rootfs.suite("ubuntu-24.04")
+
+
+def test_each_release_has_its_own_cached_base(monkeypatch) -> None:
+    monkeypatch.setattr(rootfs, "architecture", lambda: "amd64")
+    bookworm, trixie = rootfs.cached_base("debian-12"), rootfs.cached_base("debian-13")
+    assert bookworm != trixie and bookworm == rootfs.cached_base()
+    assert trixie.parent.name == rootfs.cache_key("trixie", rootfs.VARIANT, rootfs.INCLUDE, rootfs.mirror(), "amd64")
+
+
+def test_host_releases_one_for_all_or_one_per_host() -> None:
+    assert rootfs.host_releases(["debian-13"], 3) == ["debian-13"] * 3
+    assert rootfs.host_releases(["debian-12", "debian-13"], 2) == ["debian-12", "debian-13"]
+    with pytest.raises(LabError, match=r"names 2 releases for 3 hosts: give one release for all hosts"):
+        rootfs.host_releases(["debian-12", "debian-13"], 3)
+    with pytest.raises(LabError, match=r"cannot run 'debian-11'"):
+        rootfs.host_releases(["debian-12", "debian-11"], 2)
 
 
 def test_hosts_file_names_every_lab_host() -> None:

@@ -1,5 +1,6 @@
 """lab.json round-trip and where a lab keeps its files."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def _sample() -> LabState:
         bridge="plb-lab",
         hosts=[
             HostRecord("lab1", "10.213.0.11", "pli-lab-1", "plv-lab-1", "/r/1", "/l/1", pid=4242),
-            HostRecord("lab2", "10.213.0.12", "pli-lab-2", "plv-lab-2", "/r/2", "/l/2"),
+            HostRecord("lab2", "10.213.0.12", "pli-lab-2", "plv-lab-2", "/r/2", "/l/2", release="debian-13"),
         ],
     )
 
@@ -34,6 +35,17 @@ def test_round_trip(_state_dir: Path) -> None:
     assert state.state_path("lab") == _state_dir / "lab" / "lab" / "lab.json"
     assert state.load("lab") == original
     assert not list(state.lab_dir("lab").glob("*.tmp")), "the temp file must be renamed away"
+
+
+def test_state_from_before_releases_reads_as_debian_12(_state_dir: Path) -> None:
+    data = json.loads(_sample().to_json())
+    for host in data["hosts"]:
+        del host["release"]
+    state.state_path("lab").parent.mkdir(parents=True)
+    state.state_path("lab").write_text(json.dumps(data))
+    loaded = state.load("lab")
+    assert loaded is not None and [h.release for h in loaded.hosts] == ["debian-12", "debian-12"]
+    assert [h.release for h in _sample().hosts] == ["debian-12", "debian-13"]
 
 
 def test_missing_state_is_none_and_remove_is_idempotent() -> None:
