@@ -1,4 +1,5 @@
-"""`installer doctor`: NVIDIA GPU checks on each inventory host (or here, with --local).
+"""`installer doctor`: NVIDIA GPU checks on each inventory host (or here, with --local); with
+--collect, a support archive instead (installer/diagnostics/collect.py).
 
 installer/gpu_checks.py runs installer/gpu/doctor.py on the hosts over SSH: nvidia-smi health,
 Xid errors, a GEMM and an NCCL all-reduce. This module prints one table row per host; the full
@@ -14,7 +15,8 @@ import typer
 
 from installer import gpu_checks
 from installer.cli.root import app
-from installer.inventory import load_inventory
+from installer.diagnostics import collect as collect_flow
+from installer.inventory import Inventory, load_inventory
 from installer.ui import console, table
 
 
@@ -61,6 +63,23 @@ def _row(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _collect(inv: Inventory, journal_lines: int, output: Path | None) -> None:
+    with console.status("collecting") as shown:
+        result = collect_flow.collect(inv, journal_lines, output, progress=shown.update)
+    console.print(
+        table(
+            f"Support archive — {inv.deployment}",
+            ["host", "collected", "missing", "redactions"],
+            [[r.host, str(r.collected), str(r.missing), str(r.redactions)] for r in result.rows],
+        )
+    )
+    for line in result.missing:
+        console.print(f"  [yellow]not collected[/] {line}", highlight=False)
+    for hit in result.redactions:
+        console.print(f"  [cyan]redacted[/] {hit['file']}: {hit['rule']} x{hit['count']}", highlight=False)
+    console.print(f"support archive: {result.path}")
+
+
 @app.command()
 def doctor(
     inventory: Annotated[
@@ -75,8 +94,29 @@ def doctor(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write every host's full result here.")
     ] = None,
+    collect: Annotated[
+        bool,
+        typer.Option(
+            "--collect",
+            help="Instead of the checks, write a support archive (tar.gz): per host nvidia-smi, GPU "
+            "metrics, kernel Xid lines, unit journals, redacted configuration, versions; "
+            "`installer status` and the last hour of Prometheus.",
+        ),
+    ] = False,
+    journal_lines: Annotated[
+        int, typer.Option(help="With --collect: the last this many lines of each unit's journal.", min=1)
+    ] = collect_flow.DEFAULT_JOURNAL_LINES,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="With --collect: the archive's file or folder; default: the state folder's support/."),
+    ] = None,
 ) -> None:
     """Check NVIDIA GPUs: driver, CUDA, ECC, persistence, MIG, temperature, Xid, GEMM, NCCL."""
+    if collect:
+        if inventory is None or local:
+            raise typer.BadParameter("--collect needs --inventory FILE", param_hint="--collect")
+        _collect(load_inventory(inventory), journal_lines, output)
+        return
     if local == (inventory is not None):
         raise typer.BadParameter(
             "give --inventory FILE or --local", param_hint="--inventory/--local"

@@ -1,0 +1,193 @@
+"""`installer doctor --collect`: one tar.gz a user can attach to a support ticket.
+
+Every host at once over SSH (installer/ssh.py's strict host keys, as `installer doctor`):
+host_collect.py is copied to the host, run as root, and sends back its files as a tar stream.
+Then the deployment's `installer status` report and its Prometheus series of the last hour.
+Every file is scanned for secrets (redact.py) before the archive is written (archive.py).
+
+Nothing that fails stops the collect: an unreachable host, a stopped engine, a host with no
+GPU or no Prometheus each become lines of MISSING.txt saying what and why.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from installer import keys, metrics_token, redis_auth
+from installer.diagnostics import archive, host_collect, prometheus_range, redact
+from installer.errors import InstallerError
+from installer.inventory import Inventory
+from installer.paths import state_dir
+from installer.ssh import Target, target
+from installer.status.report import prometheus_url
+from installer.status.report import report as status_report
+from installer.topology import HOST_LAYOUT
+
+HOST_SCRIPT = Path(host_collect.__file__)
+HOST_TIMEOUT_S = 300.0
+DEFAULT_JOURNAL_LINES = 500
+
+
+@dataclass(frozen=True)
+class HostRow:
+    host: str
+    collected: int
+    missing: int
+    redactions: int
+
+
+@dataclass(frozen=True)
+class Collection:
+    path: Path
+    rows: list[HostRow]  # one per host, then "(deployment)" for status and Prometheus
+    redactions: list[dict[str, object]]  # archive path and rule of each, never the value
+    missing: list[str]  # "host: item: why"
+
+
+def host_args(inv: Inventory, host_name: str, journal_lines: int) -> list[str]:
+    """host_collect.py's command line for this host: the on-host layout, and the files its
+    roles must have written (their absence is reported)."""
+    cfg, var = HOST_LAYOUT["pli_config_dir"], HOST_LAYOUT["pli_state_dir"]
+    host = next(h for h in inv.hosts if h.name == host_name)
+    groups = inv.host_groups(host)
+    expected = [f"{cfg}/engine.env", f"{cfg}/gateway.yml", f"{var}/release.json"] if "serving" in groups else []
+    expected += ["/etc/prometheus/prometheus.yml"] if "monitoring" in groups else []
+    args = ["--journal-lines", str(journal_lines), "--config-dir", cfg, "--state-dir", var,
+            "--root", HOST_LAYOUT["pli_root"]]
+    for path in expected:
+        args += ["--expect", path]
+    return args
+
+
+def run_on_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> archive.Part:
+    """host_collect.py on the host (as root: sudo -n for another SSH user), its files read
+    back; a host that gives none is one missing entry saying why."""
+    run = f'python3 "$t" {shlex.join(args)}'
+    remote = (
+        't=$(mktemp /tmp/pli-collect.XXXXXX) && cat > "$t" && '
+        f'{{ if [ "$(id -u)" = 0 ]; then {run}; else sudo -n {run}; fi; }}; rc=$?; rm -f "$t"; exit $rc'
+    )
+    part = archive.Part(t.name)
+    try:
+        p = subprocess.run(t.ssh_argv(remote), input=HOST_SCRIPT.read_bytes(), capture_output=True,
+                           timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        part.missing["(all)"] = f"no answer over SSH within {timeout:.0f} s: nothing collected from this host"
+        return part
+    try:
+        with tarfile.open(fileobj=io.BytesIO(p.stdout), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                data = tar.extractfile(member)
+                if data is not None:
+                    part.files[member.name] = data.read()
+    except (tarfile.TarError, EOFError, OSError):
+        err = (p.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        part.files.clear()
+        part.missing["(all)"] = f"ssh rc {p.returncode}: {err[:300]}: nothing collected from this host"
+        return part
+    status = json.loads(part.files.pop("_collect.json", b"{}") or b"{}")
+    part.missing.update(status.get("missing", {}))
+    part.excluded = status.get("excluded", [])
+    return part
+
+
+def known_secrets(deployment: str) -> dict[str, str]:
+    """The deployment's secrets this machine holds: any copy of one is cut, whatever its form."""
+    found = {}
+    for name, path in (("redis-password", redis_auth.password_file(deployment)),
+                       ("metrics-token", metrics_token.token_file(deployment)),
+                       ("probe-key", keys.probe_secret_path())):
+        try:
+            value = path.read_text().strip()
+        except OSError:
+            continue
+        if len(value) >= 8:
+            found[name] = value
+    return found
+
+
+def deployment_part(inv: Inventory, parts: list[archive.Part], timeout_s: float, now: float) -> archive.Part:
+    """status.json and prometheus.csv for the deployment, and each host's share of them."""
+    part = archive.Part("")
+    by_name = {p.name: p for p in parts}
+    try:
+        status = status_report(inv, None, timeout_s).to_json()
+    except InstallerError as exc:
+        part.missing["status.json"] = f"`installer status` failed: {exc}"
+        for p in parts:
+            p.missing["status.json"] = "see the deployment's status.json entry"
+    else:
+        part.files["status.json"] = (json.dumps(status, indent=1) + "\n").encode()
+        for p in parts:
+            rows = [r for r in status["rows"] if r["host"] == p.name]
+            p.files["status.json"] = (json.dumps({**status, "rows": rows}, indent=1) + "\n").encode()
+    url = prometheus_url(inv)
+    if url is None:
+        why = "no monitoring host in the inventory: no Prometheus to ask"
+    else:
+        try:
+            exported = prometheus_range.export(url, timeout_s, end=now)
+        except prometheus_range.PrometheusError as exc:
+            why = str(exc)
+        else:
+            part.files["prometheus.csv"] = exported.csv().encode()
+            for name in exported.no_data:
+                part.missing[f"prometheus.csv:{name}"] = "no sample in the last hour (nothing exports it here)"
+            for name, err in exported.errors.items():
+                part.missing[f"prometheus.csv:{name}"] = err
+            for name, p in by_name.items():
+                p.files["prometheus.csv"] = exported.csv(name).encode()
+            return part
+    part.missing["prometheus.csv"] = why
+    for p in parts:
+        p.missing["prometheus.csv"] = why
+    return part
+
+
+def default_output(deployment: str, now: float) -> Path:
+    return state_dir() / "support" / f"{archive.root_name(deployment, now)}.tar.gz"
+
+
+def collect(
+    inv: Inventory,
+    journal_lines: int = DEFAULT_JOURNAL_LINES,
+    output: Path | None = None,
+    timeout_s: float = 10.0,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Collection:
+    """Collect every host of `inv` and the deployment's status and metrics into one redacted
+    archive at `output` (a file, or a folder to put it in; default: the state folder's
+    support/); never fails for what one host or service could not give."""
+    if journal_lines < 1:
+        raise InstallerError(f"--journal-lines must be at least 1, not {journal_lines}")
+    now = time.time()
+    progress(f"collecting from {len(inv.hosts)} host(s)")
+    hosts = [target(inv, h) for h in inv.hosts]
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
+        parts = list(pool.map(lambda t: run_on_host(t, host_args(inv, t.name, journal_lines)), hosts))
+    progress("reading installer status and Prometheus")
+    parts.append(deployment_part(inv, parts, timeout_s, now))
+    progress("scanning for secrets")
+    known = known_secrets(inv.deployment)
+    for p in parts:
+        p.files, p.hits = redact.scan(p.files, known)
+    root = archive.root_name(inv.deployment, now)
+    if output is None:
+        path = default_output(inv.deployment, now)
+    else:
+        path = output / f"{root}.tar.gz" if output.is_dir() else output
+    archive.write(path, root, archive.layout(inv.deployment, now, parts), now)
+    rows = [HostRow(p.name or "(deployment)", len(p.files), len(p.missing), sum(h.count for h in p.hits))
+            for p in parts]
+    redactions = archive.manifest(inv.deployment, now, parts)["redactions"]
+    missing = [f"{p.name or 'deployment'}: {k}: {v}" for p in parts for k, v in sorted(p.missing.items())]
+    return Collection(path, rows, redactions, missing)
