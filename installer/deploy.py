@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer import keys, redis_auth, revisions, tls
+from installer import converged, keys, redis_auth, revisions, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle.manifest import Manifest
@@ -20,6 +20,7 @@ from installer.inventory import Inventory
 from installer.prepare import Reporter, prepare, timed
 from installer.prove import Proof, gateway_base, prove
 from installer.runlog import RunLog
+from installer.ssh import targets
 
 
 @dataclass
@@ -44,6 +45,10 @@ class UpResult:
     hosts: list[HostSummary] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     playbook: PlaybookResult | None = None
+    # "fast": the hosts matched their record and Ansible was skipped (installer/converged.py);
+    # "full": Ansible ran, for `full_reasons`; "check": --check
+    configure: str = "full"
+    full_reasons: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> int:
@@ -104,6 +109,7 @@ def up(
     check: bool = False,
     prune: bool = False,
     adopt: bool = False,
+    full: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> UpResult:
     p = prepare(
@@ -138,14 +144,37 @@ def up(
     deployment_plan = p.deployment_plan
     if deployment_plan.redis is not None:
         redis_auth.ensure_password(inv.deployment)  # the roles read it with a file lookup
-    with timed(log, reporter, "configure"):
-        inv_dir = render.write(
-            deployment_plan, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
-        )
-        pb = run_playbook(
-            "site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check,
-            playbooks_dir=p.playbooks_dir,
-        )
+    inv_dir = render.write(
+        deployment_plan, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
+    )
+    hosts = targets(inv)
+    verdict = None
+    if check:
+        result.configure = "check"
+    elif prune or adopt:  # hosts leave or join the deployment: Ansible decides
+        result.full_reasons = ["--prune" if prune else "--adopt"]
+    else:
+        with timed(log, reporter, "verify"):
+            verdict = converged.verify(
+                hosts, inv_dir, man, p.playbooks_dir, keys_json, inv.deployment, full=full
+            )
+        result.full_reasons = verdict.reasons
+    for reason in result.full_reasons:
+        reporter.note(f"full configure: {reason}")
+        log.log(f"full configure: {reason}")
+    if verdict is not None and verdict.fast:
+        result.configure = "fast"
+        reporter.note("converged, verified (fast path): every managed file, link, unit and package "
+                      "matches the last full configure; Ansible skipped")
+        pb = PlaybookResult("skipped (fast path)", 0, {t.name: HostResult(t.name, ok=1) for t in hosts}, inv_dir)
+    else:
+        if not check:
+            converged.forget(inv.deployment)  # a run that stops halfway leaves nothing trusted
+        with timed(log, reporter, "configure"):
+            pb = run_playbook(
+                "site.yml", inv_dir, log.dir / "ansible", on_task=reporter.task, check=check,
+                playbooks_dir=p.playbooks_dir,
+            )
     result.playbook = pb
 
     proofs: dict[str, Proof] = {}
@@ -154,13 +183,24 @@ def up(
             proofs = {pr.host: pr for pr in prove(inv, probe_secret)}
             for pr in proofs.values():
                 reporter.note(f"{pr.host}: {'ok' if pr.ok else 'FAILED'}: {pr.detail}")
-    result.phases = dict(log.phases)
     result.hosts = host_summaries(inv, pb, proofs, check)
+    ready = [t for t in hosts if any(h.name == t.name and h.state == "ready" for h in result.hosts)]
+    if result.configure == "full" and ready and not check:
+        with timed(log, reporter, "record"):
+            for line in converged.record(ready, inv_dir, man, p.playbooks_dir, keys_json, inv.deployment):
+                reporter.note(f"[yellow]{line}[/]")
+                log.log(line)
+    elif result.configure == "fast" and len(ready) < len(hosts):
+        converged.forget(inv.deployment)  # a host that fails its proof gets Ansible next time
+    result.phases = dict(log.phases)
     if revision is not None:
         revisions.record(inv.deployment, revision, {h.name: h.state == "ready" for h in result.hosts}, log)
     log.write_summary({
         "success": pb.success,
         "changed": result.changed,
+        "configure": result.configure,
+        "full_reasons": result.full_reasons,
+        "fast_path": verdict.as_dict() if verdict else None,
         "bundle_id": man.bundle_id,
         "bundle_signature": p.signature,
         "push": [pr.__dict__ for pr in p.pushed],

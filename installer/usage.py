@@ -80,7 +80,7 @@ def fetch(inv: Inventory, since: date) -> Report:
         raise UsageError(
             "usage accounting and quotas need the deployment's shared Redis, which runs with "
             "several serving hosts; this deployment has one",
-            ["the gateway of a single serving host records no usage (docs/operations.md, Usage and quotas)"],
+            ["the gateway of a single serving host records no usage (docs/gateway.md#usage-and-quotas)"],
         )
     hosts = [first, *(h for h in serving_hosts(inv) if h is not first)]
     failures = []

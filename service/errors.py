@@ -91,7 +91,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         404: "unknown model",
         408: "the request body did not arrive in time",
         413: "request body too large",
-        429: "per-key rate limit, or too many connections from one address; see Retry-After",
+        429: "per-key rate limit or token quota, or too many connections from one address; see Retry-After",
         502: "the engine failed",
         503: "saturated, draining, or no healthy engine; see Retry-After",
         504: "the engine did not answer in time",

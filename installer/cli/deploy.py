@@ -60,6 +60,14 @@ def up(
             "client keys, CA and Redis password. Default: refuse.",
         ),
     ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Run Ansible on every host even when each matches its last full configure "
+            "(the fast path's checksums, links, units and packages).",
+        ),
+    ] = False,
 ) -> None:
     """Validate, bundle, preflight, push and configure: bring every host to a serving state."""
-    run_up(inventory, bundle, trusted_key or [], insecure, check, prune=prune, adopt=adopt)
+    run_up(inventory, bundle, trusted_key or [], insecure, check, prune=prune, adopt=adopt, full=full)

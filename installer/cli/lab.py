@@ -112,5 +112,6 @@ def down_cmd(name: NameOption = lab.DEFAULT_NAME) -> None:
     """Power every host off cleanly, then remove the lab's network and host filesystems."""
     start = time.monotonic()
     with console.status(f'taking lab "{name}" down (clean shutdown of every host)'):
-        lab.down(name)
+        times = lab.down(name)
     console.print(f'lab "{name}" is down ({time.monotonic() - start:.0f} s); nothing left behind')
+    console.print(f"where the time went: {times.describe()}")

@@ -171,7 +171,7 @@ InventoryOpt = Annotated[
 
 def run_up(
     inventory: Path, bundle: Path | None, trusted_key: list[Path], insecure: bool, check: bool,
-    prune: bool = False, adopt: bool = False,
+    prune: bool = False, adopt: bool = False, full: bool = False,
 ) -> None:
     """`installer up` (installer.deploy.up) with live phases, then one row per host."""
     inv = load_inventory(inventory)
@@ -183,7 +183,7 @@ def run_up(
         )
     result = deploy.up(
         inventory, reporter, bundle_path=bundle, check=check, prune=prune,
-        trusted_keys=tuple(trusted_key), insecure=insecure, adopt=adopt,
+        trusted_keys=tuple(trusted_key), insecure=insecure, adopt=adopt, full=full,
     )
     # The gpu column only where a host ran the GPU checks: CPU deployments keep their table.
     gpu = any(h.gpu for h in result.hosts)
@@ -203,6 +203,9 @@ def run_up(
         raise AnsibleError(f"{len(failed)} host(s) failed; see the run log", failed)
     if check:
         console.print(f"[yellow]check mode:[/] {result.changed} change(s) would be made")
+    elif result.configure == "fast":
+        console.print("[green]converged, verified (fast path):[/] every host matches its last full "
+                      "configure and answered the proof request; Ansible skipped (`--full` runs it)")
     elif result.changed == 0:
         console.print("[green]converged:[/] nothing changed on any host (changed=0)")
     else:

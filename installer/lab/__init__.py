@@ -14,6 +14,7 @@ miniature. `up` writes an inventory the rest of the product uses like any other.
 from installer.lab.lifecycle import (
     DEFAULT_NAME,
     DEFAULT_SUBNET,
+    DownTimes,
     HostStatus,
     LabHost,
     LabInfo,
@@ -26,6 +27,7 @@ from installer.lab.lifecycle import (
 __all__ = [
     "DEFAULT_NAME",
     "DEFAULT_SUBNET",
+    "DownTimes",
     "HostStatus",
     "LabHost",
     "LabInfo",

@@ -1,8 +1,8 @@
 """Usage accounting and token quotas with real gateways (uvicorn) and a real redis-server: the
 recorded counts equal the responses' `usage` (streamed or not) per key and model, as the
 control machine's report reads them (service.usage_report); a quota is one budget for two
-gateways, refused with a 429 that names it and its reset, and a gateway restart forgets
-neither."""
+gateways, refused with a 429 that names it and its reset, and neither a gateway restart nor a
+restart of a Redis configured as the redis role configures it forgets them."""
 
 import json
 import os
@@ -19,6 +19,8 @@ import pytest
 from installer import keys as installer_keys
 from installer.usage import Report, rows
 from tests.support import REPO
+from tests.support.loopback import free_port
+from tests.support.redis_server import redis_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -190,3 +192,33 @@ def test_a_rate_limited_request_gives_its_quota_reservation_back(
     quota = {q["key"]: q for q in _report(tmp_path / "gateway-0.yaml").quotas}[name]
     assert quota["used"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert quota["period"] == "month" and quota["resets"].endswith("-01T00:00:00Z")
+
+
+def _role_persistence() -> list[str]:
+    """The redis role's persistence settings (its config template), as redis-server options."""
+    options = []
+    for line in (REPO / "playbooks/roles/redis/templates/redis.conf.j2").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("save", "appendonly", "appendfsync"):
+            options += [f"--{name}", value.strip('"')]
+    return options
+
+
+def test_usage_and_quota_outlive_a_restart_of_the_roles_redis(
+    start_upstream: Any, start_gateway: Any, keys: Any, tmp_path: Path
+) -> None:
+    options = _role_persistence()
+    data, port = tmp_path / "redis", free_port()
+    data.mkdir()
+    upstream = start_upstream(model="tiny")
+    name = _name("kept")
+    secret = keys.create(name, quota_tokens=1000, quota_period="month")
+    with redis_server(data, options, port) as url:
+        gateway = start_gateway(_config(keys, url, ("tiny", upstream)))
+        usage = _usage_of(_post(gateway, secret, "tiny", False, max_tokens=4))
+    with redis_server(data, options, port):  # stopped and started again, as an upgrade does
+        report = _report(tmp_path / "gateway-0.yaml")
+    [row] = [r for r in rows(report, ("key",)) if r["key"] == name]
+    assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
+        1, usage["prompt_tokens"], usage["completion_tokens"])
+    assert report.quotas[0]["used"] == usage["prompt_tokens"] + usage["completion_tokens"]

@@ -1,4 +1,5 @@
-"""A real redis-server on a free loopback port, without persistence, stopped by its PID."""
+"""A real redis-server on a free loopback port, without persistence unless given options that
+turn it on, stopped by its PID."""
 
 import shutil
 import socket
@@ -16,13 +17,15 @@ MISSING = "redis-server is not installed: apt-get install redis-server (or run .
 
 
 @contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """Yield the URL of a redis-server that answers PING; fail (never skip) if there is none."""
+def redis_server(workdir: Path, options: list[str] | None = None, port: int | None = None) -> Iterator[str]:
+    """Yield the URL of a redis-server that answers PING; fail (never skip) if there is none.
+    `options` replace the default of no persistence (`--name value` pairs); `port` reuses one."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.fail(MISSING)
-    port = free_port()
-    argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    port = port or free_port()
+    persistence = ["--save", "", "--appendonly", "no"] if options is None else options
+    argv = [server, "--port", str(port), "--bind", "127.0.0.1", *persistence]
     proc = subprocess.Popen([*argv, "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10

@@ -1,0 +1,134 @@
+"""Runs ON A HOST (standard library only): describes what the roles manage there as one flat
+JSON map, so the control machine can record it after a full configure and compare it on the
+next `installer up` (installer/converged.py). One SSH call per host, no Ansible.
+
+Input: one JSON argument, the spec (which files, trees, links, units, packages and users).
+Output: one JSON line, {"entries": {key: description}}. A key present on one side and not on
+the other is drift too, so every description is a plain string that compares exactly.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+
+
+def _owner(st: os.stat_result) -> str:
+    return f"mode={stat.S_IMODE(st.st_mode):04o} owner={st.st_uid}:{st.st_gid}"
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _describe(path: str) -> str:
+    """A file's content hash, mode and owner; a link's target; a directory's mode and owner."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return f"link -> {os.readlink(path)}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"dir {_owner(st)}"
+    if stat.S_ISREG(st.st_mode):
+        return f"sha256={_sha256(path)} {_owner(st)}"
+    return f"special {_owner(st)}"
+
+
+def _walk(root: str) -> list[str]:
+    found = [root]
+    for top, dirs, files in os.walk(root):
+        dirs.sort()
+        found += [os.path.join(top, n) for n in sorted(dirs + files)]
+    return found
+
+
+def _stat_digest(root: str) -> str:
+    """A large tree (a release's environments) by path, size, mode, owner and mtime: a venv of
+    tens of thousands of files is too slow to hash on every run, and an edit changes its mtime."""
+    h = hashlib.sha256()
+    n = 0
+    for path in _walk(root):
+        st = os.lstat(path)
+        target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
+        h.update(f"{path}\0{st.st_mode}\0{st.st_uid}\0{st.st_gid}\0{st.st_size}\0{st.st_mtime_ns}\0{target}\n".encode())
+        n += 1
+    return f"{n} entries, {h.hexdigest()}"
+
+
+def _units(names: list[str], patterns: list[str]) -> dict[str, str]:
+    listed = subprocess.run(
+        ["systemctl", "list-unit-files", "--no-legend", "--plain", *patterns],
+        capture_output=True, text=True, check=False,
+    ).stdout.split()
+    wanted = sorted({*names, *(w for w in listed if "." in w and not w.endswith((".target",)) and "@" not in w)})
+    wanted = [w for w in wanted if any(w.endswith(s) for s in (".service", ".socket", ".timer"))]
+    if not wanted:
+        return {}
+    props = "Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload,FragmentPath,DropInPaths"
+    out = subprocess.run(
+        ["systemctl", "show", "-p", props, "--", *wanted], capture_output=True, text=True, check=False
+    ).stdout
+    found: dict[str, str] = {}
+    for block in out.strip().split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if fields.get("LoadState") in (None, "not-found"):
+            continue  # a unit this host does not have: its absence is compared like any key
+        found[f"unit:{fields['Id']}"] = " ".join(
+            f"{k}={fields.get(k, '')}" for k in props.split(",")[2:]
+        )
+    return found
+
+
+def _packages(names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\n", "--", *names],
+        capture_output=True, text=True, check=False,
+    ).stdout
+    found = {}
+    for line in out.splitlines():
+        name, _, rest = line.partition(" ")
+        found[f"package:{name}"] = rest
+    return found
+
+
+def _account(name: str) -> str:
+    out = subprocess.run(["getent", "passwd", name], capture_output=True, text=True, check=False).stdout
+    return out.strip() or "absent"
+
+
+def probe(spec: dict) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for pattern in spec.get("files", []):
+        paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        for path in paths:
+            entries[f"file:{path}"] = _describe(path) if os.path.lexists(path) else "absent"
+    for pattern in spec.get("trees", []):
+        roots = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        for root in roots:
+            if os.path.lexists(root):
+                for path in _walk(root):
+                    entries[f"file:{path}"] = _describe(path)
+            else:
+                entries[f"file:{root}"] = "absent"
+    for pattern in spec.get("stat_trees", []):
+        for root in sorted(glob.glob(pattern)):
+            entries[f"tree:{root}"] = _stat_digest(root)
+    for root in spec.get("listings", []):
+        entries[f"listing:{root}"] = " ".join(sorted(os.listdir(root))) if os.path.isdir(root) else "absent"
+    entries.update(_units(spec.get("units", []), spec.get("unit_patterns", [])))
+    entries.update(_packages(spec.get("packages", [])))
+    for name in spec.get("users", []):
+        entries[f"user:{name}"] = _account(name)
+    return entries
+
+
+if __name__ == "__main__":
+    print(json.dumps({"entries": probe(json.loads(sys.argv[1]))}, sort_keys=True))

@@ -1,0 +1,92 @@
+"""The host-side probe (installer/converged_probe.py), run the way SSH runs it (`python3 -`, the
+script on stdin), on a folder that stands in for a host; and the digests of Ansible's inputs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from installer import converged
+
+
+def _probe(spec: dict) -> dict[str, str]:
+    p = subprocess.run(
+        [sys.executable, "-", json.dumps(spec)], input=converged.PROBE_SCRIPT.read_bytes(),
+        capture_output=True, check=True,
+    )
+    return json.loads(p.stdout)["entries"]
+
+
+def _host(root: Path) -> dict:
+    (root / "etc").mkdir()
+    (root / "etc" / "gateway.yml").write_text("port: 8080\n")
+    (root / "etc" / "gateway.yml").chmod(0o640)
+    (root / "releases" / "r-1" / "venv").mkdir(parents=True)
+    (root / "releases" / "r-1" / "venv" / "mod.py").write_text("x = 1\n")
+    (root / "current").symlink_to(root / "releases" / "r-1")
+    return {
+        "trees": [str(root / "etc")], "files": [str(root / "current"), str(root / "absent.conf")],
+        "stat_trees": [str(root / "releases" / "*")], "listings": [str(root / "releases")],
+    }
+
+
+def test_an_unchanged_host_probes_the_same(tmp_path: Path) -> None:
+    spec = _host(tmp_path)
+    first = _probe(spec)
+    assert first[f"file:{tmp_path}/absent.conf"] == "absent"
+    assert first[f"file:{tmp_path}/current"] == f"link -> {tmp_path}/releases/r-1"
+    assert first[f"file:{tmp_path}/etc/gateway.yml"].endswith(f"mode=0640 owner={os.getuid()}:{os.getgid()}")
+    assert converged.compare(first, _probe(spec)) == []
+
+
+def test_every_kind_of_change_shows(tmp_path: Path) -> None:
+    spec = _host(tmp_path)
+    before = _probe(spec)
+    (tmp_path / "etc" / "gateway.yml").write_text("port: 9090\n")
+    (tmp_path / "etc" / "gateway.yml").chmod(0o644)
+    (tmp_path / "etc" / "extra.json").write_text("{}")
+    (tmp_path / "releases" / "r-1" / "venv" / "mod.py").write_text("x = 2\n")
+    (tmp_path / "releases" / "r-0").mkdir()
+    (tmp_path / "current").unlink()
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "r-0")
+    (tmp_path / "absent.conf").write_text("")
+    said = "\n".join(converged.compare(before, _probe(spec)))
+    assert f"{tmp_path}/etc/gateway.yml: content changed, mode 0640 -> 0644" in said
+    assert f"{tmp_path}/etc/extra.json: new (file)" in said
+    assert f"{tmp_path}/releases/r-1: files changed under it" in said
+    assert f"{tmp_path}/current: link -> {tmp_path}/releases/r-1 became link -> {tmp_path}/releases/r-0" in said
+    assert f"{tmp_path}/absent.conf: appeared (file)" in said
+    assert f"{tmp_path}/releases (listing)" in said
+    assert f"{tmp_path}/releases/r-0: new (tree)" in said
+
+
+def _rendered(tmp_path: Path, cert: Path) -> Path:
+    inv_dir = tmp_path / "inventory"
+    (inv_dir / "group_vars").mkdir(parents=True)
+    hosts = {"all": {"hosts": {"a": {"tls_cert_src": str(cert), "common_packages": [{"name": "redis-server"}]}}}}
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (inv_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump({"gateway_port": 8080}))
+    return inv_dir
+
+
+class _Man:
+    bundle_id = "b" * 64
+    release_id = "r-1"
+
+
+def test_inputs_follow_the_files_the_roles_copy(tmp_path: Path) -> None:
+    cert = tmp_path / "server.pem"
+    cert.write_text("one")
+    playbooks = tmp_path / "playbooks"
+    (playbooks / "roles").mkdir(parents=True)
+    (playbooks / "site.yml").write_text("- hosts: all\n")
+    inv_dir = _rendered(tmp_path, cert)
+    before = converged.inputs(inv_dir, _Man(), playbooks, "{}")  # type: ignore[arg-type]
+    assert converged.host_packages(inv_dir) == {"a": ["redis-server"]}
+    cert.write_text("renewed")  # same path in the variables, new content on the host
+    (playbooks / "site.yml").write_text("- hosts: serving\n")
+    after = converged.inputs(inv_dir, _Man(), playbooks, '{"k": 1}')  # type: ignore[arg-type]
+    assert converged.compare_inputs(before["a"], after["a"]) == ["files the roles copy", "keys", "playbooks"]
