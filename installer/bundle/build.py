@@ -288,7 +288,7 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         debs_dir = root / base / "debs"
         target_packages = _os_packages(inv, t, root)
         if name in serving:
-            gpu_entries = gpu_packages.add_to_bundle(inv, debs_dir)  # gpu.packages_dir (NVIDIA's .debs)
+            gpu_entries = gpu_packages.add_to_bundle(inv, debs_dir, name)  # gpu.packages_dir (NVIDIA's .debs)
             target_packages += [
                 {**e, "file": f"{base}/{e['file']}", "target": name} for e in gpu_entries
             ]

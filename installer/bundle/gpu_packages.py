@@ -9,8 +9,10 @@ apt for: the driver branch the matrix picks for the inventory's CUDA version (an
 toolkit of that CUDA version, NCCL built for it, and the fabric manager of the driver's exact
 version; and that every dependency between those packages is satisfied inside the folder.
 
-The package names come from the roles' own defaults (one source of truth): Ubuntu's server
-driver names (nvidia-driver-570-server-open, ...), NVIDIA's cuda-toolkit-X-Y, libnccl2.
+The package names are those of the hosts' target as NVIDIA's repository for that release
+publishes them (bundle/nvidia_names.py: Ubuntu's server driver names on ubuntu-*,
+cuda-drivers-<branch> on debian-*); the toolkit, NCCL and fabric manager names come from the
+roles' own defaults, the same on every release.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import jinja2
 
-from installer.bundle import aptrepo
+from installer.bundle import aptrepo, nvidia_names
 from installer.errors import BundleError
 from installer.gpu import matrix
 from installer.inventory import Inventory
@@ -39,16 +41,12 @@ def branches(inv: Inventory) -> dict[int, str]:
     return {plan[g]["branch"]: plan[g]["kernel_modules"] for g in gens if not plan[g]["error"]}
 
 
-def wanted(inv: Inventory) -> dict[str, list[str]]:
-    """{role: [package names]} the GPU roles install by name for this inventory."""
+def wanted(inv: Inventory, target: str) -> dict[str, list[str]]:
+    """{role: [package names]} the GPU roles install by name on this inventory's `target` hosts."""
     cuda = inv.gpu.cuda
-    driver = role_defaults("nvidia_driver")["nvidia_driver_packages"]
     want: dict[str, list[str]] = {"nvidia_driver": [], "fabricmanager": []}
     for branch, modules in sorted(branches(inv).items()):
-        want["nvidia_driver"] += [
-            t.replace("{branch}", str(branch)).replace("{open}", "-open" if modules == "open" else "")
-            for t in driver
-        ]
+        want["nvidia_driver"] += nvidia_names.driver_packages(target, branch, modules == "open")
         want["fabricmanager"].append(
             role_defaults("fabricmanager")["fabricmanager_package"].replace("{branch}", str(branch))
         )
@@ -96,14 +94,15 @@ def unmet(index: list[dict[str, str]]) -> list[str]:
     return sorted(set(missing))
 
 
-def check(inv: Inventory, index: list[dict[str, str]]) -> list[str]:
-    """Problems of a GPU package folder for this inventory; empty when the roles will find everything."""
+def check(inv: Inventory, index: list[dict[str, str]], target: str) -> list[str]:
+    """Problems of a GPU package folder for this inventory's `target` hosts; empty when the roles
+    will find everything."""
     cuda = inv.gpu.cuda
     have: dict[str, list[str]] = {}
     for p in index:
         have.setdefault(p["Package"], []).append(p["Version"])
     problems = []
-    want = wanted(inv)
+    want = wanted(inv, target)
     for role in ("nvidia_driver", "cuda"):
         problems += [f"{name} is missing (role {role})" for name in want[role] if name not in have]
     for name in want["nccl"]:
@@ -113,7 +112,8 @@ def check(inv: Inventory, index: list[dict[str, str]]) -> list[str]:
     driver_names = want["nvidia_driver"]
     for fm in want["fabricmanager"]:
         branch = fm.rsplit("-", 1)[-1]
-        drivers = {_upstream(v) for n in driver_names if f"-{branch}-" in n for v in have.get(n, [])}
+        # By version, not name: Debian's driver packages (nvidia-kernel-open-dkms) hold no branch.
+        drivers = {_upstream(v) for n in driver_names for v in have.get(n, []) if _upstream(v).startswith(f"{branch}.")}
         fms = {_upstream(v) for v in have.get(fm, [])}
         # Fabric manager runs only at the driver's exact version (needed on NVSwitch hosts only).
         if fms and drivers and not drivers & fms:
@@ -130,8 +130,8 @@ _NVIDIA_ONLY = re.compile(r"(nvidia|libnvidia|cuda|libcu|libnccl|libnpp|libnvjpe
 HOST_DEPENDENCIES = "gpu-host-dependencies.txt"
 
 
-def add_to_bundle(inv: Inventory, debs_dir: Path) -> list[dict[str, str]]:
-    """Copy gpu.packages_dir's .debs into the bundle's repository (debs_dir) and re-index it.
+def add_to_bundle(inv: Inventory, debs_dir: Path, target: str) -> list[dict[str, str]]:
+    """Copy gpu.packages_dir's .debs into the `target` hosts' repository (debs_dir) and re-index it.
 
     Returns manifest package entries for them (groups "": the GPU roles install them by name,
     not the common role). Nothing to do for CPU deployments or without gpu.packages_dir.
@@ -146,10 +146,12 @@ def add_to_bundle(inv: Inventory, debs_dir: Path) -> list[dict[str, str]]:
             ["download the driver, CUDA toolkit, NCCL and fabric manager .debs from NVIDIA's CUDA "
              "repository on a connected machine into it (see docs/gpu.md)"],
         )
-    problems = check(inv, aptrepo.index_of(found, debs_dir.parent / ".gpu-check"))
+    problems = check(inv, aptrepo.index_of(found, debs_dir.parent / ".gpu-check"), target)
     if problems:
         raise BundleError(
-            f"gpu.packages_dir {src} is not what the GPU roles need for CUDA {inv.gpu.cuda}", problems[:20]
+            f"gpu.packages_dir {src} is not what the GPU roles need for CUDA {inv.gpu.cuda} on {target} "
+            f"hosts (NVIDIA's {nvidia_names.repo_folder(target)} repository)",
+            problems[:20],
         )
     entries = []
     for deb in aptrepo.copy_debs(found, debs_dir):

