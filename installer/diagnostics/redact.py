@@ -55,7 +55,7 @@ RULES: tuple[Rule, ...] = (
          "the password in a URL (redis://:PASSWORD@host, https://user:PASSWORD@...)"),
     Rule("redis-password", re.compile(r"(?im)^\s*(?:requirepass|masterauth)\s+(\S+)"), 1,
          "Redis's requirepass/masterauth"),
-    Rule("bearer-token", re.compile(r"(?i)\b(?:Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1,
+    Rule("bearer-token", re.compile(r"(?i)\b(?:Bearer|Basic)[ \t]+([A-Za-z0-9._~+/\-]{12,}=*)"), 1,
          "an Authorization header's credentials"),
     Rule("secret-flag", re.compile(rf"(?i)--[a-z0-9\-]*(?:{_NAMES})(?:[= ])\s*[\"']?([^\s\"']+)"), 1,
          "a command-line flag that takes a secret (--api-key X, --password=X)"),

