@@ -32,7 +32,9 @@ PY
 rm -rf "$out/ctl" && mkdir -p "$out/ctl"
 plat=(--platform manylinux2014_x86_64)
 for n in 17 24 26 27 28 31 34 35 38 39; do plat+=(--platform "manylinux_2_${n}_x86_64"); done
-reqs=$("$py" -c 'from importlib.metadata import requires; print("\n".join(r for r in requires("private-llm-installer") if "extra ==" not in r))')
+# from the checkout's pyproject.toml, not the installed metadata: an editable install's metadata
+# is as old as its last `pip install -e` (it lacked cyclonedx-python-lib on 2026-12-01)
+reqs=$("$py" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$repo/pyproject.toml")
 # shellcheck disable=SC2086
 "$py" -m pip download -q --only-binary=:all: --python-version 3.12.3 --implementation cp "${plat[@]}" \
   -d "$out/ctl" $(echo "$reqs" | tr -d ' ' | tr '\n' ' ')
