@@ -75,10 +75,15 @@ class DoctorRun:
 
 
 def check_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> dict[str, Any]:
-    """Copy the doctor to a temporary file on the host, run it, remove it; its JSON result."""
+    """Copy the doctor to a temporary file on the host, run it, remove it; its JSON result.
+
+    The script goes into a folder of its own (mktemp -d: 0700) and runs isolated (`python3 -I`):
+    Python puts a script's folder first on the import path and reads PYTHON* variables, so a
+    `json.py` another user left in /tmp would otherwise run as the SSH user (root).
+    """
     remote = (
-        't=$(mktemp /tmp/pli-doctor.XXXXXX) && cat > "$t" && '
-        f'python3 "$t" {shlex.join(args)}; rc=$?; rm -f "$t"; exit $rc'
+        'd=$(mktemp -d) && cat > "$d/doctor.py" && '
+        f'python3 -I "$d/doctor.py" {shlex.join(args)}; rc=$?; rm -rf "$d"; exit $rc'
     )
     try:
         p = subprocess.run(

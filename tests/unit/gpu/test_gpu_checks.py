@@ -53,3 +53,22 @@ def test_a_host_that_does_not_answer_fails_alone_after_the_timeout() -> None:
     results = gpu_checks.check_hosts([_host(SilentHost, "slow"), _host(HereHost, "ok")], ["check"], timeout=1)
     assert results[0] == {"host": "slow", "status": "fail", "error": "no answer within 1 s"}
     assert "error" not in results[1] and results[1]["facts"]
+
+
+def test_the_doctor_runs_isolated_from_modules_planted_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module another user planted where Python would look first (the script's folder, or a
+    PYTHONPATH the SSH user's environment sets) never runs: the doctor runs from a folder of its
+    own with `python3 -I`."""
+    plant, marker = tmp_path / "plant", tmp_path / "planted-ran"
+    plant.mkdir()
+    for name in ("json", "argparse", "glob", "subprocess"):
+        (plant / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').write('{name}')\n")
+    monkeypatch.setenv("PYTHONPATH", str(plant))
+    monkeypatch.setenv("TMPDIR", str(plant))  # mktemp -d makes the doctor's folder in here
+    [result] = gpu_checks.check_hosts([_host(HereHost, "a")], gpu_checks.Options(gemm=False, nccl=False).argv())
+    assert "error" not in result and result["facts"]
+    assert not marker.exists(), f"a planted module ran: {marker.read_text()}"
+    # and its folder is gone afterwards
+    assert sorted(p.name for p in plant.iterdir()) == ["argparse.py", "glob.py", "json.py", "subprocess.py"]
