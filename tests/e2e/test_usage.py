@@ -1,0 +1,128 @@
+"""Usage accounting and quotas on the lab deployment: two keys made and pushed with the real CLI,
+requests through both gateways (whole and streamed, two kinds of request), `installer usage`
+reporting exactly what the responses' `usage` fields add up to per key and model, then a quota
+set on one key refused with a clear 429 by both gateways and shown by `keys list`. The keys are
+revoked at the end, so the deployment keeps the keys the other tests expect."""
+
+import json
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.e2e import Run, installer
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "tiny-llama"
+
+
+def _secret(proc) -> str:  # type: ignore[no-untyped-def]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return next(line for line in proc.stdout.splitlines() if line.startswith("sk-pli-"))
+
+
+@pytest.fixture(scope="module")
+def two_keys(deployed: Run, lab_hosts) -> Iterator[dict[str, str]]:
+    inventory = str(lab_hosts.inventory_path)
+    stamp = int(time.time())
+    names = [f"usage-a-{stamp}", f"usage-b-{stamp}"]
+    made = {n: _secret(installer("keys", "create", "--name", n, "--inventory", inventory)) for n in names}
+    yield made
+    for name in names:
+        proc = installer("keys", "revoke", name, "--inventory", inventory)
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def client(deployed: Run, lab_hosts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    proc = installer("ca", "export", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, proc.stderr
+    ca = tmp_path_factory.mktemp("usage") / "ca.pem"
+    ca.write_text(proc.stdout)
+    with httpx.Client(verify=ssl.create_default_context(cafile=ca), timeout=120) as c:
+        yield c
+
+
+def _ask(client: httpx.Client, address: str, secret: str, kind: str, stream: bool) -> httpx.Response:
+    path, body = (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say something short."}]})
+        if kind == "chat" else ("/v1/completions", {"prompt": "Once upon a time"})
+    )
+    body = {"model": MODEL, "max_tokens": 4, **body}
+    if stream:  # asked for, so the client sees the usage the gateway counts
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return client.post(f"https://{address}:8080{path}", json=body, headers={"Authorization": f"Bearer {secret}"})
+
+
+def _usage(resp: httpx.Response) -> dict[str, int]:
+    assert resp.status_code == 200, resp.text
+    if resp.headers["content-type"].startswith("application/json"):
+        return dict(resp.json()["usage"])
+    events = [json.loads(line[6:]) for line in resp.text.splitlines() if line.startswith("data: {")]
+    return dict(next(e["usage"] for e in events if e.get("usage")))
+
+
+def test_usage_reports_the_responses_usage_and_a_quota_is_refused_on_both_gateways(
+    deployed: Run, lab_hosts, two_keys: dict[str, str], client: httpx.Client, e2e_state: Path
+) -> None:
+    inventory = str(lab_hosts.inventory_path)
+    addresses = [h.address for h in lab_hosts.hosts]
+    (a, secret_a), (b, secret_b) = two_keys.items()
+    expected: dict[str, list[int]] = {}
+    plan = [(secret_a, a, "chat", False), (secret_a, a, "chat", True), (secret_a, a, "text", False),
+            (secret_b, b, "chat", True), (secret_b, b, "text", True), (secret_b, b, "chat", False)]
+    for n, (secret, name, kind, stream) in enumerate(plan * 2):
+        usage = _usage(_ask(client, addresses[n % 2], secret, kind, stream))
+        seen = expected.setdefault(name, [0, 0, 0])
+        seen[0] += 1
+        seen[1] += usage["prompt_tokens"]
+        seen[2] += usage["completion_tokens"]
+
+    proc = installer("usage", "--inventory", inventory, "--since", "today", "--by", "key,model", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = {
+        r["key"]: [r["requests"], r["prompt_tokens"], r["completion_tokens"]]
+        for r in json.loads(proc.stdout)["rows"] if r["key"] in two_keys
+    }
+    assert got == expected
+    models = {r["model"] for r in json.loads(proc.stdout)["rows"] if r["key"] in two_keys}
+    assert models == {MODEL}
+    table = installer("usage", "--inventory", inventory, "--since", "1d")
+    assert table.returncode == 0 and a in table.stdout and str(sum(expected[a][1:])) in table.stdout
+    assert secret_a not in table.stdout + proc.stdout
+
+    # A quota on an existing key reaches both gateways; one budget, then both refuse.
+    quota = 40
+    proc = installer("keys", "quota", b, "--quota-tokens", str(quota), "--quota-period", "day",
+                     "--inventory", inventory)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    time.sleep(3)  # the gateways poll their key file every second
+    used, refused = 0, None
+    for n in range(20):
+        resp = _ask(client, addresses[n % 2], secret_b, "chat", False)
+        if resp.status_code == 429:
+            refused = resp
+            break
+        used += sum(_usage(resp)[k] for k in ("prompt_tokens", "completion_tokens"))
+    assert refused is not None, f"{used} tokens used and never refused"
+    assert used >= quota
+    for address in addresses:
+        resp = _ask(client, address, secret_b, "chat", True)
+        assert resp.status_code == 429, resp.text
+        error = resp.json()["error"]
+        assert error["code"] == "quota_exceeded"
+        assert f"Token quota reached for key '{b}': {quota} tokens per day (UTC), {used} used" in error["message"]
+        assert "resets at " in error["message"] and "T00:00:00Z" in error["message"]
+        assert 0 < int(resp.headers["Retry-After"]) <= 86400
+    assert _ask(client, addresses[0], secret_a, "chat", False).status_code == 200  # a's has none
+
+    listing = installer("keys", "list", "--inventory", inventory)
+    assert listing.returncode == 0, listing.stderr
+    assert f"{used} of {quota}/day" in listing.stdout
+    audit = installer("audit", "--json")
+    assert any(e["command"] == "keys quota" and b in e["argv"] and e["result"] == "ok"
+               for e in json.loads(audit.stdout))
