@@ -104,3 +104,16 @@ def test_rows_sum_over_what_is_not_grouped() -> None:
     by_model_day = usage.rows(report, ("model", "day"))
     assert [(r["model"], r["day"], r["requests"]) for r in by_model_day] == [
         ("m2", "2026-12-01", 1), ("org/m1", "2026-11-30", 3), ("org/m1", "2026-12-01", 3)]
+
+
+def test_usage_of_a_single_gateway_deployment_is_refused_before_any_host_is_asked(tmp_path: Path) -> None:
+    from installer.inventory import load_inventory
+
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    site = tmp_path / "site.yml"
+    site.write_text("deployment: one\nhosts: [{name: a, address: 10.0.0.1}]\n"
+                    "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n")
+    with pytest.raises(usage.UsageError, match="several serving hosts; this deployment has one") as err:
+        usage.fetch(load_inventory(site), date(2026, 12, 1))
+    assert "docs/gateway.md#usage-and-quotas" in err.value.details[0]
