@@ -81,9 +81,11 @@ def deployed(lab_hosts, e2e_state: Path, api_key: str) -> Run:
 
 # The plain install runs first: its checks (first deploy, idempotent re-run) describe the lab as
 # `installer up` left it, before the air-gap tests install other bundles onto the same hosts.
+# The support archive follows monitoring: Prometheus has series to export by then, and it
+# leaves the deployment as it found it (planted files removed, the stopped engine ready again).
 # Usage runs on that same plain install too (its gateways count into Redis); it revokes the
 # keys it made, so the deployment keeps the keys the later tests expect.
-_FILE_ORDER = ("test_lab_lifecycle.py", "test_up.py", "test_monitoring.py", "test_usage.py")
+_FILE_ORDER = ("test_lab_lifecycle.py", "test_up.py", "test_monitoring.py", "test_doctor_collect.py", "test_usage.py")
 
 
 _LAST = ("test_uninstall.py",)
