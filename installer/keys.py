@@ -6,7 +6,6 @@ shown again. Hosts get `render_hosts_file()`: the active keys' hashes and limits
 """
 
 import hmac
-import json
 import re
 import secrets
 from datetime import UTC, date, datetime, time
@@ -17,7 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from installer.errors import InstallerError
 from installer.files import write_private
 from installer.paths import state_dir
-from service.keyfile import KEY_NAME_PATTERN, HostKey, HostKeyFile, QuotaPeriod, hash_secret
+from service.keyfile import (
+    KEY_NAME_PATTERN,
+    QUOTAS_FILE_NAME,
+    HostKey,
+    HostKeyFile,
+    HostQuota,
+    HostQuotaFile,
+    QuotaPeriod,
+    hash_secret,
+)
 
 SECRET_PREFIX = "sk-pli-"
 
@@ -170,27 +178,32 @@ def set_quota(
 
 def render_hosts_file(store: KeyStore) -> str:
     """The gateways' keys file: unrevoked keys' hashes and limits (expired ones too: the
-    gateway refuses them itself, with a message that says why). The quota fields are written
-    only for keys that have one, so gateways older than quotas still read the file of a
-    deployment that uses none."""
+    gateway refuses them itself, with a message that says why), in the schema every gateway
+    release reads; quotas go to render_quotas_file (service/keyfile.py says why)."""
     keys = [
-        HostKey(
-            name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires,
-            quota_tokens=k.quota_tokens, quota_period=k.quota_period,
-        )
+        HostKey(name=k.name, sha256=k.sha256, rpm=k.rpm, tpm=k.tpm, models=k.models, expires=k.expires)
         for k in store.keys
         if not k.revoked
     ]
-    data = HostKeyFile(keys=keys).model_dump(mode="json")
-    for key in data["keys"]:
-        if key["quota_tokens"] is None:
-            del key["quota_tokens"], key["quota_period"]
-    return json.dumps(data, indent=2) + "\n"
+    return HostKeyFile(keys=keys).model_dump_json(indent=2) + "\n"
+
+
+def render_quotas_file(store: KeyStore) -> str:
+    """The gateways' quotas.json: the token quota of each unrevoked key that has one."""
+    quotas = {
+        k.name: HostQuota(name=k.name, tokens=k.quota_tokens, period=k.quota_period)
+        for k in store.keys
+        if not k.revoked and k.quota_tokens and k.quota_period
+    }
+    return HostQuotaFile(quotas=list(quotas.values())).model_dump_json(indent=2) + "\n"
 
 
 def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:
-    """Write the hosts' file atomically, so a gateway watching it never reads half a file."""
-    write_private(dest, render_hosts_file(store or load()))
+    """Write the hosts' files (keys.json at dest, quotas.json beside it) atomically, so a
+    gateway watching them never reads half a file; quotas first, so the new keys come with them."""
+    store = store or load()
+    write_private(dest.with_name(QUOTAS_FILE_NAME), render_quotas_file(store))
+    write_private(dest, render_hosts_file(store))
 
 
 PROBE_KEY_NAME = "installer-probe"

@@ -6,12 +6,21 @@ release.json is read and judged against this control machine's state, as `instal
 (revisions.py): a state that never made the revision a host runs (another folder, another
 machine, an empty one) would silently revoke every other key there. `--adopt` overrides.
 
-The file is written beside the live one and renamed over it, owner and mode as the gateway
-role sets them; each gateway notices the change and reloads it without a restart.
+The files (quotas.json, then keys.json) are written beside the live ones and renamed over
+them, owner and mode as the gateway role sets them; each gateway notices the change and
+reloads them without a restart. Then each gateway's /readyz must show the sha256 of the files
+just sent: a gateway that kept its old keys (a file it cannot read, a gateway too old to say
+what it loaded) is named and the command fails, since a revoked key may still work there.
 """
 
+import hashlib
+import json
 import shlex
+import ssl
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,15 +31,33 @@ from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
 from installer.topology import HOST_LAYOUT, serving_hosts
+from service.keyfile import QUOTAS_FILE_NAME
 
 _DEST = f"{HOST_LAYOUT['pli_config_dir']}/keys.json"
-# Only where the gateway role already made the config directory: a host not yet installed gets
-# the file with its first `installer up`.
-_SCRIPT = (
-    f"set -e; test -d {HOST_LAYOUT['pli_config_dir']} || exit 3; "
-    f"tmp=$(mktemp {_DEST}.XXXXXX); cat > \"$tmp\"; "
-    f"chown root:{HOST_LAYOUT['pli_user']} \"$tmp\"; chmod 0640 \"$tmp\"; mv -f \"$tmp\" {_DEST}"
-)
+_QUOTAS_DEST = f"{HOST_LAYOUT['pli_config_dir']}/{QUOTAS_FILE_NAME}"
+
+
+def _install(dest: str, source: str) -> str:
+    """Shell that writes `source` (shell words) to dest atomically, as the gateway role does."""
+    return (
+        f"tmp=$(mktemp {dest}.XXXXXX); {source} > \"$tmp\"; "
+        f"chown root:{HOST_LAYOUT['pli_user']} \"$tmp\"; chmod 0640 \"$tmp\"; mv -f \"$tmp\" {dest}; "
+    )
+
+
+def _script(quotas: str) -> str:
+    """Only where the gateway role already made the config directory: a host not yet installed
+    gets the files with its first `installer up`. The quotas (names and numbers, no secret) are
+    in the command, the keys on stdin; quotas first, so reloaded keys find theirs."""
+    return (
+        f"set -e; test -d {HOST_LAYOUT['pli_config_dir']} || exit 3; "
+        + _install(_QUOTAS_DEST, "printf %s " + shlex.quote(quotas))
+        + _install(_DEST, "cat")
+    )
+
+
+CONFIRM_TIMEOUT_S = 15.0  # a gateway checks its files every second
+_CONFIRM_ANSWERS = 3  # in a row: each worker process of a gateway reloads on its own
 # What the host runs, on stdout ("" when it runs nothing yet), as preflight reads it for `up`.
 _READ_RELEASE = f"if test -e {revisions.HOST_RELEASE_FILE}; then cat {revisions.HOST_RELEASE_FILE}; fi"
 
@@ -85,17 +112,88 @@ def check(inv: Inventory, *, adopt: bool = False, command: str = "keys create") 
 
 
 def send(checked: Checked, store: keys.KeyStore | None = None) -> list[str]:
-    """Send the file to the checked hosts; returns the names of those that got it."""
-    content = keys.render_hosts_file(store or keys.load()).encode()
-    results = _parallel(checked.hosts, lambda h: (h.name, *_on_host(checked.inv, h, _SCRIPT, content)))
+    """Send the files to the checked hosts and confirm each gateway loaded them; returns the
+    names of the hosts whose gateways did."""
+    store = store or keys.load()
+    content, quotas = keys.render_hosts_file(store), keys.render_quotas_file(store)
+    script = _script(quotas)
+    results = _parallel(
+        checked.hosts, lambda h: (h.name, *_on_host(checked.inv, h, script, content.encode()))
+    )
     failed = checked.unreadable + [
         f"{name}: {'not installed yet' if rc == 3 else err or f'exit {rc}'}" for name, rc, _, err in results if rc != 0
     ]
+    sent = [h for h in checked.hosts if h.name in {name for name, rc, _, _ in results if rc == 0}]
+    failed += confirm(checked.inv, sent, _sha(content), _sha(quotas))
     if failed:
-        raise KeyPushError("the key file did not reach every gateway; run `installer up` later", failed)
-    return [name for name, _, _, _ in results]
+        raise KeyPushError(
+            "these gateways did not take the new key file: a revoked key may still work there",
+            [*failed, "run `installer up -i <inventory>` (or `installer upgrade` for a gateway of an "
+             "earlier release), then this command again"],
+        )
+    return [h.name for h in sent]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _readyz(url: str, ctx: ssl.SSLContext | None) -> dict[str, object]:
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+            return dict(json.load(resp))
+    except urllib.error.HTTPError as exc:  # 503 (no ready engine) still carries the JSON body
+        return dict(json.load(exc))
+
+
+def _loaded(name: str, base: str, keys_sha: str, quotas_sha: str, ctx: ssl.SSLContext | None,
+            deadline: float) -> str | None:
+    """None once the gateway at `base` shows both digests; else why not, at the deadline."""
+    why, matched = "no answer", 0
+    while True:
+        try:
+            body = _readyz(f"{base}/readyz", ctx)
+        except (OSError, ValueError) as exc:
+            body, why = {}, f"its gateway did not answer /readyz: {type(exc).__name__}: {exc}"
+        if body and "keys_sha256" not in body:
+            return f"{name}: its gateway does not report the key file it loaded (a release before this one)"
+        if body.get("keys_sha256") == keys_sha and body.get("quotas_sha256") == quotas_sha:
+            matched += 1
+            if matched >= _CONFIRM_ANSWERS:
+                return None
+            continue
+        matched = 0
+        if body:
+            why = "its gateway still serves the previous key file (its journal says why it did not load the new one)"
+        if time.monotonic() >= deadline:
+            return f"{name}: {why}"
+        time.sleep(0.5)
+
+
+def confirm_at(
+    bases: dict[str, str], keys_sha: str, quotas_sha: str, ctx: ssl.SSLContext | None,
+    timeout_s: float = CONFIRM_TIMEOUT_S,
+) -> list[str]:
+    """'name: why' for each gateway (name -> base URL) that has not loaded the files of these
+    digests within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    items = list(bases.items())
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
+        answers = list(pool.map(lambda nb: _loaded(nb[0], nb[1], keys_sha, quotas_sha, ctx, deadline), items))
+    return [a for a in answers if a is not None]
+
+
+def confirm(inv: Inventory, hosts: list[Host], keys_sha: str, quotas_sha: str) -> list[str]:
+    """confirm_at for the hosts' gateways, reached as the deploy's proof reaches them."""
+    if not hosts:
+        return []
+    from installer import prove
+
+    ca = prove.ca_file(inv)
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca else None
+    return confirm_at({h.name: prove.gateway_base(inv, h.address) for h in hosts}, keys_sha, quotas_sha, ctx)
 
 
 def push(inv: Inventory, store: keys.KeyStore | None = None, *, adopt: bool = False) -> list[str]:
-    """Check the hosts, then send them the file."""
+    """Check the hosts, then send them the files and confirm each gateway loaded them."""
     return send(check(inv, adopt=adopt), store)

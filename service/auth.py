@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from pydantic import ValidationError
 
 from service.errors import GatewayError
-from service.keyfile import HostKeyFile
+from service.keyfile import QUOTAS_FILE_NAME, HostKeyFile, HostQuotaFile
 
 log = logging.getLogger("service.auth")
 
@@ -41,21 +41,53 @@ def _unauthorized(message: str, code: str = "invalid_api_key") -> GatewayError:
     return GatewayError(401, message, "authentication_error", code, {"WWW-Authenticate": "Bearer"})
 
 
+_Stamp = tuple[tuple[int, int, int], tuple[int, int, int] | None]
+
+
 class KeyRing:
-    """The keys a gateway accepts. `path=None` means anonymous access (explicitly configured)."""
+    """The keys a gateway accepts. `path=None` means anonymous access (explicitly configured).
+
+    Token quotas come from quotas.json beside the keys file (service/keyfile.py says why it is
+    apart); no such file means no quotas. `digests` are the sha256 of the two files as last
+    loaded: /readyz shows them so the control machine can tell that a pushed file was taken.
+    """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._keys: tuple[ApiKey, ...] = ()
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: _Stamp | None = None
+        self.digests: dict[str, str | None] = {"keys_sha256": None, "quotas_sha256": None}
         if path is not None:
-            self._keys, self._stamp = self._read(path)
+            self._keys, self._stamp, self.digests = self._read(path)
 
     @staticmethod
-    def _read(path: Path) -> tuple[tuple[ApiKey, ...], tuple[int, int, int]]:
-        """Parse the file; raises OSError/ValueError so a bad file never replaces good keys."""
+    def _stat(path: Path) -> tuple[int, int, int]:
         st = path.stat()
-        parsed = HostKeyFile.model_validate(json.loads(path.read_bytes()))
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    @classmethod
+    def _stamps(cls, path: Path) -> _Stamp:
+        quotas = path.with_name(QUOTAS_FILE_NAME)
+        try:
+            quota_stamp: tuple[int, int, int] | None = cls._stat(quotas)
+        except FileNotFoundError:
+            quota_stamp = None
+        return cls._stat(path), quota_stamp
+
+    @classmethod
+    def _read(cls, path: Path) -> tuple[tuple[ApiKey, ...], _Stamp, dict[str, str | None]]:
+        """Parse both files; raises OSError/ValueError so a bad file never replaces good keys."""
+        stamp = cls._stamps(path)
+        raw = path.read_bytes()
+        parsed = HostKeyFile.model_validate(json.loads(raw))
+        quota_raw: bytes | None = None
+        quotas: dict[str, tuple[int, str]] = {}
+        if stamp[1] is not None:
+            quota_raw = path.with_name(QUOTAS_FILE_NAME).read_bytes()
+            quotas = {
+                q.name: (q.tokens, q.period)
+                for q in HostQuotaFile.model_validate(json.loads(quota_raw)).quotas
+            }
         keys = tuple(
             ApiKey(
                 name=k.name,
@@ -64,25 +96,28 @@ class KeyRing:
                 tpm=k.tpm,
                 models=frozenset(k.models),
                 expires=k.expires.timestamp() if k.expires else None,
-                quota_tokens=k.quota_tokens,
-                quota_period=k.quota_period,
+                quota_tokens=quotas[k.name][0] if k.name in quotas else None,
+                quota_period=quotas[k.name][1] if k.name in quotas else None,
             )
             for k in parsed.keys
         )
-        return keys, (st.st_mtime_ns, st.st_size, st.st_ino)
+        digests = {
+            "keys_sha256": hashlib.sha256(raw).hexdigest(),
+            "quotas_sha256": hashlib.sha256(quota_raw).hexdigest() if quota_raw is not None else None,
+        }
+        return keys, stamp, digests
 
     async def watch(self, interval: float = 1.0) -> None:
-        """Reload when the file's mtime/size/inode change; at most one stat per interval."""
+        """Reload when either file's mtime/size/inode change; at most two stats per interval."""
         if self.path is None:
             return
         path = self.path
         while True:
             await asyncio.sleep(interval)
             try:
-                st = await asyncio.to_thread(path.stat)
-                if (st.st_mtime_ns, st.st_size, st.st_ino) == self._stamp:
+                if await asyncio.to_thread(self._stamps, path) == self._stamp:
                     continue
-                self._keys, self._stamp = await asyncio.to_thread(self._read, path)
+                self._keys, self._stamp, self.digests = await asyncio.to_thread(self._read, path)
                 log.info("reloaded %d API keys from %s", len(self._keys), path)
             except (OSError, ValueError, ValidationError) as exc:
                 log.error("keeping the previous API keys: cannot load %s: %s", path, exc)

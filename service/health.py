@@ -86,8 +86,10 @@ async def readyz(request: Request) -> JSONResponse:
     # Requests each engine has from this gateway now: a rolling upgrade waits for 0 on the
     # engines it drained before it restarts them.
     outstanding = {e.name: gw.router.outstanding(e) for e in gw.router.engines}
+    # The key and quota files this process loaded: `installer keys` compares them with what
+    # it pushed, so a gateway that kept old keys (a revoked key still valid) is named.
     return JSONResponse(
-        {"status": status, "engines": engines, "outstanding": outstanding},
+        {"status": status, "engines": engines, "outstanding": outstanding, **gw.keys.digests},
         status_code=200 if ready else 503,
     )
 

@@ -1,4 +1,9 @@
-"""The hosts' API-key file: hashes and limits only, never a secret.
+"""The hosts' API-key file and token-quota file: hashes, limits and quotas only, never a secret.
+
+Quotas live in their own file (`quotas.json` beside `keys.json`) so that keys.json keeps the
+schema every earlier gateway reads: those gateways forbid unknown fields, so a quota field in
+keys.json would make them keep their old keys (a revoked key staying valid) or, after a
+rollback, fail to start. A gateway that knows quotas reads both; an older one ignores quotas.json.
 
 Shared by the control machine (which renders it) and the gateway (which reads it). It imports
 nothing but pydantic so the control machine can use it without the gateway's dependencies.
@@ -29,20 +34,37 @@ class HostKey(BaseModel):
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute; None: unlimited")
     models: list[str] = Field(default_factory=list, description="allowed models; empty: all")
     expires: datetime | None = Field(default=None, description="timezone-aware expiry")
-    quota_tokens: int | None = Field(
-        default=None, ge=1, description="tokens (prompt + completion) per quota_period; None: no quota"
-    )
-    quota_period: QuotaPeriod | None = Field(default=None, description="UTC day or calendar month")
-
-    @model_validator(mode="after")
-    def _quota_pair(self) -> "HostKey":
-        if (self.quota_tokens is None) != (self.quota_period is None):
-            raise ValueError("quota_tokens and quota_period go together")
-        return self
 
 
 class HostKeyFile(BaseModel):
+    """keys.json: exactly the schema of the releases before quotas (see the module's doc)."""
+
     model_config = ConfigDict(extra="forbid")
 
     version: int = 1
     keys: list[HostKey]
+
+
+QUOTAS_FILE_NAME = "quotas.json"  # beside the keys file; the gateway derives its path from it
+
+
+class HostQuota(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=KEY_NAME_PATTERN)  # the key's name, unique among unrevoked keys
+    tokens: int = Field(ge=1, description="tokens (prompt + completion) per period")
+    period: QuotaPeriod = Field(description="UTC day or calendar month")
+
+
+class HostQuotaFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    quotas: list[HostQuota] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_per_key(self) -> "HostQuotaFile":
+        names = [q.name for q in self.quotas]
+        if len(names) != len(set(names)):
+            raise ValueError("one quota per key name")
+        return self

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from installer import metrics_token, redis_auth
+from installer import keys, metrics_token, redis_auth
 from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
@@ -103,6 +103,9 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
         # Each gateway routes to the engine on its own host, which stays on loopback.
         "gateway_engines": [{"name": u.name, "url": u.url, "model": u.model} for u in plan.upstreams],
         "gateway_keys_json": keys_json,
+        # Apart from keys.json, whose schema earlier gateways read (service/keyfile.py); from
+        # the key store, as the flows take keys_json from it.
+        "gateway_quotas_json": keys.render_quotas_file(keys.load()),
         "gateway_max_in_flight": inv.gateway.max_in_flight,
         "gateway_max_body_bytes": inv.gateway.max_body_bytes,
         "gateway_max_connections_per_client": inv.gateway.max_connections_per_client,

@@ -4,6 +4,8 @@ not know (an empty state next to another copy of the inventory would revoke ever
 
 SSH is stood in for at subprocess.run: the argv is the real one keys_push builds; each host
 answers the release.json read with what the test says it runs, and a key file write is recorded.
+The gateways' confirmation (/readyz, tests/integration/test_gateway_key_push.py with real
+gateways) is stood in for by what the test says each gateway loaded.
 """
 
 import json
@@ -39,6 +41,8 @@ class _Hosts:
     def __init__(self) -> None:
         self.release: dict[str, str | None] = {"a": "", "b": ""}
         self.written: dict[str, dict[str, Any]] = {}
+        self.quotas: dict[str, str] = {}
+        self.not_taken: dict[str, str] = {}  # host -> why its gateway kept its old files
 
     def run(self, argv: list[str], *, input: bytes, **_kw: Any) -> subprocess.CompletedProcess[bytes]:
         assert argv[0] == "ssh" and argv[argv.index("--") + 1] in NAMES, argv
@@ -50,7 +54,12 @@ class _Hosts:
             return subprocess.CompletedProcess(argv, 0, text.encode(), b"")
         assert "keys.json" in script, script
         self.written[host] = json.loads(input)
+        self.quotas[host] = script
         return subprocess.CompletedProcess(argv, 0, b"", b"")
+
+    def confirm(self, inv: Any, hosts: list[Any], keys_sha: str, quotas_sha: str) -> list[str]:
+        assert {h.name for h in hosts} <= set(self.written)
+        return [f"{h.name}: {self.not_taken[h.name]}" for h in hosts if h.name in self.not_taken]
 
 
 @pytest.fixture
@@ -58,6 +67,7 @@ def hosts(monkeypatch: pytest.MonkeyPatch) -> _Hosts:
     fake = _Hosts()
     ssh = SimpleNamespace(run=fake.run, TimeoutExpired=subprocess.TimeoutExpired)
     monkeypatch.setattr(keys_push, "subprocess", ssh)
+    monkeypatch.setattr(keys_push, "confirm", fake.confirm)
     return fake
 
 
@@ -127,7 +137,7 @@ def test_a_host_whose_record_cannot_be_read_is_not_written(site: Path, hosts: _H
     with pytest.raises(keys_push.KeyPushError) as err:
         keys_push.push(load_inventory(site))
     assert list(hosts.written) == ["a"]
-    assert err.value.details == ["b: could not read its release record: ssh: connect to host: No route to host"]
+    assert err.value.details[:-1] == ["b: could not read its release record: ssh: connect to host: No route to host"]
 
 
 def test_the_check_judges_each_host_as_up_does(site: Path, hosts: _Hosts) -> None:
@@ -141,3 +151,19 @@ def test_the_check_judges_each_host_as_up_does(site: Path, hosts: _Hosts) -> Non
     hosts.release = {"a": release_record(rev), "b": release_record(rev)}
     checked = keys_push.check(inv)
     assert [h.name for h in checked.hosts] == ["a", "b"] and checked.adopted == checked.unreadable == []
+
+
+def test_a_gateway_that_did_not_take_the_revocation_is_named_and_the_command_fails(
+    site: Path, hosts: _Hosts
+) -> None:
+    rev = known_revision(site)
+    keys.create("leaked", quota_tokens=100, quota_period="day")
+    hosts.release = {"a": release_record(rev), "b": release_record(rev)}
+    hosts.not_taken = {"b": "its gateway does not report the key file it loaded (a release before this one)"}
+    result = runner.invoke(app, ["keys", "revoke", "leaked", "-i", str(site)])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, keys_push.KeyPushError)
+    assert "did not take the new key file: a revoked key may still work there" in str(result.exception)
+    assert result.exception.details[0] == hosts.not_taken["b"].join(("b: ", ""))
+    # the quotas travel apart from keys.json, which an older gateway reads
+    assert hosts.written["b"]["keys"] == [] and "quotas.json" in hosts.quotas["b"]

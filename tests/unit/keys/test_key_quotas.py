@@ -1,6 +1,8 @@
 """Token quotas in the key store and the hosts' file, and the control machine's reading of the
 recorded usage (installer/usage.py): periods, --since, --by and the sums."""
 
+import asyncio
+import hashlib
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -10,25 +12,72 @@ from pydantic import ValidationError
 
 from installer import keys, usage
 from service.auth import KeyRing
-from service.keyfile import HostKey, hash_secret
+from service.keyfile import HostQuota, HostQuotaFile, hash_secret
 from service.usage import period_bounds, usage_field
+from tests.support import keyfile_before_quotas
 
 
-def test_quota_reaches_the_hosts_file_only_for_keys_that_have_one(tmp_path: Path) -> None:
+def test_quotas_go_to_their_own_file_and_keys_json_stays_readable_by_older_gateways(tmp_path: Path) -> None:
     store = tmp_path / "keys.json"
     keys.create("plain", path=store)
     keys.create("budget", quota_tokens=1000, quota_period="month", path=store)
-    hosts = json.loads(keys.render_hosts_file(keys.load(store)))
-    plain, budget = hosts["keys"]
-    # a gateway older than quotas (extra="forbid") still reads a file without any
-    assert set(plain) == {"name", "sha256", "rpm", "tpm", "models", "expires"}
-    assert (budget["quota_tokens"], budget["quota_period"]) == (1000, "month")
-    hosts_file = tmp_path / "hosts.json"
+    keys.create("gone", quota_tokens=5, quota_period="day", path=store)
+    keys.revoke("gone", path=store)
+    rendered = keys.render_hosts_file(keys.load(store))
+    # what a gateway of an earlier release (extra="forbid", no quota fields) validates
+    old = keyfile_before_quotas.HostKeyFile.model_validate_json(rendered)
+    assert [k.name for k in old.keys] == ["plain", "budget"]
+    quotas = json.loads(keys.render_quotas_file(keys.load(store)))
+    assert quotas == {"version": 1, "quotas": [{"name": "budget", "tokens": 1000, "period": "month"}]}
+    hosts_file = tmp_path / "hosts" / "keys.json"
+    hosts_file.parent.mkdir()
     keys.write_hosts_file(hosts_file, keys.load(store))
+    assert (hosts_file.parent / "quotas.json").read_text() == keys.render_quotas_file(keys.load(store))
     ring = KeyRing(hosts_file)
     assert ring.with_quota() == ["budget"]
     assert {k.name: (k.quota_tokens, k.quota_period) for k in ring.loaded()} == {
         "plain": (None, None), "budget": (1000, "month")}
+    assert ring.digests == {
+        "keys_sha256": hashlib.sha256(hosts_file.read_bytes()).hexdigest(),
+        "quotas_sha256": hashlib.sha256((hosts_file.parent / "quotas.json").read_bytes()).hexdigest(),
+    }
+
+
+def test_a_gateway_without_quotas_json_has_no_quotas(tmp_path: Path) -> None:
+    hosts_file = tmp_path / "keys.json"
+    hosts_file.write_text(keyfile_before_quotas.HostKeyFile(
+        keys=[keyfile_before_quotas.HostKey(name="a", sha256=hash_secret("s"))]).model_dump_json())
+    ring = KeyRing(hosts_file)
+    assert ring.with_quota() == [] and ring.digests["quotas_sha256"] is None
+
+
+def test_a_quota_change_alone_is_reloaded(tmp_path: Path) -> None:
+    asyncio.run(_quota_change_alone_is_reloaded(tmp_path))
+
+
+async def _quota_change_alone_is_reloaded(tmp_path: Path) -> None:
+    store, hosts_file = tmp_path / "store.json", tmp_path / "keys.json"
+    keys.create("team", path=store)
+    keys.write_hosts_file(hosts_file, keys.load(store))
+    ring = KeyRing(hosts_file)
+    keys.set_quota("team", 50, "day", path=store)
+    before = hosts_file.read_bytes()
+    keys.write_hosts_file(hosts_file, keys.load(store))
+    assert hosts_file.read_bytes() == before  # only quotas.json changed
+    watcher = asyncio.create_task(ring.watch(interval=0.05))
+    try:
+        for _ in range(100):
+            if ring.with_quota():
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        watcher.cancel()
+    assert ring.with_quota() == ["team"]
+
+
+def test_the_quotas_file_refuses_two_quotas_for_one_key() -> None:
+    with pytest.raises(ValidationError, match="one quota per key name"):
+        HostQuotaFile(quotas=[HostQuota(name="k", tokens=5, period="day"), HostQuota(name="k", tokens=6, period="day")])
 
 
 def test_set_quota_changes_and_removes_it(tmp_path: Path) -> None:
@@ -53,11 +102,6 @@ def test_bad_quotas_are_refused_before_the_store_changes(tmp_path: Path, tokens,
     with pytest.raises(keys.KeyStoreError, match=why):
         keys.create("k", quota_tokens=tokens, quota_period=period, path=store)
     assert not store.exists()
-
-
-def test_the_hosts_file_refuses_half_a_quota() -> None:
-    with pytest.raises(ValidationError, match="go together"):
-        HostKey(name="k", sha256=hash_secret("s"), quota_tokens=5)
 
 
 @pytest.mark.parametrize(("period", "now", "period_id", "resets"), [
