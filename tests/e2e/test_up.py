@@ -143,7 +143,8 @@ def test_each_host_runs_its_own_targets_python_from_its_own_files(deployed: Run,
 
     inv = load_inventory(lab_hosts.inventory_path)
     by_name = {h.name: h for h in lab_hosts.hosts}
-    version = "python -c 'import platform; print(platform.python_version())'"
+    # -B -S: no bytecode and no .pth imports, so the check leaves the release trees as they were
+    version = "python -B -S -c 'import platform; print(platform.python_version())'"
     for host in inv.hosts:
         target = os_targets.get(inv.host_target(host))
         out = host_run(
