@@ -70,11 +70,15 @@ def host_args(inv: Inventory, host_name: str, journal_lines: int) -> list[str]:
 
 def run_on_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> archive.Part:
     """host_collect.py on the host (as root: sudo -n for another SSH user), its files read
-    back; a host that gives none is one missing entry saying why."""
-    run = f'python3 "$t" {shlex.join(args)}'
+    back; a host that gives none is one missing entry saying why.
+
+    The script goes into a folder of its own (mktemp -d: 0700) and runs isolated (`python3 -I`),
+    as installer/gpu_checks.py does: Python puts a script's folder first on the import path and
+    reads PYTHON* variables, so a `json.py` another user left in /tmp would otherwise run as root."""
+    run = f'python3 -I "$d/collect.py" {shlex.join(args)}'
     remote = (
-        't=$(mktemp /tmp/pli-collect.XXXXXX) && cat > "$t" && '
-        f'{{ if [ "$(id -u)" = 0 ]; then {run}; else sudo -n {run}; fi; }}; rc=$?; rm -f "$t"; exit $rc'
+        'd=$(mktemp -d) && cat > "$d/collect.py" && '
+        f'{{ if [ "$(id -u)" = 0 ]; then {run}; else sudo -n {run}; fi; }}; rc=$?; rm -rf "$d"; exit $rc'
     )
     part = archive.Part(t.name)
     try:

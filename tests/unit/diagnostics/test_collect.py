@@ -56,6 +56,28 @@ def test_a_host_gives_its_files_and_an_unreachable_one_says_why(tmp_path: Path) 
                                      "nothing collected from this host"}
 
 
+def test_the_host_script_runs_isolated_from_modules_planted_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module another user planted where Python would look first (the script's folder, or a
+    PYTHONPATH the SSH user's environment sets) never runs as root: the script runs from a folder
+    of its own with `python3 -I`."""
+    plant, marker = tmp_path / "plant", tmp_path / "planted-ran"
+    plant.mkdir()
+    names = ("argparse", "glob", "json", "shutil", "subprocess", "tarfile")
+    for name in names:
+        (plant / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').write('{name}')\n")
+    monkeypatch.setenv("PYTHONPATH", str(plant))
+    monkeypatch.setenv("TMPDIR", str(plant))  # mktemp -d makes the script's folder in here
+    args = ["--journal-lines", "1", "--config-dir", str(tmp_path / "none"), "--state-dir", str(tmp_path),
+            "--root", str(tmp_path)]
+    part = collect.run_on_host(HereHost("a", "10.0.0.9", "root", 22, None, None), args)
+    assert "(all)" not in part.missing and "versions.json" in part.files
+    assert not marker.exists(), f"a planted module ran: {marker.read_text()}"
+    # and its folder is gone afterwards
+    assert sorted(p.name for p in plant.iterdir()) == sorted(f"{n}.py" for n in names)
+
+
 def test_host_args_carry_the_layout_and_the_files_a_role_must_have_written() -> None:
     inv = Inventory.model_validate({
         "deployment": "demo", "model": {"path": "/m", "served_name": "tiny"},
