@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from installer.status.prometheus import QUERIES, PrometheusError
+from installer.status.prometheus import QUERIES, PrometheusError, PrometheusUnreachable, api
 
 WINDOW_S = 3600
 STEP_S = 30
@@ -37,10 +33,6 @@ SERIES: tuple[tuple[str, str], ...] = (
 COLUMNS = ("series", "host", "pli_engine", "labels", "time", "value")
 
 
-class PrometheusUnreachable(PrometheusError):
-    """Prometheus gave no answer at all: no other query is tried."""
-
-
 @dataclass
 class Export:
     rows: list[dict[str, str]] = field(default_factory=list)
@@ -58,29 +50,15 @@ class Export:
 
 def query_range(base_url: str, promql: str, start: float, end: float, step: float,
                 timeout_s: float) -> list[dict[str, Any]]:
-    """A range query's result matrix; raises PrometheusError with Prometheus's own reason."""
+    """A range query's result matrix (installer/status/prometheus.py's `api`)."""
     params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-    url = f"{base_url.rstrip('/')}/api/v1/query_range?" + urllib.parse.urlencode(params)
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            body = json.load(resp)
-    except urllib.error.HTTPError as exc:
-        try:
-            reason = json.load(exc).get("error", "")
-        except ValueError:
-            reason = ""
-        raise PrometheusError(f"Prometheus at {base_url} answered HTTP {exc.code}: {reason}") from None
-    except (OSError, ValueError) as exc:
-        raise PrometheusUnreachable(f"Prometheus at {base_url} did not answer: {exc}") from None
-    if body.get("status") != "success":
-        raise PrometheusError(f"Prometheus at {base_url}: {body.get('error', body)}")
-    return body["data"]["result"]
+    return api(base_url, "query_range", params, timeout_s)
 
 
 def export(base_url: str, timeout_s: float, end: float | None = None,
            series: tuple[tuple[str, str], ...] = SERIES) -> Export:
     """Every series over [end - 1 h, end]; raises PrometheusUnreachable when Prometheus is not
-    there, and keeps a series it refuses as an error of that series only."""
+    there (no other query is tried), and keeps a series it refuses as an error of that series only."""
     end = time.time() if end is None else end
     result = Export()
     for name, promql in series:

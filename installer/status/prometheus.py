@@ -60,9 +60,14 @@ QUERIES: tuple[Query, ...] = (
 )
 
 
-def query(base_url: str, promql: str, timeout_s: float) -> list[dict[str, Any]]:
-    """An instant query's result vector; raises PrometheusError with Prometheus's own reason."""
-    url = f"{base_url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+class PrometheusUnreachable(PrometheusError):
+    """Prometheus gave no answer at all (as opposed to refusing one query)."""
+
+
+def api(base_url: str, endpoint: str, params: dict[str, str], timeout_s: float) -> list[dict[str, Any]]:
+    """The `data.result` of Prometheus's /api/v1/<endpoint> (query, query_range); raises
+    PrometheusError with Prometheus's own reason, PrometheusUnreachable when nothing answered."""
+    url = f"{base_url.rstrip('/')}/api/v1/{endpoint}?" + urllib.parse.urlencode(params)
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             body = json.load(resp)
@@ -73,10 +78,15 @@ def query(base_url: str, promql: str, timeout_s: float) -> list[dict[str, Any]]:
             reason = ""
         raise PrometheusError(f"Prometheus at {base_url} answered HTTP {exc.code}: {reason}") from None
     except (OSError, ValueError) as exc:
-        raise PrometheusError(f"Prometheus at {base_url} did not answer: {exc}") from None
+        raise PrometheusUnreachable(f"Prometheus at {base_url} did not answer: {exc}") from None
     if body.get("status") != "success":
         raise PrometheusError(f"Prometheus at {base_url}: {body.get('error', body)}")
     return body["data"]["result"]
+
+
+def query(base_url: str, promql: str, timeout_s: float) -> list[dict[str, Any]]:
+    """An instant query's result vector."""
+    return api(base_url, "query", {"query": promql}, timeout_s)
 
 
 def _number(sample: dict[str, Any]) -> float | None:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from installer import status as st
+from installer.diagnostics import prometheus_range
 from installer.inventory.models import Inventory
 
 # Every gateway routes over every engine; h2's own engine is down, its gateway still ready.
@@ -47,7 +48,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlparse(self.path)
         if url.path == "/readyz":
             self._send(*READY[self.server.server_address[0]])
-        elif url.path == "/api/v1/query":
+        elif url.path in ("/api/v1/query", "/api/v1/query_range"):
             promql = urllib.parse.parse_qs(url.query)["query"][0]
             if "syntax error" in promql:
                 self._send(400, {"status": "error", "errorType": "bad_data", "error": "parse error"})
@@ -116,6 +117,20 @@ def test_an_unreachable_prometheus_and_gateway_are_problems_not_crashes(servers:
 def test_prometheus_errors_carry_its_reason(servers: int) -> None:
     with pytest.raises(st.prometheus.PrometheusError, match="HTTP 400: parse error"):
         st.prometheus.query(f"http://127.0.0.1:{servers}", "syntax error", 5)
+
+
+def test_instant_and_range_queries_share_one_client(servers: int) -> None:
+    """`installer status` and the support archive's CSV ask Prometheus through one function:
+    the same reason for a refused query, the same PrometheusUnreachable when nothing answers."""
+    url = f"http://127.0.0.1:{servers}"
+    for ask in (lambda u: st.prometheus.query(u, "syntax error", 5),
+                lambda u: prometheus_range.query_range(u, "syntax error", 0, 60, 30, 5)):
+        with pytest.raises(st.prometheus.PrometheusError, match="HTTP 400: parse error") as refused:
+            ask(url)
+        assert not isinstance(refused.value, st.prometheus.PrometheusUnreachable)
+        with pytest.raises(st.prometheus.PrometheusUnreachable, match="did not answer"):
+            ask("http://127.0.0.1:1")
+    assert prometheus_range.PrometheusUnreachable is st.prometheus.PrometheusUnreachable
 
 
 def test_other_modules_add_columns_with_a_collector(servers: int) -> None:
