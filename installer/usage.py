@@ -18,16 +18,25 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from installer.errors import InstallerError
-from installer.inventory import Inventory
+from installer.inventory import Host, Inventory
 from installer.ssh import target
 from installer.topology import HOST_LAYOUT, redis_host, serving_hosts
 
 DIMENSIONS = ("key", "model", "day")
-_COUNTS = {"r": "requests", "p": "prompt_tokens", "c": "completion_tokens"}
-_REPORT = (
-    f"PLI_GATEWAY_CONFIG={HOST_LAYOUT['pli_config_dir']}/gateway.yml "
-    f"{HOST_LAYOUT['pli_root']}/current/gateway-venv/bin/python -m service.usage_report --since {{since}}"
-)
+# x: requests whose stream was cut before the engine's usage (the client left, the engine broke
+# off); their tokens are the gateway's prompt estimate and one per event relayed.
+_COUNTS = {"r": "requests", "p": "prompt_tokens", "c": "completion_tokens", "x": "cut_requests"}
+# -I (isolated): neither the working directory (the SSH user's home, where a planted
+# service/usage_report.py would otherwise run as root) nor PYTHON* variables reach sys.path;
+# the module comes from the release's venv, where the gateway's wheel is installed.
+def report_command(python: str, since: str) -> str:
+    return (
+        f"cd / && PLI_GATEWAY_CONFIG={HOST_LAYOUT['pli_config_dir']}/gateway.yml "
+        f"{python} -I -m service.usage_report --since {since}"
+    )
+
+
+_PYTHON = f"{HOST_LAYOUT['pli_root']}/current/gateway-venv/bin/python"
 
 
 class UsageError(InstallerError):
@@ -72,20 +81,30 @@ def _run(inv: Inventory, host: Any, command: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace").strip()[-300:]
 
 
-def fetch(inv: Inventory, since: date) -> Report:
-    """Read the usage from `since` (UTC) on, through the first serving host that answers (the
-    Redis host first: it needs no network to reach it)."""
+def require_redis(inv: Inventory, what: str = "usage accounting and quotas") -> Host:
+    """The Redis host that usage and quotas live in; refused, with the way out, when the
+    deployment has none (a single serving host: its gateway records no usage, enforces no quota)."""
     first = redis_host(inv)
     if first is None:
         raise UsageError(
-            "usage accounting and quotas need the deployment's shared Redis, which runs with "
-            "several serving hosts; this deployment has one",
-            ["the gateway of a single serving host records no usage (docs/gateway.md#usage-and-quotas)"],
+            f"{what} need the deployment's shared Redis, which runs only with several serving "
+            f"hosts; {inv.deployment} has one",
+            ["the gateway of a single serving host records no usage and enforces no quota "
+             "(docs/gateway.md#usage-and-quotas)",
+             "add a second serving host to the inventory and run `installer up`, or limit the key "
+             "with --rpm/--tpm instead"],
         )
+    return first
+
+
+def fetch(inv: Inventory, since: date) -> Report:
+    """Read the usage from `since` (UTC) on, through the first serving host that answers (the
+    Redis host first: it needs no network to reach it)."""
+    first = require_redis(inv)
     hosts = [first, *(h for h in serving_hosts(inv) if h is not first)]
     failures = []
     for host in hosts:
-        rc, out, err = _run(inv, host, _REPORT.format(since=since.isoformat()))
+        rc, out, err = _run(inv, host, report_command(_PYTHON, since.isoformat()))
         if rc == 0:
             try:
                 data = json.loads(out)

@@ -173,7 +173,7 @@ def _ledger(settings: Settings, limiter: Limiter, keys: KeyRing, metrics: Metric
     from service.redis_usage import RedisLedger  # only deployments that use Redis need it
 
     assert isinstance(limiter, RedisLimiter)
-    return RedisLedger(limiter.client, metrics)
+    return RedisLedger(limiter.client, metrics, settings.limits.default_completion_reserve)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

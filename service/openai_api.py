@@ -109,19 +109,28 @@ class OpenAIRoutes:
                 "no_healthy_engine",
                 {"Retry-After": "1"},
             )
+        choices = 1
         if isinstance(body, ChatCompletionRequest):
             prompt_tokens = estimate_chat_tokens(body.messages)
-            completion_tokens = body.max_completion_tokens or body.max_tokens
+            asked = body.max_completion_tokens or body.max_tokens
+            choices = body.n
         elif isinstance(body, CompletionRequest):
-            prompt_tokens, completion_tokens = estimate_tokens(body.prompt), body.max_tokens
+            prompt_tokens, asked = estimate_tokens(body.prompt), body.max_tokens
+            # a list of prompts (strings, or token lists) is answered with n choices for each
+            batch = len(body.prompt) if isinstance(body.prompt, list) and body.prompt and not isinstance(
+                body.prompt[0], int) else 1
+            choices = body.n * batch
         else:
-            prompt_tokens, completion_tokens = estimate_tokens(body.input), 0
-        if completion_tokens is None:
-            completion_tokens = gw.settings.limits.default_completion_reserve
-        # The quota first: a request it refuses takes nothing from the rate limits.
-        ticket = await gw.usage.admit(key, prompt_tokens + completion_tokens)
+            prompt_tokens, asked = estimate_tokens(body.input), 0
+        # The quota first: a request it refuses takes nothing from the rate limits. It may cap
+        # the completion to what the quota has left (service/usage.py).
+        ticket = await gw.usage.admit(key, prompt_tokens, asked, choices)
+        completion_tokens = asked if asked is not None else gw.settings.limits.default_completion_reserve
+        if ticket.completion_cap is not None:
+            completion_tokens = ticket.completion_cap
+            raw = _capped(body, raw, ticket.completion_cap)
         try:
-            reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens)
+            reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens * choices)
         except GatewayError:
             await gw.usage.release(key, ticket)
             raise
@@ -135,6 +144,18 @@ class OpenAIRoutes:
         return ProxyCall(
             gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session, ticket
         )
+
+
+def _capped(body: ApiBody, raw: bytes, cap: int) -> bytes:
+    """The request with its completion limit set to `cap`: the field the client used
+    (max_completion_tokens or max_tokens), or max_tokens when it set none."""
+    if isinstance(body, EmbeddingRequest):
+        return raw  # no completion to cap
+    if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+        body.max_completion_tokens = cap
+    else:
+        body.max_tokens = cap
+    return body.model_dump_json(exclude_unset=True).encode()
 
 
 def _with_usage(body: ApiBody, raw: bytes, info: RequestInfo) -> tuple[bytes, bool]:

@@ -134,6 +134,8 @@ class ProxyCall(Response):
         self.headers_out = {"Content-Type": "application/json", "X-Request-Id": info.request_id}
         self.done = False  # the response is complete; a later "disconnect" is just the end
         self.disconnected = False
+        self.status: int | None = None  # the engine's status, once relayed
+        self.events = 0  # a stream's data events relayed to the client: the floor of what it read
         self.background = None  # Starlette's Response attributes that FastAPI reads
         self.status_code = 200
 
@@ -251,6 +253,7 @@ class ProxyCall(Response):
                 message = json.loads(normalize_error(resp.status, body))["error"]["message"]
                 raise _Retry(self._upstream_error(engine, message))
             engine.mark_ok()
+            self.status = resp.status
             content_type = _content_type(resp)
             if resp.status == 200 and content_type.startswith(b"text/event-stream"):
                 await self._relay_stream(resp, engine, send, content_type)
@@ -333,6 +336,7 @@ class ProxyCall(Response):
                     continue  # after [DONE]: only reading to the end so the connection is reused
                 # The last block and the end of the response go out in one write.
                 self.done = block.endswith(_SSE_DONE)
+                self.events += block.count(b"data: {")
                 await send(
                     {"type": "http.response.body", "body": block, "more_body": not self.done}
                 )
@@ -417,15 +421,23 @@ class ProxyCall(Response):
         the rate limits and the quota, and record the usage."""
         info = self.info
         used: int | None
-        if info.prompt_tokens is not None:
-            used = info.prompt_tokens + (info.completion_tokens or 0)
+        prompt, completion, cut = info.prompt_tokens, info.completion_tokens, False
+        if prompt is not None:
+            used = prompt + (completion or 0)
+        elif self.status is not None and self.status != 200:
+            used = 0  # the engine refused it (a 400 for too many max_tokens): nothing generated
+        elif self.events:
+            # A stream cut before its usage event (the client went away, the engine broke off):
+            # charged and recorded as the prompt's estimate plus one token per event the client
+            # was sent (vLLM sends a token or more per event), never just the reservation.
+            prompt = self.ticket.prompt_estimate if self.ticket is not None else 0
+            completion, cut = self.events, True
+            used = prompt + completion
         elif info.ttft_s is None:
             used = 0  # nothing reached the client: charge nothing
         else:
-            used = None  # a stream cut before its usage: keep the reservation
+            used = None  # an answer without usage: keep the reservation
         if self.reserved and used is not None and used != self.reserved:
             await self.up.limiter.adjust(self.key, self.reserved - used)
         if self.ticket is not None:
-            await self.up.usage.settle(
-                self.key, self.model, self.ticket, info.prompt_tokens, info.completion_tokens, used
-            )
+            await self.up.usage.settle(self.key, self.model, self.ticket, prompt, completion, used, cut)

@@ -26,14 +26,29 @@ from service.usage import (
 
 log = logging.getLogger("service.redis_usage")
 
-# Admitted while the period's tokens are under the quota; then the reservation is taken, in
-# one step, so gateways racing for the last tokens see each other's reservations.
+# Admitted only if the prompt's estimate and at least one token per choice fit in what is left
+# of the period's quota; the completion per choice is capped to what is left after the prompt
+# (ARGV[3]: the request's max_tokens, 0 when it set none, -1 for embeddings; one that set none
+# is reserved ARGV[6], the default reserve, or less if less is left), and prompt plus cap times
+# choices is reserved, in one step, so gateways racing for the last tokens see each other's
+# reservations and together never reserve more than the quota.
 _ADMIT_LUA = """
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-if used >= tonumber(ARGV[1]) then return {0, used} end
-used = redis.call('INCRBY', KEYS[1], ARGV[2])
-redis.call('EXPIREAT', KEYS[1], ARGV[3])
-return {1, used}
+local quota, prompt = tonumber(ARGV[1]), tonumber(ARGV[2])
+local want, choices = tonumber(ARGV[3]), tonumber(ARGV[4])
+local per = 1
+if want < 0 then per = 0 end
+if used + prompt + per * choices > quota then return {0, used, 0} end
+local cap = 0
+if want >= 0 then
+  cap = math.floor((quota - used - prompt) / choices)
+  local asked = want
+  if want == 0 then asked = tonumber(ARGV[6]) end
+  if asked < cap then cap = asked end
+end
+used = redis.call('INCRBY', KEYS[1], prompt + cap * choices)
+redis.call('EXPIREAT', KEYS[1], ARGV[5])
+return {1, used, cap}
 """
 
 # One answered request: its counts added to the day's record and, with a quota, the reservation
@@ -41,6 +56,7 @@ return {1, used}
 _SETTLE_LUA = """
 if ARGV[1] == '1' then
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[1], ARGV[9], 1) end
   redis.call('HINCRBY', KEYS[1], ARGV[3], ARGV[5])
   redis.call('HINCRBY', KEYS[1], ARGV[4], ARGV[6])
   redis.call('EXPIRE', KEYS[1], ARGV[8])
@@ -53,11 +69,12 @@ return 1
 
 
 class RedisLedger:
-    def __init__(self, client: "aioredis.Redis", metrics: Metrics) -> None:
+    def __init__(self, client: "aioredis.Redis", metrics: Metrics, default_reserve: int = 1024) -> None:
         self._admit = client.register_script(_ADMIT_LUA)
         self._settle = client.register_script(_SETTLE_LUA)
         self._metrics = metrics
         self._last_warning = 0.0
+        self._default_reserve = default_reserve
 
     def _failed(self, exc: Exception) -> None:
         self._metrics.limiter_errors.inc()
@@ -65,23 +82,31 @@ class RedisLedger:
             self._last_warning = time.monotonic()
             log.warning("usage not recorded, quotas not enforced: redis unavailable: %s", exc)
 
-    async def admit(self, key: ApiKey, tokens: int) -> Ticket:
+    async def admit(self, key: ApiKey, prompt: int, completion: int | None, choices: int = 1) -> Ticket:
         now = datetime.now(UTC)
-        ticket = Ticket(day=now.date().isoformat())
+        ticket = Ticket(day=now.date().isoformat(), prompt_estimate=prompt)
         if not key.quota_tokens or not key.quota_period:
             return ticket
         period, resets = period_bounds(key.quota_period, now)
         counter = quota_key(key.name, period)
         # The counter outlives its period by a day, so a late settlement still finds it.
         expire_at = int(resets.timestamp()) + 86400
+        want = -1 if completion == 0 else (completion or 0)
         try:
-            ok, used = await self._admit(keys=[counter], args=[key.quota_tokens, tokens, expire_at])
+            ok, used, cap = await self._admit(
+                keys=[counter],
+                args=[key.quota_tokens, prompt, want, choices, expire_at, self._default_reserve],
+            )
         except (RedisError, OSError) as exc:
             self._failed(exc)
             return ticket
         if not int(ok):
-            raise quota_error(key, int(used), resets, now)
-        ticket.quota_key, ticket.reserved = counter, tokens
+            raise quota_error(key, int(used), resets, now, prompt + (want >= 0) * choices)
+        ticket.quota_key, ticket.reserved = counter, prompt + int(cap) * choices
+        # The request is sent with max_tokens = cap where the quota made it smaller than asked
+        # (or than the default reserve, for one that set none: its generation must stop there).
+        if int(cap) < (want or self._default_reserve) and want >= 0:
+            ticket.completion_cap = int(cap)
         return ticket
 
     async def release(self, key: ApiKey, ticket: Ticket) -> None:
@@ -89,13 +114,13 @@ class RedisLedger:
 
     async def settle(
         self, key: ApiKey, model: str, ticket: Ticket, prompt: int | None, completion: int | None,
-        used: int | None,
+        used: int | None, cut: bool = False,
     ) -> None:
-        await self._run(ticket, key.name, model, prompt, completion, used)
+        await self._run(ticket, key.name, model, prompt, completion, used, cut)
 
     async def _run(
         self, ticket: Ticket, name: str, model: str, prompt: int | None, completion: int | None,
-        used: int | None,
+        used: int | None, cut: bool = False,
     ) -> None:
         delta = 0 if used is None or ticket.quota_key is None else used - ticket.reserved
         record = prompt is not None
@@ -106,6 +131,7 @@ class RedisLedger:
             "1" if record else "0",
             usage_field("r", name, model), usage_field("p", name, model), usage_field("c", name, model),
             prompt or 0, completion or 0, delta, USAGE_RETENTION_DAYS * 86400,
+            usage_field("x", name, model) if cut else "",
         ]
         try:
             await self._settle(keys=keys, args=args)

@@ -27,6 +27,7 @@ class _Generation(_Open):
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1)  # choices: each may generate max_tokens
 
 
 class ChatCompletionRequest(_Generation):

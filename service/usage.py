@@ -7,7 +7,11 @@ gateway counts into one place and the numbers outlive gateway restarts and upgra
 without Redis (`limits.redis_url` unset) records nothing and enforces no quota: `NullLedger`.
 
 A quota works like the tpm bucket: the request's estimated tokens are reserved on admission, so
-requests in flight on other gateways count, and settled to the real usage when it ends.
+requests in flight on other gateways count, and settled to the real usage when it ends. The
+reservation is bounded by what is left: a request is admitted only if its prompt's estimate and
+a token per choice fit, and its max_tokens is capped (set, if it had none) so that prompt plus
+max_tokens times n fits too. So concurrent requests never reserve more than the quota, and the
+charged total exceeds it only by how much the engine's prompt counts exceed the estimates.
 """
 
 import math
@@ -19,7 +23,9 @@ from service.auth import ApiKey
 from service.errors import GatewayError
 
 # Redis names, read back by service/usage_report.py.
-USAGE_PREFIX = "pli:usage:"  # + YYYY-MM-DD: a hash of "<r|p|c>:<key>:<model>" -> count
+# + YYYY-MM-DD: a hash of "<r|p|c|x>:<key>:<model>" -> count (x: requests cut before the
+# engine's usage, counted from the events relayed: see ProxyCall._settle)
+USAGE_PREFIX = "pli:usage:"
 QUOTA_PREFIX = "pli:quota:"  # + <key>:<period id>: tokens charged in that period
 USAGE_RETENTION_DAYS = 400  # long enough for a year's monthly bills
 
@@ -52,15 +58,21 @@ class Ticket:
     day: str  # the UTC day its usage is recorded under: the day it was admitted
     quota_key: str | None = None  # the quota counter charged, if the key has a quota
     reserved: int = 0  # tokens reserved on that counter
+    prompt_estimate: int = 0  # the gateway's estimate of the prompt, charged if a stream is cut
+    completion_cap: int | None = None  # max tokens per choice the quota leaves, if it bounds them
 
 
-def quota_error(key: ApiKey, used: int, resets: datetime, now: datetime) -> GatewayError:
+def quota_error(key: ApiKey, used: int, resets: datetime, now: datetime, needs: int = 0) -> GatewayError:
     wait = max(1, math.ceil((resets - now).total_seconds()))
     when = resets.strftime("%Y-%m-%dT%H:%M:%SZ")
+    quota = key.quota_tokens or 0
+    short = (
+        f", too few left for this request's prompt (about {needs} tokens)" if used < quota else ""
+    )
     return GatewayError(
         429,
-        f"Token quota reached for key '{key.name}': {key.quota_tokens} tokens per "
-        f"{key.quota_period} (UTC), {used} used; it resets at {when}.",
+        f"Token quota reached for key '{key.name}': {quota} tokens per "
+        f"{key.quota_period} (UTC), {used} used{short}; it resets at {when}.",
         "insufficient_quota",
         "quota_exceeded",
         {"Retry-After": str(wait)},
@@ -68,18 +80,21 @@ def quota_error(key: ApiKey, used: int, resets: datetime, now: datetime) -> Gate
 
 
 class UsageLedger(Protocol):
-    async def admit(self, key: ApiKey, tokens: int) -> Ticket:
-        """Reserve `tokens` of the key's quota, or raise the 429 that says which and when."""
+    async def admit(self, key: ApiKey, prompt: int, completion: int | None, choices: int = 1) -> Ticket:
+        """Reserve the request's tokens in the key's quota, or raise the 429 that says which and
+        when: the prompt's estimate plus, per choice, `completion` (its max_tokens; None: not
+        set; 0: an embedding) capped to what the quota has left, which the ticket's
+        completion_cap then says (the request is sent with that max_tokens)."""
 
     async def release(self, key: ApiKey, ticket: Ticket) -> None:
         """Give the reservation back: the request was refused after admission."""
 
     async def settle(
         self, key: ApiKey, model: str, ticket: Ticket, prompt: int | None, completion: int | None,
-        used: int | None,
+        used: int | None, cut: bool = False,
     ) -> None:
-        """Record an answered request (prompt is not None) and settle the quota to `used`
-        tokens (None: unknown, the reservation stands)."""
+        """Record an answered request (prompt is not None; `cut`: a stream cut before the
+        engine's usage) and settle the quota to `used` tokens (None: the reservation stands)."""
 
     async def close(self) -> None: ...
 
@@ -87,15 +102,15 @@ class UsageLedger(Protocol):
 class NullLedger:
     """No Redis: nothing recorded, no quota enforced (start-up warns about keys that have one)."""
 
-    async def admit(self, key: ApiKey, tokens: int) -> Ticket:
-        return Ticket(day=date.today().isoformat())
+    async def admit(self, key: ApiKey, prompt: int, completion: int | None, choices: int = 1) -> Ticket:
+        return Ticket(day=date.today().isoformat(), prompt_estimate=prompt)
 
     async def release(self, key: ApiKey, ticket: Ticket) -> None:
         return None
 
     async def settle(
         self, key: ApiKey, model: str, ticket: Ticket, prompt: int | None, completion: int | None,
-        used: int | None,
+        used: int | None, cut: bool = False,
     ) -> None:
         return None
 

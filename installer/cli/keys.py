@@ -44,14 +44,14 @@ AdoptOpt = Annotated[
 ]
 
 
-def _checked(inventory: Path | None, adopt: bool, command: str) -> "Checked | None":
+def _checked(inventory: Path | None, adopt: bool, command: str, quota: bool = False) -> "Checked | None":
     """With --inventory, the hosts' revisions judged before the key store changes."""
     if inventory is None:
         return None
     from installer.inventory import load_inventory
     from installer.keys_push import check
 
-    checked = check(load_inventory(inventory), adopt=adopt, command=command)
+    checked = check(load_inventory(inventory), adopt=adopt, command=command, quota=quota)
     for line in checked.adopted:
         console.print(f"[yellow]adopting {line}[/]")
     return checked
@@ -89,7 +89,7 @@ def create_cmd(
     adopt: AdoptOpt = False,
 ) -> None:
     """Create a key and print its secret, once: it is stored only as a hash."""
-    checked = _checked(inventory, adopt, "keys create")
+    checked = _checked(inventory, adopt, "keys create", quota=quota_tokens is not None)
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     record, secret = keys.create(
         name,
@@ -119,10 +119,14 @@ def list_cmd(
     store = keys.load()
     use: dict[str, dict[str, object]] = {}
     if inventory is not None and any(k.quota_tokens and k.status(now) == "active" for k in store.keys):
+        from installer.errors import InstallerError
         from installer.inventory import load_inventory
         from installer.usage import fetch, quota_use
 
-        use = quota_use(fetch(load_inventory(inventory), now.date()))
+        try:
+            use = quota_use(fetch(load_inventory(inventory), now.date()))
+        except InstallerError as exc:  # the keys are still worth listing, without their use
+            console.print(f"[yellow]quota use not shown: {exc}[/]")
 
     def quota(k: "keys.KeyRecord") -> str:
         if not k.quota_tokens:
@@ -177,10 +181,11 @@ def quota_cmd(
     inventory: InventoryOpt = None,
     adopt: AdoptOpt = False,
 ) -> None:
-    """Set or remove an existing key's token quota (its use so far in the period still counts)."""
+    """Set or remove an existing key's token quota. Tokens counted under its previous quota of
+    the same period (day or month) still count; a key that had none starts the period at 0."""
     if remove == (quota_tokens is not None or quota_period is not None):
         raise typer.BadParameter("give --quota-tokens N --quota-period day|month, or --remove")
-    checked = _checked(inventory, adopt, "keys quota")
+    checked = _checked(inventory, adopt, "keys quota", quota=quota_tokens is not None)
     record = keys.set_quota(name, quota_tokens, quota_period)
     what = f"{record.quota_tokens} tokens per {record.quota_period}" if record.quota_tokens else "none"
     console.print(f"[green]quota[/] of key [bold]{name}[/]: {what}.")

@@ -34,7 +34,7 @@ def usage_cmd(
     dims = usage.parse_by(by)
     report = usage.fetch(load_inventory(Path(inventory)), first)
     rows = usage.rows(report, dims)
-    columns = [*dims, "requests", "prompt_tokens", "completion_tokens", "total_tokens"]
+    columns = [*dims, "requests", "prompt_tokens", "completion_tokens", "total_tokens", "cut_requests"]
     if as_json:
         print(json.dumps({"since": first.isoformat(), "by": list(dims), "rows": rows}, indent=2))
         return

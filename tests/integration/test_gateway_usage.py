@@ -134,7 +134,7 @@ def test_one_quota_for_two_gateways_refused_with_its_reset_and_kept_across_a_res
 ) -> None:
     upstream = start_upstream(model="tiny")
     name = _name("quota")
-    secret = keys.create(name, quota_tokens=60, quota_period="day")
+    secret = keys.create(name, quota_tokens=120, quota_period="day")
     config = _config(keys, redis_url, ("tiny", upstream))
     first, second = start_gateway(config), start_gateway(config)
     used = 0
@@ -147,22 +147,23 @@ def test_one_quota_for_two_gateways_refused_with_its_reset_and_kept_across_a_res
             used += usage["prompt_tokens"] + usage["completion_tokens"]
         else:
             break
-    # admitted while under the quota (both gateways charging one counter), then refused
+    # admitted while the prompt and a token fit in what is left (both gateways charging one
+    # counter, each completion capped to it), then refused: never beyond the quota
     assert statuses[-1] == 429 and set(statuses[:-1]) == {200}
-    assert used >= 60 and len(statuses) >= 3
+    assert used <= 120 and len(statuses) >= 3
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
     for gateway in (first, second):
         resp = _post(gateway, secret, "tiny", False, max_tokens=8)
         assert resp.status_code == 429
         error = resp.json()["error"]
         assert error["code"] == "quota_exceeded" and error["type"] == "insufficient_quota"
-        assert f"key '{name}': 60 tokens per day" in error["message"]
+        assert f"key '{name}': 120 tokens per day" in error["message"]
         assert f"{used} used" in error["message"]
         assert f"resets at {tomorrow}" in error["message"]
         seconds_left = (datetime.fromisoformat(tomorrow) - datetime.now(UTC)).total_seconds()
         assert abs(int(resp.headers["Retry-After"]) - seconds_left) <= 5
     quota = {q["key"]: q for q in _report(tmp_path / "gateway-0.yaml").quotas}[name]
-    assert quota == {"key": name, "quota_tokens": 60, "period": "day", "used": used, "resets": tomorrow}
+    assert quota == {"key": name, "quota_tokens": 120, "period": "day", "used": used, "resets": tomorrow}
 
     # A restarted gateway reads the same counters: still refused, and the usage is all there.
     first.proc.terminate()
@@ -222,3 +223,31 @@ def test_usage_and_quota_outlive_a_restart_of_the_roles_redis(
     assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
         1, usage["prompt_tokens"], usage["completion_tokens"])
     assert report.quotas[0]["used"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_the_roles_redis_never_evicts_a_quota_counter_when_full(tmp_path: Path) -> None:
+    """At maxmemory, the redis role's policy refuses writes rather than evicting: a quota counter
+    (shorter-lived than the usage hashes) outlives the pressure."""
+    import redis
+
+    policy = next(
+        line.split()[1] for line in (REPO / "playbooks/roles/redis/templates/redis.conf.j2").read_text().splitlines()
+        if line.startswith("maxmemory-policy ")
+    )
+    data = tmp_path / "redis"
+    data.mkdir()
+    with redis_server(data, ["--save", "", "--appendonly", "no", "--maxmemory", "3mb",
+                             "--maxmemory-policy", policy]) as url:
+        client = redis.Redis.from_url(url)
+        client.set("pli:quota:team:d2026-12-01", 5000, ex=2 * 86400)
+        full = False
+        for day in range(4000):  # usage hashes, kept 400 days, until Redis is full
+            try:
+                client.hset(f"pli:usage:{day}", mapping={f"p:k{i}:m": i for i in range(40)})
+                client.expire(f"pli:usage:{day}", 400 * 86400)
+            except redis.exceptions.OutOfMemoryError:
+                full = True
+                break
+        assert full
+        assert client.get("pli:quota:team:d2026-12-01") == b"5000"
+        client.close()

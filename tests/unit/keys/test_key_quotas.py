@@ -4,6 +4,9 @@ recorded usage (installer/usage.py): periods, --since, --by and the sums."""
 import asyncio
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -139,11 +142,13 @@ def test_rows_sum_over_what_is_not_grouped() -> None:
 
     report = usage.Report("h1", {
         "2026-11-30": day(a__org_m1=(1, 10, 5), b__org_m1=(2, 20, 8)),
-        "2026-12-01": day(a__org_m1=(3, 30, 9), a__m2=(1, 7, 1)),
+        "2026-12-01": day(a__org_m1=(3, 30, 9), a__m2=(1, 7, 1)) | {usage_field("x", "a", "m2"): 1},
     }, [])
     assert usage.rows(report, ("key",)) == [
-        {"key": "a", "requests": 5, "prompt_tokens": 47, "completion_tokens": 15, "total_tokens": 62},
-        {"key": "b", "requests": 2, "prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
+        {"key": "a", "requests": 5, "prompt_tokens": 47, "completion_tokens": 15, "cut_requests": 1,
+         "total_tokens": 62},
+        {"key": "b", "requests": 2, "prompt_tokens": 20, "completion_tokens": 8, "cut_requests": 0,
+         "total_tokens": 28},
     ]
     by_model_day = usage.rows(report, ("model", "day"))
     assert [(r["model"], r["day"], r["requests"]) for r in by_model_day] == [
@@ -158,6 +163,56 @@ def test_usage_of_a_single_gateway_deployment_is_refused_before_any_host_is_aske
     site = tmp_path / "site.yml"
     site.write_text("deployment: one\nhosts: [{name: a, address: 10.0.0.1}]\n"
                     "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n")
-    with pytest.raises(usage.UsageError, match="several serving hosts; this deployment has one") as err:
+    with pytest.raises(usage.UsageError, match="only with several serving hosts; one has one") as err:
         usage.fetch(load_inventory(site), date(2026, 12, 1))
     assert "docs/gateway.md#usage-and-quotas" in err.value.details[0]
+    assert "add a second serving host" in err.value.details[1]
+
+
+def test_the_usage_report_runs_isolated_from_a_module_planted_in_the_working_directory(tmp_path: Path) -> None:
+    """`installer usage` runs its program as root in the SSH user's home: a service/ package
+    there must not shadow the release's."""
+    planted = tmp_path / "service"
+    planted.mkdir()
+    marker = tmp_path / "ran"
+    (planted / "__init__.py").write_text("")
+    (planted / "usage_report.py").write_text(f"open({str(marker)!r}, 'w').write('planted')\n")
+    python = str(Path(sys.executable))
+    command = usage.report_command(python, "2026-12-01").replace("cd / && ", "")
+    proc = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert not marker.exists()
+    assert "-I -m service.usage_report" in command
+    # the release's program ran: it looked for the gateway's configuration
+    assert "gateway.yml" in proc.stderr, proc.stderr
+
+
+def _single_host_site(tmp_path: Path) -> Path:
+    (tmp_path / "weights").mkdir(exist_ok=True)
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    site = tmp_path / "site.yml"
+    site.write_text("deployment: one\nhosts: [{name: a, address: 10.0.0.1}]\n"
+                    "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n")
+    return site
+
+
+def test_a_quota_is_refused_where_no_gateway_could_enforce_it_and_keys_list_still_lists(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from installer.cli import _register, app
+
+    _register()
+    runner = CliRunner()
+    site, state = _single_host_site(tmp_path), tmp_path / "state"
+    made = runner.invoke(app, ["--state-dir", str(state), "keys", "create", "--name", "team",
+                               "--quota-tokens", "5000", "--quota-period", "day", "-i", str(site)])
+    assert isinstance(made.exception, usage.UsageError), made.output
+    assert str(made.exception).startswith("token quotas need the deployment's shared Redis")
+    assert not (state / "keys.json").exists()  # refused before the store (or any host) changed
+    # made without -i (say, before a second host is added): keys list -i still lists it
+    assert runner.invoke(app, ["--state-dir", str(state), "keys", "create", "--name", "team",
+                               "--quota-tokens", "5000", "--quota-period", "day"]).exit_code == 0
+    listed = runner.invoke(app, ["--state-dir", str(state), "keys", "list", "-i", str(site)])
+    assert listed.exit_code == 0, listed.output
+    assert "quota use not shown: usage accounting and quotas need" in listed.output
+    assert "5000/day" in listed.output
