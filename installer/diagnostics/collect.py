@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import tarfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -104,11 +105,13 @@ def run_on_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> 
     return part
 
 
-def known_secrets(deployment: str) -> dict[str, str]:
-    """The deployment's secrets this machine holds: any copy of one is cut, whatever its form."""
+def known_secrets(inv: Inventory) -> dict[str, str]:
+    """The deployment's secrets this machine holds (its files, and the inventory's webhook URL,
+    whose path is a Slack or pager credential): any copy of one is cut, as itself, URL-encoded
+    or escaped in JSON (redact.forms)."""
     found = {}
-    for name, path in (("redis-password", redis_auth.password_file(deployment)),
-                       ("metrics-token", metrics_token.token_file(deployment)),
+    for name, path in (("redis-password", redis_auth.password_file(inv.deployment)),
+                       ("metrics-token", metrics_token.token_file(inv.deployment)),
                        ("probe-key", keys.probe_secret_path())):
         try:
             value = path.read_text().strip()
@@ -116,7 +119,25 @@ def known_secrets(deployment: str) -> dict[str, str]:
             continue
         if len(value) >= 8:
             found[name] = value
+    if inv.monitoring.webhook_url:
+        found["webhook-url"] = inv.monitoring.webhook_url
     return found
+
+
+def redact_notes(parts: list[archive.Part], known: dict[str, str]) -> list[redact.Hit]:
+    """What MANIFEST.json and MISSING.txt quote (a host's stderr, an exception's text) cut like
+    every file, in place; its hits as those two files'."""
+    counts: Counter[str] = Counter()
+
+    def cut(text: str) -> str:
+        out, n = redact.redact(text, known)
+        counts.update(n)
+        return out
+
+    for p in parts:
+        p.missing = {cut(k): cut(v) for k, v in p.missing.items()}
+        p.excluded = [{k: cut(v) for k, v in e.items()} for e in p.excluded]
+    return [redact.Hit(f, rule, n) for f in ("MANIFEST.json", "MISSING.txt") for rule, n in sorted(counts.items())]
 
 
 def deployment_part(inv: Inventory, parts: list[archive.Part], timeout_s: float, now: float) -> archive.Part:
@@ -181,17 +202,23 @@ def collect(
     progress("reading installer status and Prometheus")
     parts.append(deployment_part(inv, parts, timeout_s, now))
     progress("scanning for secrets")
-    known = known_secrets(inv.deployment)
+    known = known_secrets(inv)
     for p in parts:
         p.files, p.hits = redact.scan(p.files, known)
+    parts[-1].hits += redact_notes(parts, known)
     root = archive.root_name(inv.deployment, now)
     if output is None:
         path = default_output(inv.deployment, now)
     else:
         path = output / f"{root}.tar.gz" if output.is_dir() else output
-    archive.write(path, root, archive.layout(inv.deployment, now, parts), now)
+    files = archive.layout(inv.deployment, now, parts)
+    # and the two files themselves, as every file: what a rule still finds is cut and reported
+    # (here and in the command's summary; the manifest was written before)
+    notes, late = redact.scan({k: files[k] for k in ("MANIFEST.json", "MISSING.txt")}, known)
+    files.update(notes)
+    archive.write(path, root, files, now)
     rows = [HostRow(p.name or "(deployment)", len(p.files), len(p.missing), sum(h.count for h in p.hits))
             for p in parts]
-    redactions = archive.manifest(inv.deployment, now, parts)["redactions"]
+    redactions = archive.manifest(inv.deployment, now, parts)["redactions"] + [h.to_json() for h in late]
     missing = [f"{p.name or 'deployment'}: {k}: {v}" for p in parts for k, v in sorted(p.missing.items())]
     return Collection(path, rows, redactions, missing)

@@ -173,6 +173,39 @@ def test_collect_writes_the_archive_whatever_a_host_could_not_give(
     assert [r.host for r in result.rows] == ["h1", "(deployment)"]
 
 
+class LeakyHost(Target):
+    """A host whose failure text quotes secrets: a Redis URL, and the inventory's webhook URL."""
+
+    def ssh_argv(self, command: str | None = None) -> list[str]:
+        line = f"Traceback: redis://:hunter2hunter2@10.0.0.1:6379 refused; alert to {WEBHOOK} failed"
+        return ["sh", "-c", f"echo {line!r} >&2; exit 1"]
+
+
+WEBHOOK = "https://pager.example.internal/v1/hook/9f8e7d6c5b4a"
+
+
+def test_manifest_and_missing_are_scanned_and_the_inventory_webhook_is_known(
+    stand_in: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
+    inv = _inventory(stand_in)
+    inv = inv.model_copy(update={"monitoring": inv.monitoring.model_copy(update={"webhook_url": WEBHOOK})})
+    assert collect.known_secrets(inv)["webhook-url"] == WEBHOOK
+    monkeypatch.setattr(collect, "target", lambda _inv, h: LeakyHost(h.name, h.address, "root", 22, None, None))
+    result = collect.collect(inv, journal_lines=10, output=tmp_path / "a.tar.gz")
+    with tarfile.open(result.path) as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    for name in ("MANIFEST.json", "MISSING.txt"):
+        assert b"hunter2" not in files[name] and b"9f8e7d6c5b4a" not in files[name], name
+    missing = json.loads(files["MANIFEST.json"])["hosts"]["h1"]["missing"]["(all)"]
+    assert missing == ("ssh rc 1: Traceback: redis://:[REDACTED:url-password]@10.0.0.1:6379 refused; "
+                       "alert to [REDACTED:known-webhook-url] failed: nothing collected from this host")
+    reported = {(r["file"], r["rule"]): r["count"] for r in result.redactions}
+    for name in ("MANIFEST.json", "MISSING.txt"):
+        assert reported[(name, "url-password")] == 1 and reported[(name, "known-webhook-url")] == 1
+    assert "hunter2" not in "\n".join(result.missing)
+
+
 def test_cli_prints_the_summary_and_refuses_collect_without_inventory(
     stand_in: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
