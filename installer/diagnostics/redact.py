@@ -96,10 +96,10 @@ RULES: tuple[Rule, ...] = (
         r"(?:[ \t]*\n)*\1[ \t]+(\S[^\n]*(?:\n(?:[ \t]*\n)*\1[ \t]+\S[^\n]*)*)"), (2,),
          "a YAML block scalar (key: | or >) with a password/secret/token/key name", True),
     # A line that is only `key: value` or `KEY=value` (YAML, env files): the value runs to the
-    # line's end (a YAML comment after ` #` excepted), spaces and all.
+    # line's end (a YAML comment after ` #`, or pretty-printed JSON's `,`, excepted), spaces and all.
     Rule("secret-assignment", re.compile(
         rf"(?im)^[ \t]*(?:-[ \t]+|export[ \t]+)?[\"']?{_KEY}[\"']?[ \t]*:[ \t]*(?![\"'|>])"
-        r"([^\s#][^\n]*?)[ \t]*(?:[ \t]#[^\n]*)?$"), (1,), "", True),
+        r"([^\s#][^\n]*?)[ \t]*,?(?:[ \t]#[^\n]*)?$"), (1,), "", True),
     Rule("secret-assignment", re.compile(
         rf"(?im)^[ \t]*(?:export[ \t]+)?{_KEY}[ \t]*=[ \t]*(?![\"'])(\S[^\n]*?)[ \t]*$"), (1,), "", True),
     Rule("secret-assignment", re.compile(rf"(?i)\b{_KEY}[\"']?\s*(?:=|:)[ \t]*{_VALUE}"), (1, 2, 3),
