@@ -224,6 +224,28 @@ def compare(recorded: Mapping[str, str], found: Mapping[str, str]) -> list[str]:
     ]
 
 
+# A unit the roles left running is active; an enabled one must run; one a role stopped (Debian's
+# monitoring services beside a tarball install) is inactive and disabled. Anything else -- failed,
+# restarting, enabled but dead -- is not what Ansible meant, whatever the record says.
+_RUNS = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
+
+
+def unit_faults(entries: Mapping[str, str]) -> list[str]:
+    """The managed units not in their intended state, in words: never recorded, never trusted."""
+    faults = []
+    for key, desc in sorted(entries.items()):
+        kind, name = _what(key)
+        if kind != "unit":
+            continue
+        active, enabled = _field(desc, "ActiveState"), _field(desc, "UnitFileState")
+        ours = name.startswith(UNIT_PATTERNS[0].rstrip("*"))
+        if active == "active" or (active == "inactive" and not ours and enabled not in _RUNS):
+            continue
+        sub = _field(desc, "SubState")
+        faults.append(f"{name} (unit): {active}/{sub}, {enabled or 'no unit file'}, should be running")
+    return faults
+
+
 def compare_inputs(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
     """Which of Ansible's inputs changed since the host's record, by name."""
     return [k for k in sorted(set(recorded) | set(now)) if recorded.get(k) != now.get(k)]
@@ -296,7 +318,7 @@ def judge(
         if pr.error:
             reasons.append(f"{t.name}: {pr.error}")
             continue
-        drift = compare(records[t.name].get("entries", {}), pr.entries)
+        drift = unit_faults(pr.entries) + compare(records[t.name].get("entries", {}), pr.entries)
         more = f" (and {len(drift) - MAX_REASONS_PER_HOST} more)" if len(drift) > MAX_REASONS_PER_HOST else ""
         reasons += [f"{t.name}: {d}" for d in drift[:MAX_REASONS_PER_HOST]]
         if more:
@@ -332,9 +354,22 @@ def record(
     now = inputs(inv_dir, man, playbooks_dir, keys_json)
     probes = probe_hosts(hosts, specs)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    kept = {
-        h: {"inputs": now[h], "entries": p.entries, "at": at}
-        for h, p in probes.items() if not p.error
-    }
+    kept, lines = keep(probes, now, at)
     save(deployment, kept)
-    return [f"{h}: not recorded: {p.error}" for h, p in probes.items() if p.error]
+    return lines
+
+
+def keep(
+    probes: Mapping[str, Probe], now: Mapping[str, Mapping[str, str]], at: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The records of the hosts whose probe answered with every unit as intended, and one line
+    per host left out: a unit that crashed after Ansible started it must not become the norm."""
+    kept: dict[str, Any] = {}
+    lines = []
+    for h, p in probes.items():
+        faults = [p.error] if p.error else unit_faults(p.entries)
+        if faults:
+            lines.append(f"{h}: not recorded: {'; '.join(faults)}")
+        else:
+            kept[h] = {"inputs": dict(now[h]), "entries": p.entries, "at": at}
+    return kept, lines

@@ -141,3 +141,44 @@ def test_the_probe_runs_as_root_through_sudo_for_other_users() -> None:
     root, admin = Target("a", "10.0.0.1", "root", 22, None, None), Target("b", "10.0.0.2", "admin", 22, None, None)
     assert converged.probe_command(root, {"files": []})[-1] == "python3 - '{\"files\": []}'"
     assert converged.probe_command(admin, {"files": []})[-1].startswith("sudo -n python3 - ")
+
+
+FAILED_ENGINE = (
+    "ActiveState=failed SubState=failed UnitFileState=enabled NeedDaemonReload=no "
+    "FragmentPath=/etc/systemd/system/private-llm-engine-3.service DropInPaths="
+)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("unit:private-llm-engine-3.service", FAILED_ENGINE),
+    ("unit:prometheus-alertmanager.service", FAILED_ENGINE.replace("private-llm-engine-3", "x")),
+    ("unit:prometheus-node-exporter.service",  # enabled, restarting after a crash
+     "ActiveState=activating SubState=auto-restart UnitFileState=enabled NeedDaemonReload=no "
+     "FragmentPath=/lib/systemd/system/prometheus-node-exporter.service DropInPaths="),
+    ("unit:private-llm-gateway.service",  # ours, stopped and disabled by hand
+     "ActiveState=inactive SubState=dead UnitFileState=disabled NeedDaemonReload=no "
+     "FragmentPath=/etc/systemd/system/private-llm-gateway.service DropInPaths="),
+])
+def test_a_unit_not_running_as_intended_is_never_recorded_nor_trusted(key: str, value: str) -> None:
+    broken = {**RECORD, key: value}
+    kept, lines = converged.keep({"a": Probe("a", broken), "b": Probe("b", dict(RECORD))},
+                                 {"a": INPUTS, "b": INPUTS}, "now")
+    assert list(kept) == ["b"]
+    assert len(lines) == 1 and lines[0].startswith("a: not recorded: ") and key.split(":")[1] in lines[0]
+    # recorded broken by an earlier version, and probed the same now: still not converged
+    verdict = converged.judge(
+        _targets("a"), {"a": INPUTS}, {"a": {"inputs": INPUTS, "entries": broken}},
+        lambda ts: {"a": Probe("a", dict(broken))},
+    )
+    assert not verdict.fast
+    assert verdict.reasons == [f"a: {key.split(':')[1]} (unit): " + ", ".join([
+        f"{converged._field(value, 'ActiveState')}/{converged._field(value, 'SubState')}",
+        converged._field(value, "UnitFileState"), "should be running"])]
+
+
+def test_a_role_stopped_debian_service_is_as_intended() -> None:
+    stopped = {**RECORD, "unit:prometheus.service": (
+        "ActiveState=inactive SubState=dead UnitFileState=disabled NeedDaemonReload=no "
+        "FragmentPath=/lib/systemd/system/prometheus.service DropInPaths=")}
+    kept, lines = converged.keep({"a": Probe("a", stopped)}, {"a": INPUTS}, "now")
+    assert (list(kept), lines) == (["a"], [])
