@@ -46,6 +46,7 @@ MANAGED_TREES = (
     _CONFIG,  # engine.env, gateway.yml, keys.json, metrics.token, tls/, drain.json
     f"{_STATE}/models",  # the weights; the model role re-hashes them on every full run too
     f"{_STATE}/apt/preferences.d",  # (its lists and caches are apt's own, rewritten by apt)
+    f"{_STATE}/apt-gpu/preferences.d",  # the driver branch's pin (nvidia_driver role)
     "/etc/prometheus",
     "/var/lib/private-llm-dashboards",
     "/etc/grafana/provisioning",
@@ -55,12 +56,12 @@ MANAGED_FILES = (
     f"{_ROOT}/current",  # the release link: which environment the units run
     f"{_STATE}/release.json",
     f"{_STATE}/apt/sources.list",
+    f"{_STATE}/apt-gpu/sources.list",
     "/etc/systemd/system/private-llm-*",
     "/etc/sysctl.d/90-private-llm.conf",
     "/etc/default/prometheus*",
     "/etc/redis/redis.conf",
     "/etc/modprobe.d/private-llm-*",
-    "/etc/apt/preferences.d/nvidia-driver",
 )
 # Releases (venvs) and tarball installs, by path, size, mode, owner and mtime (converged_probe).
 STAT_TREES = (f"{_ROOT}/releases/*", f"{_ROOT}/monitoring")
@@ -72,6 +73,11 @@ UNITS = (
     "nvidia-fabricmanager.service", "nvidia-dcgm-exporter.service",
 )
 USERS = (HOST_LAYOUT["pli_user"],)
+# The GPU roles' packages (driver of whichever branch, CUDA, NCCL, fabric manager, DCGM) by
+# dpkg pattern: their names follow the branch the host chose, which the control side never sees.
+PACKAGE_PATTERNS = (
+    "nvidia-*", "libnvidia-*", "cuda-*", "libcublas*", "libnccl*", "datacenter-gpu-manager*",
+)
 
 
 def spec(packages: Iterable[str]) -> dict[str, Any]:
@@ -79,7 +85,8 @@ def spec(packages: Iterable[str]) -> dict[str, Any]:
     return {
         "trees": list(MANAGED_TREES), "files": list(MANAGED_FILES), "stat_trees": list(STAT_TREES),
         "listings": list(LISTINGS), "unit_patterns": list(UNIT_PATTERNS), "units": list(UNITS),
-        "packages": sorted(set(packages)), "users": list(USERS),
+        "packages": sorted(set(packages)), "package_patterns": list(PACKAGE_PATTERNS),
+        "users": list(USERS),
     }
 
 

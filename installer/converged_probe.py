@@ -86,16 +86,45 @@ def _units(names: list[str], patterns: list[str]) -> dict[str, str]:
 
 
 def _packages(names: list[str]) -> dict[str, str]:
+    """Each package's version, install state and dpkg selection (hold): a released hold or a
+    package apt moved is drift."""
     if not names:
         return {}
     out = subprocess.run(
-        ["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Status}\n", "--", *names],
+        ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\t${db:Status-Want}\n", "--", *names],
         capture_output=True, text=True, check=False,
     ).stdout
     found = {}
     for line in out.splitlines():
-        name, _, rest = line.partition(" ")
-        found[f"package:{name}"] = rest
+        name, version, abbrev, want = [*line.split("\t"), "", "", ""][:4]
+        if abbrev.strip() not in ("", "un", "pn"):  # not the names dpkg only knows of
+            found[f"package:{name}"] = f"{version} {abbrev.strip()} {want}"
+    return found
+
+
+def _text(argv: list[str]) -> str:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError:
+        return "absent"
+    return " ".join(p.stdout.split()) if p.returncode == 0 else "absent"
+
+
+def _host(users: list[str]) -> dict[str, str]:
+    """What a GPU role or a reboot changes beside files: the running kernel, the loaded NVIDIA
+    driver, the held packages and the service user's groups (the roles add it to video/render)."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            driver = " ".join(f.read().split())
+    except OSError:
+        driver = "absent"
+    found = {
+        "host:kernel": os.uname().release,
+        "host:nvidia driver": driver,
+        "host:apt holds": _text(["apt-mark", "showhold"]),
+    }
+    for name in users:
+        found[f"groups:{name}"] = _text(["id", "-nG", name])
     return found
 
 
@@ -124,7 +153,8 @@ def probe(spec: dict) -> dict[str, str]:
     for root in spec.get("listings", []):
         entries[f"listing:{root}"] = " ".join(sorted(os.listdir(root))) if os.path.isdir(root) else "absent"
     entries.update(_units(spec.get("units", []), spec.get("unit_patterns", [])))
-    entries.update(_packages(spec.get("packages", [])))
+    entries.update(_packages([*spec.get("packages", []), *spec.get("package_patterns", [])]))
+    entries.update(_host(spec.get("users", [])))
     for name in spec.get("users", []):
         entries[f"user:{name}"] = _account(name)
     return entries

@@ -1,6 +1,7 @@
 """The host-side probe (installer/converged_probe.py), run the way SSH runs it (`python3 -`, the
 script on stdin), on a folder that stands in for a host; and the digests of Ansible's inputs."""
 
+import fnmatch
 import json
 import os
 import subprocess
@@ -90,3 +91,42 @@ def test_inputs_follow_the_files_the_roles_copy(tmp_path: Path) -> None:
     (playbooks / "site.yml").write_text("- hosts: serving\n")
     after = converged.inputs(inv_dir, _Man(), playbooks, '{"k": 1}')  # type: ignore[arg-type]
     assert converged.compare_inputs(before["a"], after["a"]) == ["files the roles copy", "keys", "playbooks"]
+
+
+def test_the_gpu_roles_files_are_where_the_roles_write_them() -> None:
+    roles = Path(__file__).parents[3] / "playbooks" / "roles"
+    repo = (roles / "nvidia_driver" / "tasks" / "repo.yml").read_text()
+    install = (roles / "nvidia_driver" / "tasks" / "install.yml").read_text()
+    assert '_nvidia_driver_apt_dir: "{{ pli_state_dir }}/apt-gpu"' in repo
+    assert 'dest: "{{ _nvidia_driver_apt_dir }}/sources.list"' in repo
+    assert 'dest: "{{ _nvidia_driver_apt_dir }}/preferences.d/nvidia-driver"' in install
+    spec = converged.spec([])
+    assert "/var/lib/private-llm/apt-gpu/sources.list" in spec["files"]
+    assert "/var/lib/private-llm/apt-gpu/preferences.d" in spec["trees"]
+    assert not any(p.startswith("/etc/apt/") for p in spec["files"] + spec["trees"])
+
+
+def test_the_probe_sees_kernel_driver_holds_groups_and_patterned_packages() -> None:
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+    found = _probe({"users": [user], "package_patterns": ["bas[h]", "no-such-package-*"]})
+    assert found["host:kernel"] == os.uname().release
+    assert found["host:nvidia driver"] == (
+        " ".join(Path("/proc/driver/nvidia/version").read_text().split())
+        if Path("/proc/driver/nvidia/version").exists() else "absent")
+    assert found[f"groups:{user}"] == " ".join(
+        subprocess.run(["id", "-nG", user], capture_output=True, text=True, check=True).stdout.split())
+    assert "host:apt holds" in found
+    assert found["package:bash"].split()[1:] in (["ii", "install"], ["hi", "hold"])
+    assert not any(k.startswith("package:no-such") for k in found)
+    # a hold released by hand is drift, named
+    released = {**found, "package:bash": found["package:bash"].replace("hold", "install")}
+    held = {**found, "package:bash": found["package:bash"].replace("install", "hold")}
+    assert converged.compare(held, released) == [
+        f"bash (package): {held['package:bash']!r} became {released['package:bash']!r}"]
+
+
+def test_gpu_packages_are_probed_by_pattern_on_every_host() -> None:
+    patterns = converged.spec([])["package_patterns"]
+    for name in ("nvidia-driver-580-server-open", "libnvidia-compute-580-server", "cuda-toolkit-13-0",
+                 "libnccl2", "libnccl-dev", "nvidia-fabricmanager-580", "datacenter-gpu-manager-exporter"):
+        assert any(fnmatch.fnmatchcase(name, p) for p in patterns), name
