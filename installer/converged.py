@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from installer import converged_probe
+from installer.ansible.runner import HostResult, PlaybookResult
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import HOST_BUNDLES
 from installer.files import write_private
@@ -44,7 +45,6 @@ _ROOT, _CONFIG, _STATE = HOST_LAYOUT["pli_root"], HOST_LAYOUT["pli_config_dir"],
 # What the roles write (playbooks/roles/*): hashed file by file, with mode and owner.
 MANAGED_TREES = (
     _CONFIG,  # engine.env, gateway.yml, keys.json, metrics.token, tls/, drain.json
-    f"{_STATE}/models",  # the weights; the model role re-hashes them on every full run too
     f"{_STATE}/apt/preferences.d",  # (its lists and caches are apt's own, rewritten by apt)
     f"{_STATE}/apt-gpu/preferences.d",  # the driver branch's pin (nvidia_driver role)
     "/etc/prometheus",
@@ -63,6 +63,9 @@ MANAGED_FILES = (
     "/etc/redis/redis.conf",
     "/etc/modprobe.d/private-llm-*",
 )
+# The weights, file by file by size, mtime, inode, mode and owner: hundreds of GB are too much to
+# hash on every `up`; the model role verifies their checksums when it copies them.
+STAT_FILE_TREES = (f"{_STATE}/models",)
 # Releases (venvs) and tarball installs, by path, size, mode, owner and mtime (converged_probe).
 STAT_TREES = (f"{_ROOT}/releases/*", f"{_ROOT}/monitoring")
 LISTINGS = (f"{_ROOT}/releases", HOST_BUNDLES)  # what the release role keeps, no more
@@ -84,6 +87,7 @@ def spec(packages: Iterable[str]) -> dict[str, Any]:
     """What the probe describes on one host; `packages`: the OS packages its roles install."""
     return {
         "trees": list(MANAGED_TREES), "files": list(MANAGED_FILES), "stat_trees": list(STAT_TREES),
+        "stat_file_trees": list(STAT_FILE_TREES),
         "listings": list(LISTINGS), "unit_patterns": list(UNIT_PATTERNS), "units": list(UNITS),
         "packages": sorted(set(packages)), "package_patterns": list(PACKAGE_PATTERNS),
         "users": list(USERS),
@@ -210,6 +214,12 @@ def describe_drift(key: str, recorded: str | None, found: str | None) -> str:
         if recorded.startswith("link") or found.startswith("link"):
             parts = [f"{recorded} became {found}"]
         return f"{name}: {', '.join(parts) or f'{recorded} became {found}'}"
+    if kind == "stat":
+        parts = [
+            f"{f} {_field(recorded, f)} -> {_field(found, f)}"
+            for f in ("size", "mtime", "inode", "mode", "owner") if _field(recorded, f) != _field(found, f)
+        ]
+        return f"{name}: {', '.join(parts) or f'{recorded} became {found}'}"
     if kind == "unit":
         parts = [
             f"{f} {_field(recorded, f)} -> {_field(found, f)}"
@@ -256,6 +266,28 @@ def unit_faults(entries: Mapping[str, str]) -> list[str]:
 def compare_inputs(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
     """Which of Ansible's inputs changed since the host's record, by name."""
     return [k for k in sorted(set(recorded) | set(now)) if recorded.get(k) != now.get(k)]
+
+
+def gpu_reasons(results: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The GPU hosts whose doctor checks failed on the fast path, with what failed: their `up`
+    runs Ansible in full, where gpu_verify gates them with its GEMM and all-reduce too."""
+    return [
+        f"{r['host']}: GPU checks failed: "
+        + (r.get("error") or "; ".join(f"{c['name']}: {c['detail']}" for c in r.get("checks", [])
+                                       if c.get("status") == "fail"))
+        for r in results if r.get("status") == "fail"
+    ]
+
+
+def fast_result(hosts: list[Target], inv_dir: Path, gpu: Mapping[str, dict[str, Any]]) -> PlaybookResult:
+    """What the skipped configure stands for: every host ok, nothing changed, and on GPU hosts
+    the doctor's result where gpu_verify's would be, so `up` keeps its gpu column."""
+    return PlaybookResult(
+        "skipped (fast path)", 0,
+        {t.name: HostResult(t.name, ok=1, facts={"gpu_verify": gpu[t.name]} if t.name in gpu else {})
+         for t in hosts},
+        inv_dir,
+    )
 
 
 # --- the record -------------------------------------------------------------------------------

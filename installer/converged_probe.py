@@ -40,6 +40,15 @@ def _describe(path: str) -> str:
     return f"special {_owner(st)}"
 
 
+def _stat(path: str) -> str:
+    """A weights file without reading it: a copy or an edit changes its size, mtime or inode."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return f"link -> {os.readlink(path)}"
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    return f"{kind} size={st.st_size if kind == 'file' else 0} mtime={st.st_mtime_ns} inode={st.st_ino} {_owner(st)}"
+
+
 def _walk(root: str) -> list[str]:
     found = [root]
     for top, dirs, files in os.walk(root):
@@ -147,6 +156,12 @@ def probe(spec: dict) -> dict[str, str]:
                     entries[f"file:{path}"] = _describe(path)
             else:
                 entries[f"file:{root}"] = "absent"
+    for root in spec.get("stat_file_trees", []):
+        if os.path.lexists(root):
+            for path in _walk(root):
+                entries[f"stat:{path}"] = _stat(path)
+        else:
+            entries[f"stat:{root}"] = "absent"
     for pattern in spec.get("stat_trees", []):
         for root in sorted(glob.glob(pattern)):
             entries[f"tree:{root}"] = _stat_digest(root)

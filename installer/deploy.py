@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer import converged, keys, redis_auth, revisions, tls
+from installer import converged, gpu_checks, keys, redis_auth, revisions, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle.manifest import Manifest
@@ -21,6 +21,8 @@ from installer.prepare import Reporter, prepare, timed
 from installer.prove import Proof, gateway_base, prove
 from installer.runlog import RunLog
 from installer.ssh import targets
+
+FAST_GPU_CHECKS = gpu_checks.Options(gemm=False, nccl=False)
 
 
 @dataclass
@@ -149,6 +151,7 @@ def up(
     )
     hosts = targets(inv)
     verdict = None
+    gpu: dict[str, dict] = {}
     if check:
         result.configure = "check"
     elif prune or adopt:  # hosts leave or join the deployment: Ansible decides
@@ -158,6 +161,15 @@ def up(
             verdict = converged.verify(
                 hosts, inv_dir, man, p.playbooks_dir, keys_json, inv.deployment, full=full
             )
+        if verdict.fast and inv.engine.device == "gpu":
+            # The probe saw the driver, kernel and packages; the doctor sees the GPUs themselves
+            # (ECC, Xid, persistence, clocks). GEMM and all-reduce stay with gpu_verify's full
+            # runs: the engines hold the GPUs' memory now.
+            with timed(log, reporter, "gpu checks"):
+                gpu = {r["host"]: r for r in gpu_checks.check_hosts(hosts, FAST_GPU_CHECKS.argv())}
+            failed = converged.gpu_reasons(gpu.values())
+            if failed:
+                verdict = converged.Verdict(False, failed, verdict.probes)
         result.full_reasons = verdict.reasons
     for reason in result.full_reasons:
         reporter.note(f"full configure: {reason}")
@@ -166,7 +178,7 @@ def up(
         result.configure = "fast"
         reporter.note("converged, verified (fast path): every managed file, link, unit and package "
                       "matches the last full configure; Ansible skipped")
-        pb = PlaybookResult("skipped (fast path)", 0, {t.name: HostResult(t.name, ok=1) for t in hosts}, inv_dir)
+        pb = converged.fast_result(hosts, inv_dir, gpu)
     else:
         if not check:
             converged.forget(inv.deployment)  # a run that stops halfway leaves nothing trusted

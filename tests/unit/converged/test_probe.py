@@ -130,3 +130,22 @@ def test_gpu_packages_are_probed_by_pattern_on_every_host() -> None:
     for name in ("nvidia-driver-580-server-open", "libnvidia-compute-580-server", "cuda-toolkit-13-0",
                  "libnccl2", "libnccl-dev", "nvidia-fabricmanager-580", "datacenter-gpu-manager-exporter"):
         assert any(fnmatch.fnmatchcase(name, p) for p in patterns), name
+
+
+def test_weights_are_described_by_stat_and_never_read(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    (models / "m").mkdir(parents=True)
+    weights = models / "m" / "model.safetensors"
+    weights.write_bytes(b"w" * 4096)
+    spec = converged.spec([])
+    assert "/var/lib/private-llm/models" in spec["stat_file_trees"]
+    assert not any(t.endswith("/models") for t in spec["trees"])  # no longer hashed
+    ours = {"stat_file_trees": [str(models)]}
+    before = _probe(ours)
+    assert before[f"stat:{weights}"].startswith("file size=4096 mtime=")
+    assert "sha256" not in before[f"stat:{weights}"]
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    [said] = converged.compare(before, _probe(ours))
+    assert said.startswith(f"{weights}: mtime ")
+    weights.write_bytes(b"x" * 10)
+    assert f"{weights}: size 4096 -> 10" in converged.compare(before, _probe(ours))[0]
