@@ -36,6 +36,8 @@ class HostSummary:
     detail: str = ""
     gpu: str = ""  # gpu_verify's checks in one line (installer/gpu/doctor.py summary_line); "" on CPU hosts
     gpu_checks: dict = field(default_factory=dict)  # its whole result, for summary.json
+    # The tasks (and handlers) that changed something, in order: summary.json shows what a run repaired.
+    changed_tasks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -97,6 +99,7 @@ def host_summaries(
             ),
             gpu=gpu_doctor.summary_line(hr.facts.get("gpu_verify")) if hr else "",
             gpu_checks=hr.facts.get("gpu_verify", {}) if hr else {},
+            changed_tasks=list(hr.changed_tasks) if hr else [],
         ))
     return rows
 

@@ -37,3 +37,19 @@ def test_the_fast_paths_result_keeps_the_gpu_column() -> None:
     assert pb.rc == 0 and pb.hosts["c1"].facts == {} and pb.hosts["c1"].changed == 0
     line = gpu_doctor.summary_line(pb.hosts["g1"].facts.get("gpu_verify"))
     assert line == "ok: 8x NVIDIA H200, driver 580.95.05, CUDA 13.0; xid ok"
+
+
+def test_summary_rows_name_the_tasks_that_changed(tmp_path: Path) -> None:
+    """The e2e repair test reads them from summary.json: a full run after drift changes only that."""
+    from installer.ansible.runner import HostResult, PlaybookResult
+    from installer.inventory.models import Inventory
+
+    inv = Inventory.model_validate({
+        "deployment": "demo", "model": {"path": str(tmp_path), "served_name": "tiny"},
+        "hosts": [{"name": "a", "address": "10.0.0.1"}, {"name": "b", "address": "10.0.0.2"}],
+    })
+    a = HostResult("a", ok=9, changed=2, changed_tasks=["Write the gateway configuration", "Restart gateway"])
+    pb = PlaybookResult("successful", 0, {"a": a, "b": HostResult("b", ok=9)}, tmp_path)
+    rows = {r.name: r.__dict__ for r in deploy.host_summaries(inv, pb, {}, check=True)}
+    assert rows["a"]["changed_tasks"] == ["Write the gateway configuration", "Restart gateway"]
+    assert rows["b"]["changed_tasks"] == []
