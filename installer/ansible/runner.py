@@ -58,6 +58,18 @@ _STATUS = {
 }
 
 
+def changed(event: dict[str, Any]) -> bool:
+    """Whether a task's ok event changed something. A no_log task's result is censored, its
+    `changed` included: then only the event's own output line ("changed: [host]") says."""
+    res = (event.get("event_data") or {}).get("res") or {}
+    if "censored" in res:
+        return _CHANGED_LINE.match(str(event.get("stdout") or "")) is not None
+    return bool(res.get("changed"))
+
+
+_CHANGED_LINE = re.compile(r"\s*(?:\x1b\[[0-9;]*m)*changed: \[")
+
+
 def _failure_text(res: dict[str, Any]) -> str:
     """The most telling line of a failed result: a command's stderr beats Ansible's summary."""
     # A loop fails as "One or more items failed"; the reason is in the first failed item.
@@ -133,7 +145,7 @@ def run_playbook(
             res = data.get("res", {}) or {}
             hr = hosts.setdefault(host, HostResult(host))
             task = data.get("task", "")
-            if status == "ok" and res.get("changed"):
+            if status == "ok" and changed(event):
                 status = "changed"
                 hr.changed_tasks.append(task)
             if status in ("failed", "unreachable") and not data.get("ignore_errors"):
