@@ -3,35 +3,21 @@ a key past its quota (service/usage.py, service/redis_usage.py, service/proxy.py
 (uvicorn), the fake engine and a real redis-server; read back as `installer usage` reads it."""
 
 import json
-import os
 import secrets
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from installer.usage import Report, rows
-from tests.support import REPO
+from installer.usage import rows
+from tests.support.usage_report import usage_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def _report(config: Path) -> Report:
-    today = datetime.now(UTC).date().isoformat()
-    proc = subprocess.run(
-        [sys.executable, "-m", "service.usage_report", "--since", today],
-        cwd=REPO, env={**os.environ, "PLI_GATEWAY_CONFIG": str(config)},
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    return Report("here", data["days"], data["quotas"])
 
 
 def _setup(start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str, quota: int,
@@ -47,7 +33,7 @@ def _setup(start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str, q
 
 
 def _quota_used(config: Path, name: str) -> int:
-    return int({q["key"]: q for q in _report(config).quotas}[name]["used"])
+    return int({q["key"]: q for q in usage_report(config).quotas}[name]["used"])
 
 
 def test_a_stream_cut_by_its_client_is_charged_and_recorded_for_what_it_read(
@@ -66,10 +52,10 @@ def test_a_stream_cut_by_its_client_is_charged_and_recorded_for_what_it_read(
                 break
     config = tmp_path / "gateway-0.yaml"
     deadline = time.monotonic() + 20
-    while not [r for r in rows(_report(config), ("key",)) if r["key"] == name]:
+    while not [r for r in rows(usage_report(config), ("key",)) if r["key"] == name]:
         assert time.monotonic() < deadline, "the cut stream was never recorded"
         time.sleep(0.2)
-    [row] = [r for r in rows(_report(config), ("key",)) if r["key"] == name]
+    [row] = [r for r in rows(usage_report(config), ("key",)) if r["key"] == name]
     assert row["requests"] == 1 and row["cut_requests"] == 1
     assert row["completion_tokens"] >= read
     # charged what it read, beyond the reservation it was admitted with
@@ -89,7 +75,7 @@ def test_an_engine_refusal_is_charged_nothing(
     time.sleep(0.5)  # settled after the response is sent
     config = tmp_path / "gateway-0.yaml"
     assert _quota_used(config, name) == 0
-    assert not [r for r in rows(_report(config), ("key",)) if r["key"] == name]
+    assert not [r for r in rows(usage_report(config), ("key",)) if r["key"] == name]
 
 
 def test_concurrent_requests_never_reserve_more_than_the_quota(
@@ -108,7 +94,7 @@ def test_concurrent_requests_never_reserve_more_than_the_quota(
     statuses = sorted(r.status_code for r in answers)
     assert 200 in statuses and 429 in statuses and set(statuses) == {200, 429}
     config = tmp_path / "gateway-0.yaml"
-    [row] = [r for r in rows(_report(config), ("key",)) if r["key"] == name]
+    [row] = [r for r in rows(usage_report(config), ("key",)) if r["key"] == name]
     # the fake engine counts a prompt below the gateway's estimate, so nothing is over
     assert row["prompt_tokens"] + row["completion_tokens"] == _quota_used(config, name) <= 300
 

@@ -5,10 +5,7 @@ gateways, refused with a 429 that names it and its reset, and neither a gateway 
 restart of a Redis configured as the redis role configures it forgets them."""
 
 import json
-import os
 import secrets
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,10 +14,11 @@ import httpx
 import pytest
 
 from installer import keys as installer_keys
-from installer.usage import Report, rows
+from installer.usage import rows
 from tests.support import REPO
 from tests.support.loopback import free_port
 from tests.support.redis_server import redis_server
+from tests.support.usage_report import usage_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -53,17 +51,6 @@ def _usage_of(resp: httpx.Response) -> dict[str, int]:
     return dict(next(e["usage"] for e in events if e.get("usage")))
 
 
-def _report(config: Path) -> Report:
-    """What `installer usage` reads, by the program it runs on a host, with this gateway's config."""
-    today = datetime.now(UTC).date().isoformat()
-    proc = subprocess.run(
-        [sys.executable, "-m", "service.usage_report", "--since", today],
-        cwd=REPO, env={**os.environ, "PLI_GATEWAY_CONFIG": str(config)},
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    return Report("here", data["days"], data["quotas"])
 
 
 def _config(keys: Any, redis_url: str, *upstreams: tuple[str, Any]) -> dict[str, Any]:
@@ -99,7 +86,7 @@ def test_usage_equals_the_responses_usage_per_key_and_model(
     config_file = tmp_path / "gateway-0.yaml"  # start_gateway's own file for the first gateway
     got = {
         (r["key"], r["model"]): [r["requests"], r["prompt_tokens"], r["completion_tokens"]]
-        for r in rows(_report(config_file), ("key", "model"))
+        for r in rows(usage_report(config_file), ("key", "model"))
         if r["key"] in (alice, bob)
     }
     assert got == expected
@@ -122,7 +109,7 @@ def test_a_stream_is_counted_when_its_client_did_not_ask_for_usage(
     resp = post(streamed, stream=True)
     assert resp.status_code == 200 and '"usage"' not in resp.text  # the gateway's own request for it
     usage = _usage_of(post(whole))  # the same answer, whole: its usage says what the stream used
-    by_key = {r["key"]: r for r in rows(_report(tmp_path / "gateway-0.yaml"), ("key",))}
+    by_key = {r["key"]: r for r in rows(usage_report(tmp_path / "gateway-0.yaml"), ("key",))}
     for key in (streamed, whole):
         row = by_key[key]
         assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
@@ -162,7 +149,7 @@ def test_one_quota_for_two_gateways_refused_with_its_reset_and_kept_across_a_res
         assert f"resets at {tomorrow}" in error["message"]
         seconds_left = (datetime.fromisoformat(tomorrow) - datetime.now(UTC)).total_seconds()
         assert abs(int(resp.headers["Retry-After"]) - seconds_left) <= 5
-    quota = {q["key"]: q for q in _report(tmp_path / "gateway-0.yaml").quotas}[name]
+    quota = {q["key"]: q for q in usage_report(tmp_path / "gateway-0.yaml").quotas}[name]
     assert quota == {"key": name, "quota_tokens": 120, "period": "day", "used": used, "resets": tomorrow}
 
     # A restarted gateway reads the same counters: still refused, and the usage is all there.
@@ -170,7 +157,7 @@ def test_one_quota_for_two_gateways_refused_with_its_reset_and_kept_across_a_res
     first.proc.wait(timeout=30)
     again = start_gateway(config)
     assert _post(again, secret, "tiny", False, max_tokens=8).status_code == 429
-    [row] = [r for r in rows(_report(tmp_path / "gateway-0.yaml"), ("key",)) if r["key"] == name]
+    [row] = [r for r in rows(usage_report(tmp_path / "gateway-0.yaml"), ("key",)) if r["key"] == name]
     assert row["prompt_tokens"] + row["completion_tokens"] == used
 
     # A larger quota (`installer keys quota`) reaches the gateways with the key file: admitted again.
@@ -190,7 +177,7 @@ def test_a_rate_limited_request_gives_its_quota_reservation_back(
     gateway = start_gateway(_config(keys, redis_url, ("tiny", upstream)))
     usage = _usage_of(_post(gateway, secret, "tiny", False, max_tokens=4))
     assert _post(gateway, secret, "tiny", False, max_tokens=4).status_code == 429  # rpm
-    quota = {q["key"]: q for q in _report(tmp_path / "gateway-0.yaml").quotas}[name]
+    quota = {q["key"]: q for q in usage_report(tmp_path / "gateway-0.yaml").quotas}[name]
     assert quota["used"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert quota["period"] == "month" and quota["resets"].endswith("-01T00:00:00Z")
 
@@ -218,7 +205,7 @@ def test_usage_and_quota_outlive_a_restart_of_the_roles_redis(
         gateway = start_gateway(_config(keys, url, ("tiny", upstream)))
         usage = _usage_of(_post(gateway, secret, "tiny", False, max_tokens=4))
     with redis_server(data, options, port):  # stopped and started again, as an upgrade does
-        report = _report(tmp_path / "gateway-0.yaml")
+        report = usage_report(tmp_path / "gateway-0.yaml")
     [row] = [r for r in rows(report, ("key",)) if r["key"] == name]
     assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
         1, usage["prompt_tokens"], usage["completion_tokens"])

@@ -19,17 +19,7 @@ from installer.cli import _register, app
 from installer.diagnostics import collect
 from installer.inventory.models import Inventory
 from installer.ssh import Target
-
-
-class HereHost(Target):
-    def ssh_argv(self, command: str | None = None) -> list[str]:
-        assert command is not None
-        return ["bash", "-c", command]
-
-
-class DownHost(Target):
-    def ssh_argv(self, command: str | None = None) -> list[str]:
-        return ["sh", "-c", f"echo 'ssh: connect to host {self.address} port 22: No route to host' >&2; exit 255"]
+from tests.support.local_hosts import DownHost, HereHost
 
 
 def _inventory(port: int) -> Inventory:

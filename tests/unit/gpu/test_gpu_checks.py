@@ -12,22 +12,7 @@ import pytest
 
 from installer import gpu_checks
 from installer.ssh import Target
-
-
-class HereHost(Target):
-    def ssh_argv(self, command: str | None = None) -> list[str]:
-        assert command is not None
-        return ["bash", "-c", command]
-
-
-class DownHost(Target):
-    def ssh_argv(self, command: str | None = None) -> list[str]:
-        return ["sh", "-c", f"echo 'ssh: connect to host {self.address} port 22: No route to host' >&2; exit 255"]
-
-
-class SilentHost(Target):
-    def ssh_argv(self, command: str | None = None) -> list[str]:
-        return ["sleep", "30"]
+from tests.support.local_hosts import DownHost, HereHost, SilentHost
 
 
 def _host(kind: type[Target], name: str) -> Target:
