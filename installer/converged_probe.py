@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 
 
 def _owner(st: os.stat_result) -> str:
@@ -47,6 +48,15 @@ def _stat(path: str) -> str:
         return f"link -> {os.readlink(path)}"
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
     return f"{kind} size={st.st_size if kind == 'file' else 0} mtime={st.st_mtime_ns} inode={st.st_ino} {_owner(st)}"
+
+
+def _tree(entries: dict[str, str], kind: str, root: str, describe: Callable[[str], str]) -> None:
+    """Every file under root as `kind:path`, described by `describe`; a missing root as absent."""
+    if not os.path.lexists(root):
+        entries[f"{kind}:{root}"] = "absent"
+        return
+    for path in _walk(root):
+        entries[f"{kind}:{path}"] = describe(path)
 
 
 def _walk(root: str) -> list[str]:
@@ -151,17 +161,9 @@ def probe(spec: dict) -> dict[str, str]:
     for pattern in spec.get("trees", []):
         roots = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         for root in roots:
-            if os.path.lexists(root):
-                for path in _walk(root):
-                    entries[f"file:{path}"] = _describe(path)
-            else:
-                entries[f"file:{root}"] = "absent"
+            _tree(entries, "file", root, _describe)
     for root in spec.get("stat_file_trees", []):
-        if os.path.lexists(root):
-            for path in _walk(root):
-                entries[f"stat:{path}"] = _stat(path)
-        else:
-            entries[f"stat:{root}"] = "absent"
+        _tree(entries, "stat", root, _stat)
     for pattern in spec.get("stat_trees", []):
         for root in sorted(glob.glob(pattern)):
             entries[f"tree:{root}"] = _stat_digest(root)
