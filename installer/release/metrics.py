@@ -1,0 +1,134 @@
+"""A stage's figures over a window, from two scrapes of the gateways' /metrics.
+
+The gateways count every attempt per (model, stage): `pli_gateway_stage_requests_total` by
+outcome, and the TTFT and duration histograms. A window is the difference between a scrape at
+its start and one at its end, gateway by gateway (a gateway that restarted in between starts its
+counters again from zero, so its later value is the whole increase, as Prometheus' `increase`
+reads a reset), then summed over the gateways. Quantiles come from the bucket increases the way
+Prometheus' `histogram_quantile` computes them: linear interpolation inside the bucket that
+holds the rank.
+"""
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REQUESTS = "pli_gateway_stage_requests_total"
+TTFT = "pli_gateway_stage_ttft_seconds"
+DURATION = "pli_gateway_stage_request_duration_seconds"
+_PREFIX = "pli_gateway_stage_"
+
+# (sample name, sorted labels) -> value
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+Samples = dict[SeriesKey, float]
+
+
+def parse(text: str) -> Samples:
+    """The stage series of one gateway's /metrics text (everything else is left out)."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith(_PREFIX):
+            continue
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue  # creation timestamps, not counts
+            samples[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return samples
+
+
+def increase(before: Samples | None, after: Samples) -> Samples:
+    """What each series grew by from `before` to `after` (a series new in `after`, or one that
+    went down because its gateway restarted, grew by its whole later value)."""
+    out: Samples = {}
+    for key, value in after.items():
+        old = (before or {}).get(key, 0.0)
+        out[key] = value - old if value >= old else value
+    return out
+
+
+def window(before: Mapping[str, Samples], after: Mapping[str, Samples]) -> Samples:
+    """The increase over a window, summed over the gateways scraped at its end."""
+    total: Samples = {}
+    for gateway, now in after.items():
+        for key, grew in increase(before.get(gateway), now).items():
+            total[key] = total.get(key, 0.0) + grew
+    return total
+
+
+def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
+    """Prometheus' histogram_quantile over (upper bound, cumulative count) pairs; None when the
+    histogram counted nothing (Prometheus says NaN)."""
+    ordered = sorted(buckets)
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return None
+    total = ordered[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    index = next(i for i, (_, count) in enumerate(ordered) if count >= rank)
+    if index == len(ordered) - 1:
+        return ordered[-2][0]  # in the +Inf bucket: the highest finite bound
+    upper, count = ordered[index]
+    lower, below = (0.0, 0.0) if index == 0 else ordered[index - 1]
+    if index == 0 and upper <= 0:
+        return upper
+    if count == below:
+        return upper
+    return lower + (upper - lower) * (rank - below) / (count - below)
+
+
+@dataclass(frozen=True)
+class StageFigures:
+    """One stage of one model over a window."""
+
+    stage: str
+    requests: int  # attempts, whatever their outcome
+    errors: int
+    bad_output: int
+    ttft_p99_s: float | None
+    e2e_p95_s: float | None
+
+    @property
+    def error_ratio(self) -> float | None:
+        """Failed attempts (errors and bad outputs) per attempt; None with no attempt."""
+        return (self.errors + self.bad_output) / self.requests if self.requests else None
+
+    def describe(self) -> str:
+        def ms(v: float | None) -> str:
+            return "-" if v is None else f"{v * 1000:.0f} ms"
+
+        ratio = "-" if self.error_ratio is None else f"{self.error_ratio * 100:.1f}%"
+        return (f"{self.stage}: {self.requests} req, errors {self.errors}, bad output {self.bad_output} "
+                f"({ratio}), TTFT p99 {ms(self.ttft_p99_s)}, e2e p95 {ms(self.e2e_p95_s)}")
+
+
+def _buckets(samples: Samples, histogram: str, model: str, stage: str) -> list[tuple[float, float]]:
+    by_le: dict[float, float] = {}
+    for (name, labels), value in samples.items():
+        if name != f"{histogram}_bucket":
+            continue
+        d = dict(labels)
+        if d.get("model") == model and d.get("stage") == stage:
+            le = float(d["le"])
+            by_le[le] = by_le.get(le, 0.0) + value
+    return sorted(by_le.items())
+
+
+def figures(samples: Samples, model: str, stage: str) -> StageFigures:
+    """A stage's figures from a window's samples (`window`); `model` is the served name."""
+    outcomes: dict[str, float] = {}
+    for (name, labels), value in samples.items():
+        d = dict(labels)
+        if name == REQUESTS and d.get("model") == model and d.get("stage") == stage:
+            outcome = d.get("outcome", "")
+            outcomes[outcome] = outcomes.get(outcome, 0.0) + value
+    return StageFigures(
+        stage=stage,
+        requests=round(sum(outcomes.values())),
+        errors=round(outcomes.get("error", 0.0)),
+        bad_output=round(outcomes.get("bad_output", 0.0)),
+        ttft_p99_s=quantile(0.99, _buckets(samples, TTFT, model, stage)),
+        e2e_p95_s=quantile(0.95, _buckets(samples, DURATION, model, stage)),
+    )
