@@ -139,6 +139,8 @@ def prepare(
     it and runs with the cloud credentials, so provisioning only ever sees the verified copy."""
     inv = load_inventory(inventory_path)
     inventory_checks.check_inventory(inv)  # what `validate` checks; the model must fit the GPUs
+    if command in ("up", "upgrade") and not check:
+        revisions.refuse_during_release(inv.deployment, command)  # it would undo the canary
     log = RunLog(command, inv.deployment)
     on_runlog(log)
     log.log(f"inventory {inventory_path}: {len(inv.hosts)} host(s)")

@@ -48,6 +48,11 @@ class Revision:
     config_digest: str
     created: str
     bundle_root: str  # where this machine held the bundle (the hosts hold their own copy)
+    # A gray release's revision (installer/release/): the inventory is the one the release moves
+    # to; the hosts run revision `canary_over` with the model `canary` beside it as that
+    # inventory's entry says. Empty for a revision of `up`/`upgrade`.
+    canary: str = ""
+    canary_over: int = 0
 
     @property
     def snapshot(self) -> Path:
@@ -161,13 +166,17 @@ def get(deployment: str, number: int) -> Revision:
 
 
 def next_revision(
-    inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path, *, above: int = 0
+    inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path, *, above: int = 0,
+    canary: str = "", canary_over: int = 0,
 ) -> Revision:
     """The revision for this (bundle, inventory): the existing one, or a new one with a snapshot.
 
     `above`: the highest revision adopted hosts reported (`up --adopt`), so a new number never
-    repeats one those hosts already ran."""
+    repeats one those hosts already ran. `canary`, `canary_over`: a gray release's revision
+    (the model `canary` of `inv` beside revision `canary_over`), never the same as `inv`'s own."""
     digest = config_digest(inv)
+    if canary:
+        digest = hashlib.sha256(f"{digest} canary {canary} over {canary_over}".encode()).hexdigest()[:12]
     with _locked() as data:
         dep = _deployment(data, inv.deployment)
         for entry in dep["revisions"]:
@@ -180,6 +189,7 @@ def next_revision(
             deployment=inv.deployment, number=number, bundle_id=man.bundle_id,
             release_id=man.release_id, config_digest=digest,
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), bundle_root=str(root),
+            canary=canary, canary_over=canary_over,
         )
         _write_snapshot(rev, inv, man, playbooks_dir)
         dep["revisions"] = [r for r in dep["revisions"] if r["number"] != number] + [asdict(rev)]
@@ -218,6 +228,42 @@ def record(
             "hosts": hosts_ok,
         })
         dep["runs"] = dep["runs"][-200:]  # a long-lived deployment keeps a bounded history
+
+
+class ReleaseInProgress(StateError):
+    """A gray release of a model is under way: only `installer release ...` may change the hosts."""
+
+
+def release_in_progress(deployment: str) -> dict[str, Any] | None:
+    """The gray release under way (installer/release/state.py writes it), or None."""
+    found = load()["deployments"].get(deployment, {}).get("release")
+    return dict(found) if found else None
+
+
+def set_release(deployment: str, release: dict[str, Any] | None) -> None:
+    """Record the gray release under way (None: none is)."""
+    with _locked() as data:
+        dep = _deployment(data, deployment)
+        if release is None:
+            dep.pop("release", None)
+        else:
+            dep["release"] = release
+
+
+def refuse_during_release(deployment: str, command: str) -> None:
+    """`up` and `upgrade` would configure the hosts without the canary while the gateways still
+    send it a share of the traffic: they wait until the release is promoted or aborted."""
+    release = release_in_progress(deployment)
+    if release is None:
+        return
+    model = release.get("model", "?")
+    raise ReleaseInProgress(
+        f"a gray release of model {model} is in progress on deployment {deployment} "
+        f"(canary at {release.get('weight', 0)}%); `installer {command}` would undo it; nothing was changed",
+        [f"finish it first: `installer release promote -i INVENTORY --model {model}` (to 100%, the "
+         f"canary becomes the model) or `installer release abort -i INVENTORY --model {model}`",
+         "`installer release status -i INVENTORY --model " + model + "` shows where it stands"],
+    )
 
 
 def forget_hosts(deployment: str, names: list[str]) -> None:
