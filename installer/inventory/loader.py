@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from installer.errors import InventoryError
-from installer.inventory.models import Inventory, duplicate_hosts
+from installer.inventory.models import MODEL_FORM, Inventory, duplicate_hosts
 from installer.inventory.source import Loc, Source, dotted
 
 _FIXES = {
@@ -104,7 +104,9 @@ def _errors(exc: ValidationError, source: Source) -> Iterator[str]:
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         fix = _FIXES.get(err["type"])
-        yield f"{source.at(_clean_loc(err['loc']))}: {msg}" + (f" ({fix})" if fix else "")
+        # A check across entries (models.py) says itself which setting is wrong.
+        loc = err.get("ctx", {}).get("loc", err["loc"])
+        yield f"{source.at(_clean_loc(loc))}: {msg}" + (f" ({fix})" if fix else "")
 
 
 def _resolve(data: dict[str, Any], base: Path) -> None:
@@ -115,6 +117,9 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
             section[key] = str((base / Path(section[key]).expanduser()).resolve())
 
     fix(data.get("model"), "path")
+    if isinstance(data.get("models"), list):
+        for entry in data["models"]:
+            fix(entry, "path")
     fix(data.get("ssh"), "private_key")
     fix(data.get("ssh"), "known_hosts")
     fix(data.get("cloud"), "ssh_public_key")
@@ -141,17 +146,21 @@ def _check_consistency(inv: Inventory) -> Iterator[str]:
             f"{inv.where('hosts', dup, attr)}: duplicate {attr} {value!r} (also hosts[{first}], "
             f"line {inv.line('hosts', first, attr)}); every host needs its own {attr}"
         )
-    model_dir = inv.model.path
-    if not model_dir.is_dir():
-        yield (
-            f"{inv.where('model', 'path')}: {model_dir} is not a "
-            "directory; point it at the local weights directory (the one with config.json)"
-        )
-    elif not (model_dir / "config.json").is_file():
-        yield (
-            f"{inv.where('model', 'path')}: {model_dir} has no "
-            "config.json; point it at a Hugging Face-style weights directory"
-        )
+    weights: list[tuple[Loc, Path]] = (
+        [(("model", "path"), inv.model.path)] if inv.models is None
+        else [(("models", i, "path"), m.path) for i, m in enumerate(inv.models)]
+    )
+    for loc, model_dir in weights:
+        if not model_dir.is_dir():
+            yield (
+                f"{inv.where(*loc)}: {model_dir} is not a "
+                "directory; point it at the local weights directory (the one with config.json)"
+            )
+        elif not (model_dir / "config.json").is_file():
+            yield (
+                f"{inv.where(*loc)}: {model_dir} has no "
+                "config.json; point it at a Hugging Face-style weights directory"
+            )
     keys: list[tuple[Loc, Path | None]] = [
         (("ssh", "private_key"), inv.ssh.private_key),
         (("ssh", "known_hosts"), inv.ssh.known_hosts),
@@ -191,6 +200,10 @@ def load_inventory(path: Path | str) -> Inventory:
             "save the inventory as UTF-8 YAML (is this the inventory file?)"
         ) from None
     data, lines = parse(text, src)
+    if "model" in data and data.get("models") is not None:
+        raise InventoryError(
+            f"{src}:{lines[('models',)]}: models: {MODEL_FORM[True]}", [f"model: is at line {lines[('model',)]}"]
+        )
     _resolve(data, path.resolve().parent)
     source = Source(src, lines)
     try:

