@@ -832,15 +832,6 @@ class Inventory(_Strict):
             )
         return value
 
-    @model_validator(mode="before")
-    @classmethod
-    def _one_model_form(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            both = "model" in data and "models" in data and data["models"] is not None
-            if both or ("model" not in data and data.get("models") is None):
-                raise PydanticCustomError("model_form", "{message}", {"message": MODEL_FORM[both], "loc": ()})
-        return data
-
     @field_validator("models")
     @classmethod
     def _models_agree(cls, value: list[ModelEntry] | None, info: ValidationInfo) -> list[ModelEntry] | None:
@@ -856,6 +847,12 @@ class Inventory(_Strict):
 
     @model_validator(mode="after")
     def _primary(self) -> "Inventory":
+        # After the fields, so that errors in them are reported first (the loader reports both
+        # forms with their lines before validating).
+        both = self.model is not None and self.models is not None
+        if both or (self.model is None and self.models is None):
+            loc: Loc = ("models",) if both else ()
+            raise PydanticCustomError("model_form", "{message}", {"message": MODEL_FORM[both], "loc": loc})
         if self.models is not None and self._engine_defaults is None:
             self._engine_defaults = self.engine
             # frozen: set once here, as validation finishes
