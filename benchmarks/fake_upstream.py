@@ -6,7 +6,10 @@ Each completion streams `chunks` one-word tokens. A request may steer its own an
 `x_fake` object: {"chunks": N, "delay_ms": D, "status": S}, and misbehave as an engine might
 (tests/integration/test_gateway_upstream_faults.py): "body" (answer this JSON with `status`),
 "usage" (report this usage object), "tail" (raw SSE text sent after the tokens), "no_done"
-(end the stream without [DONE]), "not_http" (answer bytes that are not HTTP). GET /_stats
+(end the stream without [DONE]), "not_http" (answer bytes that are not HTTP), "stall_s" (send
+nothing for this long: no headers, or for a stream no event), "finish_reason" (end with this
+one). `--chat-fake JSON` is the x_fake of every chat request that sends none: an engine that
+fails its clients while passing the gateway's readiness checks (/v1/completions). GET /_stats
 reports what the server saw (requests, streams started/completed/aborted, the last body), so
 tests can check what the gateway sent and that it closed a stream when its client left.
 """
@@ -22,12 +25,12 @@ from aiohttp import web
 
 STATS_KEY = web.AppKey("stats", dict)
 OPTS_KEY = web.AppKey("opts", argparse.Namespace)
-_CACHE: dict[tuple[str, str, int], list[bytes]] = {}
+_CACHE: dict[tuple[str, str, int, str], list[bytes]] = {}
 
 
-def _events(kind: str, model: str, chunks: int) -> list[bytes]:
+def _events(kind: str, model: str, chunks: int, finish: str) -> list[bytes]:
     """The SSE events of one streamed answer, built once per shape (the server must be cheap)."""
-    key = (kind, model, chunks)
+    key = (kind, model, chunks, finish)
     if key not in _CACHE:
         created = int(time.time())
         out = []
@@ -36,7 +39,7 @@ def _events(kind: str, model: str, chunks: int) -> list[bytes]:
                 choice: dict[str, Any] = {
                     "index": 0,
                     "delta": {"content": f" tok{i}"},
-                    "finish_reason": None,
+                    "finish_reason": finish if i == chunks - 1 else None,
                 }
                 if i == 0:
                     choice["delta"]["role"] = "assistant"
@@ -53,7 +56,9 @@ def _events(kind: str, model: str, chunks: int) -> list[bytes]:
                     "object": "text_completion",
                     "created": created,
                     "model": model,
-                    "choices": [{"index": 0, "text": f" tok{i}", "finish_reason": None}],
+                    "choices": [
+                        {"index": 0, "text": f" tok{i}", "finish_reason": finish if i == chunks - 1 else None}
+                    ],
                 }
             out.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
         _CACHE[key] = out
@@ -73,7 +78,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     raw = await request.read()
     stats["last_body"] = raw.decode()
     body = json.loads(raw)
-    fake = body.get("x_fake", {})
+    chat = request.path.endswith("chat/completions")
+    fake = body.get("x_fake", opts.chat_fake if chat else {})
+    if fake.get("stall_s") and not body.get("stream"):
+        await asyncio.sleep(fake["stall_s"])
     if fake.get("not_http"):
         assert request.transport is not None
         request.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n")
@@ -98,7 +106,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
             status=404,
         )
     kind = "chat" if request.path.endswith("chat/completions") else "text"
-    chunks = min(fake.get("chunks", opts.chunks), body.get("max_tokens") or 1 << 30)
+    max_tokens = body.get("max_tokens") or 1 << 30
+    chunks = min(fake.get("chunks", opts.chunks), max_tokens)
+    finish = fake.get("finish_reason", "length" if chunks == max_tokens else "stop")
     delay = fake.get("delay_ms", opts.delay_ms) / 1000
     usage = fake.get("usage") or {
         "prompt_tokens": _prompt_tokens(body),
@@ -113,10 +123,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": "length",
+                "finish_reason": finish,
             }
             if kind == "chat"
-            else {"index": 0, "text": text, "finish_reason": "length"}
+            else {"index": 0, "text": text, "finish_reason": finish}
         )
         return web.json_response(
             {
@@ -132,7 +142,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     await resp.prepare(request)
     stats["streams_started"] += 1
     try:
-        for event in _events(kind, model, chunks):
+        if fake.get("stall_s"):
+            await asyncio.sleep(fake["stall_s"])
+        for event in _events(kind, model, chunks, finish):
             if delay:
                 await asyncio.sleep(delay)
             await resp.write(event)
@@ -227,6 +239,9 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="pause before each token")
     parser.add_argument(
         "--status", type=int, default=0, help="answer every generation with this status"
+    )
+    parser.add_argument(
+        "--chat-fake", type=json.loads, default={}, help="x_fake of chat requests that send none"
     )
     opts = parser.parse_args()
     web.run_app(

@@ -29,6 +29,7 @@ from service.proxy import Upstream
 from service.routing import Router
 from service.scrape_auth import ScrapeToken
 from service.shared import SharedLimiter, SharedState
+from service.stages import StagesFile
 from service.state import Gateway
 from service.tls import client_context, server_context
 from service.tls import watch as watch_certs
@@ -52,6 +53,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         router=Router(
             settings.engines, ready_window_s=3 * settings.health_interval_s,
             drain=DrainFile(settings.drain_file), shared=shared,
+            stages=StagesFile(settings.stages_file),
         ),
         limiter=limiter,
         usage=_ledger(settings, limiter, keys, metrics),
@@ -81,7 +83,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.upstream_timeout_s
         )
         gateway.upstream = Upstream(
-            session, gateway.router, gateway.limiter, metrics, timeout, gateway.usage
+            session, gateway.router, gateway.limiter, metrics, timeout, gateway.usage,
+            settings.stage_header.encode(), settings.canary_first_byte_timeout_s,
         )
         gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics)
         tasks = [

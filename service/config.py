@@ -36,6 +36,9 @@ class EngineConfig(_Strict):
     )
     model: str = Field(min_length=1, description="served model name the engine answers to")
     task: Literal["generate", "embed"] = "generate"
+    # Engines of one model in two stages run two revisions of it side by side (a gray release,
+    # service/stages.py): the stages file splits the model's traffic between them.
+    stage: str = Field(default="stable", pattern=r"^[a-z][a-z0-9-]{0,31}$")
 
 
 class LimitsConfig(_Strict):
@@ -91,6 +94,14 @@ class Settings(BaseSettings):
     # Engines the operator took out of rotation (service/drain.py); None: never drained.
     drain_file: Path | None = None
     health_interval_s: Seconds = 5.0
+    # Each model's traffic split between its engines' stages (service/stages.py); None: every
+    # request goes to the stable engines (a canary is reached only through stage_header).
+    stages_file: Path | None = None
+    stage_header: str = Field(
+        default="X-Release-Stage", description="header that sends a request to a named stage"
+    )
+    # A canary attempt with no first byte by then is given up and retried on a stable engine.
+    canary_first_byte_timeout_s: Seconds = 10.0
     # Metrics name every API key: /metrics and /metrics/engines/* answer only Prometheus's
     # bearer token (service/scrape_auth.py), read from this file; None: not served at all.
     metrics_token_file: Path | None = None
@@ -106,7 +117,7 @@ class Settings(BaseSettings):
     log_prompts: bool = Field(default=False, description="debug only: prompts in the access log")
     tls: TLSConfig | None = Field(default=None, description="None: plain HTTP in and out")
 
-    @field_validator("session_header")
+    @field_validator("session_header", "stage_header")
     @classmethod
     def _lower(cls, value: str | None) -> str | None:
         return value.lower() if value else value

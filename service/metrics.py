@@ -21,6 +21,12 @@ def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
 _E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# A release compares its stages' p95/p99 with each other (ratios) and with the SLO's latency
+# floor (0.8 s by default): steps fine enough around a second for both.
+_STAGE_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.2, 1.5, 2, 2.5, 3, 4, 5,
+    7.5, 10, 15, 20, 30, 60, 120, 300, 600,
+)
 
 
 class Metrics:
@@ -86,6 +92,28 @@ class Metrics:
             "notAfter of the certificate being served, as a Unix time",
             registry=r,
             multiprocess_mode="livemax",
+        )
+        # Per attempt, by release stage (service/stages.py): what `installer release watch`
+        # compares. A canary attempt retried on stable counts once for each stage.
+        self.stage_requests = Counter(
+            p + "stage_requests",
+            "engine attempts by model, release stage and outcome (ok, error, bad_output)",
+            ["model", "stage", "outcome"],
+            registry=r,
+        )
+        self.stage_ttft = Histogram(
+            p + "stage_ttft_seconds",
+            "an attempt's start to its first response byte (a timed-out canary: the timeout)",
+            ["model", "stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
+        self.stage_seconds = Histogram(
+            p + "stage_request_duration_seconds",
+            "an attempt's start to its end",
+            ["model", "stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
         )
         self.limiter_errors = Counter(
             p + "limiter_errors",

@@ -1,5 +1,11 @@
 """Relaying one request to an engine: pick, send, retry once before the first byte, stream.
 
+During a gray release (service/stages.py) a request is first sent to the stage its caller
+belongs to; a canary attempt that fails before its first byte (refused, 5xx, or silent past
+the first-byte timeout) is retried on a stable engine, on top of the usual one retry, so the
+client sees only stable's answer. Every attempt is counted by stage and outcome; a 200 from
+a generating engine with no output or an unexpected finish_reason is a `bad_output`.
+
 Bytes are relayed as they arrive, cut only at SSE event boundaries; a block is parsed only if
 it carries a `"usage"` object, which is how token accounting works without reading every
 chunk. When the client did not ask for usage in a stream, the gateway asks the engine for it
@@ -9,6 +15,7 @@ and drops that one event on the way back.
 import asyncio
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +30,7 @@ from service.errors import GatewayError, error_bytes, send_error
 from service.limits import Limiter
 from service.metrics import Metrics
 from service.routing import Engine, Router
+from service.stages import STABLE
 from service.usage import NullLedger, Ticket, UsageLedger
 
 log = logging.getLogger("service.proxy")
@@ -33,6 +41,12 @@ _UNHEALTHY_STATUS = frozenset({503})
 _SSE_END = b"\n\n"
 _SSE_DONE = b"data: [DONE]\n\n"
 _MAX_TOKENS = 1 << 31
+_FINISHED = frozenset({"stop", "length", "tool_calls"})
+# Found in the raw events, so a stream's chunks are not parsed one by one: a non-empty
+# content/text string or a tool call, and every finish_reason that is not null (a string
+# value's own quotes are escaped, so these never match inside one).
+_OUTPUT = re.compile(rb'"(?:content|text)":\s*"[^"]|"tool_calls":\s*\[\s*\{')
+_FINISH = re.compile(rb'"finish_reason":\s*"([^"]*)"')
 
 
 @dataclass(slots=True)
@@ -45,6 +59,15 @@ class Upstream:
     metrics: Metrics
     timeout: aiohttp.ClientTimeout
     usage: UsageLedger = NullLedger()  # noqa: RUF009  (stateless, so one instance may be shared)
+    stage_header: bytes = b"x-release-stage"  # lower case, as ASGI gives header names
+    canary_first_byte_timeout_s: float = 10.0
+
+
+async def _chain(first: list[bytes], rest: Any) -> Any:
+    for chunk in first:
+        yield chunk
+    async for chunk in rest:
+        yield chunk
 
 
 class _Retry(Exception):
@@ -138,8 +161,20 @@ class ProxyCall(Response):
         self.events = 0  # a stream's data events relayed to the client: the floor of what it read
         self.background = None  # Starlette's Response attributes that FastAPI reads
         self.status_code = 200
+        self.asked_stage: str | None = None  # the stage header's value
+        # The attempt under way: a canary attempt's first-byte deadline (None: none), when it
+        # started, its first byte, how it ended, and what its stream said so far.
+        self.guard: asyncio.Timeout | None = None
+        self.attempt_start = 0.0
+        self.attempt_ttft: float | None = None
+        self.outcome = "error"
+        self.said = False
+        self.finishes: list[bytes] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        for name, value in scope["headers"]:
+            if name == self.up.stage_header:
+                self.asked_stage = value.decode("latin-1").strip().lower() or None
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.create_task(self._watch(receive, task))
@@ -167,22 +202,36 @@ class ProxyCall(Response):
             task.cancel()
 
     async def _run(self, send: Send) -> None:
+        router = self.up.router
+        stage = router.stage_for(self.model, self.key.name, self.session_id, self.asked_stage)
         tried: tuple[Engine, ...] = ()
         error: GatewayError | None = None
-        for attempt in (1, 2):
-            engine = self.up.router.pick(self.model, tried, self.session_id)
+        retries = 1
+        while True:
+            # The stage's engines, or any other (a stage with none ready left is not an outage).
+            engine = router.pick(self.model, tried, self.session_id, stage) or router.pick(
+                self.model, tried, self.session_id, None
+            )
             if engine is None:
                 break
+            # A canary attempt before stable's is extra: stable keeps its own retry after it.
+            canary_first = stage != STABLE and engine.stage != STABLE
             tried += (engine,)
-            self.info.attempts, self.info.engine = attempt, engine.name
-            self.up.router.begin(engine)
+            self.info.attempts, self.info.engine = len(tried), engine.name
+            router.begin(engine)
             try:
-                await self._exchange(engine, send)
+                await self._attempt(engine, send, canary_first)
                 return
             except _Retry as retry:
                 error = retry.error
             finally:
-                self.up.router.end(engine)
+                router.end(engine)
+            if canary_first:
+                stage = STABLE
+            elif retries:
+                retries -= 1
+            else:
+                break
         await self._fail(
             send,
             error
@@ -195,6 +244,80 @@ class ProxyCall(Response):
             ),
         )
 
+    async def _attempt(self, engine: Engine, send: Send, guarded: bool) -> None:
+        """One exchange, counted by stage; a guarded (canary) one has a first-byte deadline
+        and is retried whatever fails before that byte."""
+        self.attempt_start, self.attempt_ttft, self.outcome = time.perf_counter(), None, "error"
+        self.said, self.finishes = False, []
+        limit = self._first_byte_timeout() if guarded else None
+        try:
+            async with asyncio.timeout(limit) as guard:
+                self.guard = guard if guarded else None
+                await self._exchange(engine, send)
+        except TimeoutError:
+            if not (guarded and guard.expired()):
+                raise
+            self.attempt_ttft = limit
+            self._engine_error(engine, "first_byte_timeout", down=False)
+            raise _Retry(
+                GatewayError(
+                    504, f"Engine '{engine.name}' sent nothing in {limit} s.", "server_error",
+                    "upstream_timeout",
+                )
+            ) from None
+        finally:
+            self.guard = None
+            if not self.disconnected:
+                self._count_attempt(engine)
+
+    def _first_byte_timeout(self) -> float:
+        split = self.up.router.stages.split(self.model)
+        return split.first_byte_timeout_s or self.up.canary_first_byte_timeout_s
+
+    def _first_byte(self) -> None:
+        """The attempt's first byte is in: no deadline any more, and its TTFT."""
+        if self.guard is not None:
+            self.guard.reschedule(None)
+        self.attempt_ttft = time.perf_counter() - self.attempt_start
+
+    def _count_attempt(self, engine: Engine) -> None:
+        m, labels = self.up.metrics, (self.model, engine.stage)
+        m.stage_requests.labels(*labels, self.outcome).inc()
+        if self.attempt_ttft is not None:
+            m.stage_ttft.labels(*labels).observe(self.attempt_ttft)
+        m.stage_seconds.labels(*labels).observe(time.perf_counter() - self.attempt_start)
+
+    def _judge(self, engine: Engine, status: int) -> str:
+        """ok, or bad_output for a generating engine's 200 with no output or a finish_reason
+        other than stop, length or tool_calls (from what the answer said: self.said/finishes)."""
+        if status != 200 or engine.task != "generate" or not self.path.endswith("completions"):
+            return "ok"
+        if not self.said or not self.finishes:
+            return "bad_output"
+        return "ok" if all(f.decode(errors="replace") in _FINISHED for f in self.finishes) else "bad_output"
+
+    def _read_answer(self, data: bytes) -> None:
+        """What a whole (not streamed) generation said."""
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError):
+            return
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
+            message = choice.get("message")
+            out = message if isinstance(message, dict) else choice
+            if out.get("content") or out.get("text") or out.get("tool_calls"):
+                self.said = True
+            finish = choice.get("finish_reason")
+            self.finishes.append(finish.encode() if isinstance(finish, str) else b"null")
+
+    def _start(self, status: int, content_type: bytes, engine: Engine, *extra: tuple[bytes, bytes]) -> dict[str, Any]:
+        """The response's start, naming the stage that answered (release gates check it)."""
+        headers = [(b"content-type", content_type), *extra, (self.up.stage_header, engine.stage.encode())]
+        return {"type": "http.response.start", "status": status, "headers": headers}
+
     def _engine_error(self, engine: Engine, reason: str, down: bool) -> None:
         """Count an engine's failure; if it looks down, route around it until a check passes."""
         self.up.metrics.upstream_errors.labels(engine.name, reason).inc()
@@ -205,7 +328,10 @@ class ProxyCall(Response):
     async def _timed_out(self, engine: Engine, send: Send) -> None:
         self._engine_error(engine, "timeout", down=False)
         message = f"Engine '{engine.name}' did not answer in time."
-        await self._fail(send, GatewayError(504, message, "server_error", "upstream_timeout"))
+        error = GatewayError(504, message, "server_error", "upstream_timeout")
+        if self.guard is not None:
+            raise _Retry(error)  # a canary's: stable answers instead
+        await self._fail(send, error)
 
     async def _fail(self, send: Send, error: GatewayError) -> None:
         self.info.error = error.code
@@ -283,40 +409,47 @@ class ProxyCall(Response):
             # Nothing was sent yet, so another engine may still answer.
             self._engine_error(engine, "body_broken", down=True)
             raise _Retry(self._upstream_error(engine, "the answer broke off")) from exc
+        self._first_byte()
         self.info.ttft_s = time.perf_counter() - self.info.start
         if resp.status == 200:
             self._account(self._tail_usage(data))
+            if engine.task == "generate":
+                self._read_answer(data)
         else:
             data = normalize_error(resp.status, data)
             content_type = b"application/json"
         self.done = True
-        await send(
-            {
-                "type": "http.response.start",
-                "status": resp.status,
-                "headers": [(b"content-type", content_type)],
-            }
-        )
+        await send(self._start(resp.status, content_type, engine))
         await send({"type": "http.response.body", "body": data})
+        self.outcome = self._judge(engine, resp.status)
 
     async def _relay_stream(
         self, resp: aiohttp.ClientResponse, engine: Engine, send: Send, content_type: bytes
     ) -> None:
         info, metrics = self.info, self.up.metrics
         ttft, itl = metrics.ttft.labels(self.model), metrics.itl.labels(self.model)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")],
-            }
-        )
+        chunks = resp.content.iter_any()
+        first: list[bytes] = []
+        if self.guard is not None:
+            # A canary's stream starts to the client only with its first bytes: until then
+            # it may still be given up and retried on stable.
+            try:
+                first.append(await chunks.__anext__())
+            except StopAsyncIteration:
+                self._engine_error(engine, "stream_incomplete", down=False)
+                raise _Retry(self._upstream_error(engine, "the stream was empty")) from None
+            except aiohttp.ClientError as exc:
+                self._engine_error(engine, "stream_broken", down=True)
+                raise _Retry(self._upstream_error(engine, "the stream broke off")) from exc
+            self._first_byte()
+        await send(self._start(200, content_type, engine, (b"cache-control", b"no-cache")))
+        judge = engine.task == "generate" and self.path.endswith("completions")
         pending = b""
         last = 0.0
         # Bytes were sent, so no retry: whatever cuts the stream, the client is told in-band
         # with an error event (the openai client raises APIError on one) before it ends.
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in _chain(first, chunks):
                 data = pending + chunk if pending else chunk
                 cut = data.rfind(_SSE_END)
                 if cut < 0:
@@ -329,7 +462,12 @@ class ProxyCall(Response):
                 else:
                     info.ttft_s = now - info.start
                     ttft.observe(info.ttft_s)
+                    if self.attempt_ttft is None:
+                        self._first_byte()
                 last = now
+                if judge:
+                    self.said = self.said or _OUTPUT.search(block) is not None
+                    self.finishes += _FINISH.findall(block)
                 if b'"usage"' in block:
                     block = self._take_usage(block)
                 if self.done:
@@ -343,6 +481,7 @@ class ProxyCall(Response):
         except (aiohttp.ClientError, TimeoutError) as exc:
             # (A client disconnect arrives as CancelledError instead, see _watch.)
             if self.done:
+                self.outcome = self._judge(engine, 200)
                 return  # the client has its whole answer; only the connection's end was lost
             self._engine_error(engine, "stream_broken", down=True)
             await self._cut(
@@ -365,6 +504,8 @@ class ProxyCall(Response):
             await self._cut(
                 send, "upstream_stream_incomplete", f"Engine '{engine.name}' ended the stream early."
             )
+            return
+        self.outcome = self._judge(engine, 200)
 
     async def _cut(self, send: Send, reason: str, message: str, code: str = "upstream_error") -> None:
         self.info.error = reason

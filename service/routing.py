@@ -1,5 +1,7 @@
-"""Choosing an engine: healthy ones serving the model, fewest outstanding requests first, or
-pinned by a session header (rendezvous hashing, so losing one engine moves only its sessions)."""
+"""Choosing an engine: first the stage (service/stages.py: a header naming one, else the
+caller's sticky bucket against the model's canary weight), then among the stage's healthy
+engines of the model, fewest outstanding requests first, or pinned by a session header
+(rendezvous hashing, so losing one engine moves only its sessions)."""
 
 import hashlib
 import itertools
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from service.config import EngineConfig
 from service.drain import DrainFile
+from service.stages import CANARY, STABLE, StagesFile
 
 if TYPE_CHECKING:
     from service.shared import SharedState
@@ -20,6 +23,7 @@ class Engine:
     url: str
     model: str
     task: str
+    stage: str = STABLE
     outstanding: int = 0
     healthy: bool = False
     last_ok: float = 0.0  # monotonic time of the last passed check or successful request
@@ -39,10 +43,12 @@ class Router:
         ready_window_s: float,
         drain: DrainFile | None = None,
         shared: "SharedState | None" = None,
+        stages: StagesFile | None = None,
     ) -> None:
-        self.engines = [Engine(e.name, e.url, e.model, e.task) for e in engines]
+        self.engines = [Engine(e.name, e.url, e.model, e.task, e.stage) for e in engines]
         self.ready_window_s = ready_window_s
         self.drain = drain or DrainFile(None)
+        self.stages = stages or StagesFile(None)
         # With several workers (service/shared.py), outstanding counts are gateway-wide.
         self.shared = shared
         self.by_model: dict[str, list[Engine]] = {}
@@ -76,10 +82,36 @@ class Router:
         engines = self.engines if model is None else self.by_model.get(model, ())
         return any(self.ready(e) for e in engines)
 
+    def stage_for(self, model: str, caller: str, session: str | None, asked: str | None) -> str:
+        """The stage that serves a request: the one `asked` for (the stage header) if it has a
+        ready engine, else stable; without a header, canary if the caller's bucket is under
+        the model's canary weight and a canary engine is ready, else stable.
+
+        The bucket is blake2b(model NUL sticky id) mod 100, the sticky id being the session
+        header's value (sticky: session, when sent) or the API key's name: a caller keeps its
+        stage while the weight stays, and raising the weight only moves stable callers over."""
+        engines = self.by_model.get(model, ())
+        if asked:
+            return asked if any(e.stage == asked and self.ready(e) for e in engines) else STABLE
+        split = self.stages.split(model)
+        if split.canary <= 0 or not any(e.stage == CANARY and self.ready(e) for e in engines):
+            return STABLE
+        sticky = session if split.sticky == "session" and session else caller
+        return CANARY if bucket(model, sticky) < split.canary else STABLE
+
     def pick(
-        self, model: str, exclude: tuple[Engine, ...] = (), session: str | None = None
+        self,
+        model: str,
+        exclude: tuple[Engine, ...] = (),
+        session: str | None = None,
+        stage: str | None = STABLE,
     ) -> Engine | None:
-        candidates = [e for e in self.by_model.get(model, ()) if e not in exclude and self.ready(e)]
+        """A ready engine of the model in `stage` (None: in any stage)."""
+        candidates = [
+            e
+            for e in self.by_model.get(model, ())
+            if (stage is None or e.stage == stage) and e not in exclude and self.ready(e)
+        ]
         if not candidates:
             return None
         if session:
@@ -94,3 +126,9 @@ class Router:
         n = len(candidates)
         load = self.outstanding
         return min(enumerate(candidates), key=lambda ie: (load(ie[1]), (ie[0] - turn) % n))[1]
+
+
+def bucket(model: str, sticky_id: str) -> int:
+    """A caller's place 0..99 on the model's split (big-endian 8-byte blake2b, mod 100)."""
+    digest = hashlib.blake2b(f"{model}\0{sticky_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 100

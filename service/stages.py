@@ -1,0 +1,119 @@
+"""Gray releases: each model's traffic split between the stages of its engines.
+
+`installer release` writes the stages file on every gateway host (tmp + rename):
+
+    {"models": {"<served name>": {"weights": {"stable": 80, "canary": 20}, "sticky": "key",
+                                  "first_byte_timeout_s": 10}}}
+
+`weights` are integers 0..100 summing to 100; `sticky` (optional, default "key") says what
+keeps a caller on one stage: its API key, or ("session") the session header's value when the
+request sends one; `first_byte_timeout_s` (optional) overrides the gateway's
+canary_first_byte_timeout_s for the model. A model that is not in the file, or no file at all,
+sends everything to stable.
+
+Re-read like the drain file (service/drain.py): a file a gateway restarted mid-release reads
+back, no admin endpoint to guard, and a broken file keeps the last good split.
+"""
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STABLE, CANARY = "stable", "canary"
+_MODEL_KEYS = frozenset({"weights", "sticky", "first_byte_timeout_s"})
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    canary: int = 0  # percent of the model's callers sent to the canary
+    sticky: str = "key"  # "key" | "session"
+    first_byte_timeout_s: float | None = None
+
+
+NO_SPLIT = Split()
+
+
+def parse(text: str) -> dict[str, Split]:
+    """The splits in a stages file's text, or ValueError naming the problem."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or set(doc) - {"models"}:
+        raise ValueError('expected {"models": {...}} and nothing else')
+    models = doc.get("models", {})
+    if not isinstance(models, dict):
+        raise ValueError("models must be an object of served name -> split")
+    return {name: _split(name, entry) for name, entry in models.items()}
+
+
+def _split(name: str, entry: Any) -> Split:
+    if not isinstance(entry, dict):
+        raise ValueError(f"models.{name} must be an object")
+    if unknown := set(entry) - _MODEL_KEYS:
+        raise ValueError(f"models.{name}: unknown keys {sorted(unknown)} (known: {sorted(_MODEL_KEYS)})")
+    weights = entry.get("weights")
+    if not isinstance(weights, dict) or not weights or set(weights) - {STABLE, CANARY}:
+        raise ValueError(f"models.{name}.weights must map stable and/or canary to a percent")
+    for stage, weight in weights.items():
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
+            raise ValueError(f"models.{name}.weights.{stage} must be an integer 0..100, not {weight!r}")
+    if sum(weights.values()) != 100:
+        raise ValueError(f"models.{name}.weights must sum to 100, not {sum(weights.values())}")
+    sticky = entry.get("sticky", "key")
+    if sticky not in ("key", "session"):
+        raise ValueError(f"models.{name}.sticky must be key or session, not {sticky!r}")
+    timeout = entry.get("first_byte_timeout_s")
+    if timeout is not None and (
+        not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0
+    ):
+        raise ValueError(f"models.{name}.first_byte_timeout_s must be a positive number")
+    return Split(weights.get(CANARY, 0), sticky, None if timeout is None else float(timeout))
+
+
+class StagesFile:
+    def __init__(self, path: Path | None, interval_s: float = 1.0) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self._splits: dict[str, Split] = {}
+        self._stamp: tuple[int, int, int] | None = None
+        self._checked = float("-inf")
+        self.refresh(force=True)
+
+    def split(self, model: str) -> Split:
+        self.refresh()
+        return self._splits.get(model, NO_SPLIT)
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read when the file's mtime/size/inode change; at most one stat per interval."""
+        now = time.monotonic()
+        if self.path is None or (not force and now - self._checked < self.interval_s):
+            return
+        self._checked = now
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._set({}, None)
+            return
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp == self._stamp:
+            return
+        try:
+            splits = parse(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            # Keep the last good split: a broken file must not move callers between stages.
+            log.error("stages file %s unusable, keeping the last good split: %s", self.path, exc)
+            return
+        self._set(splits, stamp)
+
+    def _set(self, splits: dict[str, Split], stamp: tuple[int, int, int] | None) -> None:
+        if splits != self._splits:
+            shown = ", ".join(f"{m}: canary {s.canary}%" for m, s in sorted(splits.items()))
+            log.info("release stages: %s", shown or "all stable")
+        self._splits, self._stamp = splits, stamp

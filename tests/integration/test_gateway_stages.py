@@ -1,0 +1,160 @@
+"""Gray releases in the real gateway (two workers): the stages file splits a model's callers,
+a session sticks to its stage, the header override reaches a stage whatever the weights, a
+canary that fails before its first byte is retried on stable without the client seeing it,
+and every attempt is counted by stage and outcome (bad_output for an empty or unfinished
+answer) in the metrics the release watch reads."""
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.loopback import until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+CLOSE = {"Connection": "close"}  # new connections: both workers serve some
+
+
+def _chat(stream: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+            "stream": stream, **extra}
+
+
+def _write_stages(path: Path, canary: int, sticky: str = "key") -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(
+        {"models": {"tiny": {"weights": {"stable": 100 - canary, "canary": canary}, "sticky": sticky}}}
+    ))
+    os.replace(tmp, path)
+
+
+def _gateway(start_gateway: Any, scrape_token: Any, stable: Any, canary: Any, **settings: Any) -> Any:
+    return start_gateway({
+        "allow_anonymous": True, "workers": 2, "metrics_token_file": str(scrape_token.file),
+        "engines": [
+            {"name": "s1", "url": stable.url, "model": "tiny"},
+            {"name": "s1-canary", "url": canary.url, "model": "tiny", "stage": "canary"},
+        ],
+        **settings,
+    })
+
+
+def _stage_counts(gateway: Any, scrape_token: Any) -> dict[tuple[str, str], float]:
+    """(stage, outcome) -> attempts, and (stage, "ttft_count"/"ttft_sum") from the histogram."""
+    text = httpx.get(gateway.url + "/metrics", headers={**CLOSE, **scrape_token.headers}).text
+    counts: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("model") != "tiny":
+                continue
+            if sample.name == "pli_gateway_stage_requests_total":
+                counts[(labels["stage"], labels["outcome"])] = sample.value
+            elif sample.name in ("pli_gateway_stage_ttft_seconds_count", "pli_gateway_stage_ttft_seconds_sum"):
+                counts[(labels["stage"], sample.name.rsplit("_", 1)[1])] = sample.value
+            elif sample.name == "pli_gateway_stage_request_duration_seconds_count":
+                counts[(labels["stage"], "duration_count")] = sample.value
+    return counts
+
+
+def _answer(resp: httpx.Response) -> str:
+    """The generated text of a whole or streamed chat answer."""
+    if not resp.headers["content-type"].startswith("text/event-stream"):
+        return str(resp.json()["choices"][0]["message"]["content"])
+    text = ""
+    for line in resp.text.splitlines():
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            assert "error" not in event, event
+            text += "".join(c["delta"].get("content") or "" for c in event["choices"])
+    assert resp.text.endswith("data: [DONE]\n\n")
+    return text
+
+
+@pytest.mark.parametrize("fault", ["refused", "http_500", "silent", "silent_stream"])
+def test_a_failing_canary_is_retried_on_stable(
+    start_upstream: Any, start_gateway: Any, scrape_token: Any, tmp_path: Path, fault: str
+) -> None:
+    fakes = {"http_500": {"status": 500}, "silent": {"stall_s": 30}, "silent_stream": {"stall_s": 30}}
+    stable = start_upstream()
+    canary = start_upstream("--chat-fake", json.dumps(fakes.get(fault, {})))
+    stages = tmp_path / "stages.json"
+    _write_stages(stages, 100)  # every caller's first attempt is the canary's
+    gateway = _gateway(
+        start_gateway, scrape_token, stable, canary, stages_file=str(stages),
+        canary_first_byte_timeout_s=0.5,
+        # Checks far apart: the canary passed its first one and is found failing only by clients.
+        health_interval_s=60,
+    )
+    if fault == "refused":
+        canary.proc.send_signal(signal.SIGKILL)
+        canary.proc.wait()
+    answers = []
+    for i in range(6):
+        stream = fault == "silent_stream" or (fault != "silent" and i % 2 == 1)
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=_chat(stream), headers=CLOSE, timeout=30)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-release-stage"] == "stable"
+        answers.append(_answer(resp))
+    assert answers == [" tok0 tok1 tok2"] * 6  # 0 client errors: stable's whole answers
+    counts = _stage_counts(gateway, scrape_token)
+    assert counts[("stable", "ok")] == 6
+    assert ("stable", "error") not in counts and ("canary", "ok") not in counts
+    if fault == "refused":
+        # Refused: the canary engine is out of rotation after a worker's first try of it.
+        assert 1 <= counts[("canary", "error")] <= 2
+    else:
+        assert counts[("canary", "error")] == 6 and counts[("canary", "duration_count")] == 6
+    if fault.startswith("silent"):
+        # Each timed-out canary attempt's first byte is observed as the timeout itself.
+        assert counts[("canary", "count")] == 6 and counts[("canary", "sum")] == pytest.approx(3.0)
+        assert all(r["attempts"] == 2 for r in gateway.log_records())
+
+
+def test_split_stickiness_header_override_and_bad_output(
+    start_upstream: Any, start_gateway: Any, scrape_token: Any, tmp_path: Path
+) -> None:
+    stable, canary = start_upstream(), start_upstream()
+    stages = tmp_path / "stages.json"
+    _write_stages(stages, 30, sticky="session")
+    gateway = _gateway(start_gateway, scrape_token, stable, canary, stages_file=str(stages),
+                       session_header="X-Session")
+
+    def stage(session: str | None = None, asked: str | None = None, **body: Any) -> str:
+        headers = {**CLOSE, **({"X-Session": session} if session else {}),
+                   **({"X-Release-Stage": asked} if asked else {})}
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=_chat(**body), headers=headers, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return resp.headers["x-release-stage"]
+
+    # Sessions split by the weight, and each keeps its stage whichever worker serves it.
+    first = {f"s{i}": stage(f"s{i}") for i in range(30)}
+    assert set(first.values()) == {"stable", "canary"}
+    assert {s: stage(s, stream=True) for s in first} == first
+    # The override, whatever the weights; then no split at all: the canary only on request.
+    assert stage(next(s for s, st in first.items() if st == "stable"), asked="canary") == "canary"
+    stages.unlink()
+    until(lambda: {stage(s) for s in first} == {"stable"}, timeout=10)
+    assert stage(asked="canary") == "canary" and stage(asked="Stable") == "stable"
+    before = _stage_counts(gateway, scrape_token)
+
+    # bad_output: a 200 with nothing in it, or that did not finish as asked.
+    stage(asked="canary", x_fake={"finish_reason": "abort"})
+    stage(asked="canary", stream=True, x_fake={"chunks": 0})
+    stage(asked="canary", stream=True, x_fake={"finish_reason": "abort"})
+    stage(asked="canary", stream=True)
+    stage(x_fake={"finish_reason": "stop"})
+    after = _stage_counts(gateway, scrape_token)
+
+    def added(key: tuple[str, str]) -> float:
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert added(("canary", "bad_output")) == 3 and added(("canary", "ok")) == 1
+    assert added(("stable", "ok")) == 1 and added(("stable", "bad_output")) == 0
+    assert added(("canary", "error")) == 0 and added(("canary", "count")) == 4
