@@ -7,6 +7,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,10 @@ class Proof:
 
 
 def _request(url: str, secret: str, body: dict | None, timeout: float,
-             ctx: ssl.SSLContext | None) -> tuple[int, dict]:
+             ctx: ssl.SSLContext | None, headers: Mapping[str, str] | None = None) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={
-        "Authorization": f"Bearer {secret}", "Content-Type": "application/json",
+        "Authorization": f"Bearer {secret}", "Content-Type": "application/json", **(headers or {}),
     })
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
@@ -55,7 +56,8 @@ def tls_problem(exc: BaseException, base: str, ca_file: Path | None) -> str | No
 
 
 def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: float = 60,
-               ca_file: Path | None = None) -> Proof:
+               ca_file: Path | None = None, headers: Mapping[str, str] | None = None) -> Proof:
+    """`headers`: sent with the completion (a gray release's gate sends its stage header)."""
     endpoint = f"{endpoint_base}/v1"
     ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     try:
@@ -64,7 +66,7 @@ def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: 
             return Proof(host, endpoint, False, f"gateway /readyz answered {status}")
         start = time.monotonic()
         body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
-        status, answer = _request(f"{endpoint}/chat/completions", secret, body, timeout, ctx)
+        status, answer = _request(f"{endpoint}/chat/completions", secret, body, timeout, ctx, headers)
         latency = (time.monotonic() - start) * 1000
     except OSError as exc:
         problem = tls_problem(exc, endpoint_base, ca_file)

@@ -43,13 +43,12 @@ def names_of(inv: Inventory, hosts: list[Host]) -> list[str]:
     return sorted({n for h in hosts for n in names(h.name)})
 
 
-def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = None) -> None:
-    """Write the drain file on `hosts` (default: every serving host), in parallel and atomically
-    (temp file + rename)."""
-    content = json.dumps({"engines": sorted(names)}) + "\n"
+def write_on_hosts(inv: Inventory, hosts: list[Host], path: str, content: str) -> list[str]:
+    """Write `content` to `path` on `hosts` over SSH, in parallel and atomically (temp file +
+    rename, 0644: a gateway re-reading it never sees half a file). The failures, one per host."""
     command = (
-        f"umask 022 && printf %s {shlex.quote(content)} > {DRAIN_FILE}.tmp "
-        f"&& mv -f {DRAIN_FILE}.tmp {DRAIN_FILE}"
+        f"umask 022 && printf %s {shlex.quote(content)} > {path}.tmp "
+        f"&& mv -f {path}.tmp {path}"
     )
 
     def one(host: Host) -> str | None:
@@ -58,9 +57,15 @@ def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = Non
         )
         return None if proc.returncode == 0 else f"{host.name}: {proc.stderr.strip() or proc.returncode}"
 
-    hosts = serving(inv) if hosts is None else hosts
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        failures = [f for f in pool.map(one, hosts) if f]
+        return [f for f in pool.map(one, hosts) if f]
+
+
+def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = None) -> None:
+    """Write the drain file on `hosts` (default: every serving host), in parallel and atomically
+    (temp file + rename)."""
+    content = json.dumps({"engines": sorted(names)}) + "\n"
+    failures = write_on_hosts(inv, serving(inv) if hosts is None else hosts, DRAIN_FILE, content)
     if failures:
         raise DrainError(
             "could not write the drain file on every gateway host",

@@ -49,10 +49,13 @@ def increase(before: Samples | None, after: Samples) -> Samples:
 
 
 def window(before: Mapping[str, Samples], after: Mapping[str, Samples]) -> Samples:
-    """The increase over a window, summed over the gateways scraped at its end."""
+    """The increase over a window, summed over the gateways scraped at both ends (one missed at
+    the start would count its whole life as the window)."""
     total: Samples = {}
     for gateway, now in after.items():
-        for key, grew in increase(before.get(gateway), now).items():
+        if gateway not in before:
+            continue
+        for key, grew in increase(before[gateway], now).items():
             total[key] = total.get(key, 0.0) + grew
     return total
 
