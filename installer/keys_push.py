@@ -93,15 +93,10 @@ def _parallel(hosts: list[Host], fn: Callable[[Host], _T]) -> list[_T]:
         return list(pool.map(fn, hosts))
 
 
-def check(inv: Inventory, *, adopt: bool = False, command: str = "keys create", quota: bool = False) -> Checked:
+def check(inv: Inventory, *, adopt: bool = False, command: str = "keys create") -> Checked:
     """Read every serving host's release.json and refuse, before any host or the key store is
     changed, when one runs a revision this state does not know (unless `adopt`); `command` is
-    the one the refusal's fixes name. `quota`: a quota is being set, refused where no gateway
-    could enforce it (no shared Redis)."""
-    if quota:
-        from installer.usage import require_redis
-
-        require_redis(inv, "token quotas")
+    the one the refusal's fixes name."""
     hosts = serving_hosts(inv)
     answers = _parallel(hosts, lambda h: (h, *_on_host(inv, h, _READ_RELEASE)))
     read = {h.name: out for h, rc, out, _ in answers if rc == 0}

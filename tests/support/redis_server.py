@@ -17,15 +17,21 @@ MISSING = "redis-server is not installed: apt-get install redis-server (or run .
 
 
 @contextmanager
-def redis_server(workdir: Path, options: list[str] | None = None, port: int | None = None) -> Iterator[str]:
+def redis_server(
+    workdir: Path, options: list[str] | None = None, port: int | None = None, config: Path | None = None
+) -> Iterator[str]:
     """Yield the URL of a redis-server that answers PING; fail (never skip) if there is none.
-    `options` replace the default of no persistence (`--name value` pairs); `port` reuses one."""
+    `options` replace the default of no persistence (`--name value` pairs); `port` reuses one.
+    `config`: a redis.conf as the redis role writes it, which names the port and address itself
+    (it is run unsupervised, its data in `workdir`; a password makes PING answer NOAUTH)."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.fail(MISSING)
     port = port or free_port()
     persistence = ["--save", "", "--appendonly", "no"] if options is None else options
     argv = [server, "--port", str(port), "--bind", "127.0.0.1", *persistence]
+    if config is not None:
+        argv = [server, str(config), "--supervised", "no", *(options or [])]
     proc = subprocess.Popen([*argv, "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
@@ -33,7 +39,7 @@ def redis_server(workdir: Path, options: list[str] | None = None, port: int | No
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):
                         break
             except OSError:
                 if time.monotonic() > deadline or proc.poll() is not None:

@@ -18,6 +18,7 @@ from service.auth import KeyRing
 from service.keyfile import HostQuota, HostQuotaFile, hash_secret
 from service.usage import period_bounds, usage_field
 from tests.support import keyfile_before_quotas
+from tests.support.loopback import free_port
 
 
 def test_quotas_go_to_their_own_file_and_keys_json_stays_readable_by_older_gateways(tmp_path: Path) -> None:
@@ -155,18 +156,15 @@ def test_rows_sum_over_what_is_not_grouped() -> None:
         ("m2", "2026-12-01", 1), ("org/m1", "2026-11-30", 3), ("org/m1", "2026-12-01", 3)]
 
 
-def test_usage_of_a_single_gateway_deployment_is_refused_before_any_host_is_asked(tmp_path: Path) -> None:
+def test_usage_of_a_single_gateway_deployment_is_read_from_its_own_host(tmp_path: Path) -> None:
+    """A lone serving host keeps its Redis too: `installer usage` asks it, not refuses."""
     from installer.inventory import load_inventory
 
-    (tmp_path / "weights").mkdir()
-    (tmp_path / "weights" / "config.json").write_text("{}")
-    site = tmp_path / "site.yml"
-    site.write_text("deployment: one\nhosts: [{name: a, address: 10.0.0.1}]\n"
-                    "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n")
-    with pytest.raises(usage.UsageError, match="only with several serving hosts; one has one") as err:
-        usage.fetch(load_inventory(site), date(2026, 12, 1))
-    assert "docs/gateway.md#usage-and-quotas" in err.value.details[0]
-    assert "add a second serving host" in err.value.details[1]
+    inv = load_inventory(_single_host_site(tmp_path))
+    assert usage.require_redis(inv).name == "a"
+    with pytest.raises(usage.UsageError, match="no serving host could read the usage") as err:
+        usage.fetch(inv, date(2026, 12, 1))
+    assert err.value.details[0].startswith("a: ")  # it was asked (over SSH, which nothing answers here)
 
 
 def test_the_usage_report_runs_isolated_from_a_module_planted_in_the_working_directory(tmp_path: Path) -> None:
@@ -188,15 +186,18 @@ def test_the_usage_report_runs_isolated_from_a_module_planted_in_the_working_dir
 
 
 def _single_host_site(tmp_path: Path) -> Path:
+    """One serving host on loopback, at an SSH port nothing listens on: every SSH call fails at once."""
     (tmp_path / "weights").mkdir(exist_ok=True)
     (tmp_path / "weights" / "config.json").write_text("{}")
     site = tmp_path / "site.yml"
-    site.write_text("deployment: one\nhosts: [{name: a, address: 10.0.0.1}]\n"
+    site.write_text(f"deployment: one\nhosts: [{{name: a, address: 127.0.0.1, ssh: {{port: {free_port()}}}}}]\n"
                     "model: {path: weights, served_name: tiny}\nengine: {device: cpu}\n")
     return site
 
 
-def test_a_quota_is_refused_where_no_gateway_could_enforce_it_and_keys_list_still_lists(tmp_path: Path) -> None:
+def test_a_quota_is_accepted_for_a_single_serving_host_and_keys_list_still_lists(tmp_path: Path) -> None:
+    """Its gateway enforces quotas in its own Redis, so `keys create --quota-tokens -i` is not
+    refused; here the host cannot be reached, and only that is reported."""
     from typer.testing import CliRunner
 
     from installer.cli import _register, app
@@ -206,13 +207,10 @@ def test_a_quota_is_refused_where_no_gateway_could_enforce_it_and_keys_list_stil
     site, state = _single_host_site(tmp_path), tmp_path / "state"
     made = runner.invoke(app, ["--state-dir", str(state), "keys", "create", "--name", "team",
                                "--quota-tokens", "5000", "--quota-period", "day", "-i", str(site)])
-    assert isinstance(made.exception, usage.UsageError), made.output
-    assert str(made.exception).startswith("token quotas need the deployment's shared Redis")
-    assert not (state / "keys.json").exists()  # refused before the store (or any host) changed
-    # made without -i (say, before a second host is added): keys list -i still lists it
-    assert runner.invoke(app, ["--state-dir", str(state), "keys", "create", "--name", "team",
-                               "--quota-tokens", "5000", "--quota-period", "day"]).exit_code == 0
+    assert "shared Redis" not in made.output + str(made.exception)
+    stored = json.loads((state / "keys.json").read_text())
+    assert [(k["name"], k["quota_tokens"]) for k in stored["keys"]] == [("team", 5000)]
     listed = runner.invoke(app, ["--state-dir", str(state), "keys", "list", "-i", str(site)])
     assert listed.exit_code == 0, listed.output
-    assert "quota use not shown: usage accounting and quotas need" in listed.output
+    assert "quota use not shown: no serving host could read the usage" in listed.output
     assert "5000/day" in listed.output

@@ -33,18 +33,24 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 MAN = Manifest(target={}, components={}, packages=[])
 
 
-def test_one_host_keeps_its_engine_on_loopback_and_serves_https(tmp_path: Path) -> None:
+def test_one_host_keeps_its_engine_and_its_redis_on_loopback_and_serves_https(tmp_path: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 1))
-    gv = render.group_vars(deployment_plan.build(inv), MAN, "{}")
+    p = deployment_plan.build(inv)
+    gv = render.group_vars(p, MAN, "{}")
     assert gv["gateway_engines"] == [{"name": "h1", "url": "http://127.0.0.1:8000", "model": "tiny"}]
     assert gv["pli_tls_enabled"] is True and gv["pli_gateway_scheme"] == "https"
     assert gv["pli_tls_dir"] == "/etc/private-llm/tls"
-    assert gv["gateway_redis_url"] == "" and gv["redis_host"] == ""
-    host = render.hosts_yaml(deployment_plan.build(inv))["all"]["hosts"]["h1"]
+    # Its own Redis (limits, usage record, quotas) for its gateway alone: loopback, a password, no TLS.
+    assert gv["redis_host"] == "h1" and gv["redis_bind_address"] == "127.0.0.1" and gv["redis_tls"] is False
+    assert gv["gateway_redis_url"] == (
+        "redis://:{{ lookup('ansible.builtin.file', redis_password_file) }}@127.0.0.1:6379/0")
+    assert gv["redis_password_file"] == str(redis_auth.password_file("demo"))
+    assert p.hosts[0].package_groups == ("serving", "monitoring", "redis")
+    host = render.hosts_yaml(p)["all"]["hosts"]["h1"]
     assert host["engine_bind_address"] == "127.0.0.1" and host["engine_tls"] is False
     assert host["healthcheck_gateway_url"] == "https://10.0.0.1:8080"
     assert host["tls_key_src"].endswith("tls/demo/hosts/h1/server.key")
-    assert "redis" not in os_packages.wanted(inv)
+    assert os_packages.wanted_for_target(inv, inv.os.target)["redis"] == ["redis-server"]
 
 
 def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: Path) -> None:
