@@ -1,6 +1,6 @@
 """The deployment plan: everything that follows from one inventory, computed once and frozen.
 
-Which hosts serve, which engines each runs (every model's, and a gray release's canaries) (unit, port, full vLLM argv, CUDA_VISIBLE_DEVICES,
+Which hosts serve, which engines each runs (unit, port, full vLLM argv, CUDA_VISIBLE_DEVICES,
 CPU affinity, environment), where they listen, which engines every gateway routes to, which
 host keeps the shared Redis, and the on-host paths. `build()` has no side effect: it reads the
 model's config.json for the tuner and writes nothing. The Ansible renderer
@@ -17,7 +17,7 @@ from types import MappingProxyType
 from installer import engines
 from installer.engines import EngineInstance, RayNode
 from installer.gpu.tuner import Tuned
-from installer.inventory import Host, Inventory, ServedModel
+from installer.inventory import Host, Inventory
 from installer.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
 
 
@@ -28,8 +28,6 @@ class Upstream:
     name: str
     url: str
     model: str
-    task: str = "generate"
-    stage: str = "stable"
 
 
 @dataclass(frozen=True)
@@ -97,9 +95,10 @@ def _names(host: Host, found: list[EngineInstance]) -> tuple[str, ...]:
     return tuple(host.name if e.name == "engine" else f"{host.name}-{e.name.removeprefix('engine-')}" for e in found)
 
 
-def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host, found: list[EngineInstance]) -> HostPlan:
+def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host) -> HostPlan:
     on = inv.tls.mode != "off"
     network = cross_host(inv)
+    found = engines.instances(inv, tuned, host)
     groups = tuple(inv.host_groups(host))
     return HostPlan(
         host=host,
@@ -116,21 +115,14 @@ def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host, found: list[Engi
     )
 
 
-def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> DeploymentPlan:
-    """The plan of this inventory: every model's engines on its hosts. Raises tuner.TuneError
-    when the models do not fit the GPUs the inventory describes (or their engines' ports run
-    into another service's).
-
-    `canaries` (model name -> the new revision's spec, installer/release/): each runs beside
-    that model's stable engines, which stay as `inv` says, on the same hosts, as stage canary."""
+def build(inv: Inventory) -> DeploymentPlan:
+    """The plan of this inventory. Raises tuner.TuneError when the model does not fit the GPUs
+    the inventory describes (or their engines' ports run into another service's)."""
     tuned = engines.tuned(inv)
-    models = engines.layout(inv, tuned, canaries)
-    found = {h.name: engines.instances(inv, tuned, h, models) for h in inv.hosts}
-    engines.check_gpu_shares(inv, models, found)
-    hosts = tuple(_host_plan(inv, tuned, h, found[h.name]) for h in inv.hosts)
+    hosts = tuple(_host_plan(inv, tuned, h) for h in inv.hosts)
     by_name = {h.name: h for h in hosts}
     upstreams = tuple(
-        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage)
+        Upstream(name, _engine_url(inv, host, e.port), inv.model.served_name)
         for host in serving_hosts(inv)
         for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
     )
