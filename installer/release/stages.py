@@ -9,6 +9,7 @@ without a release.
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from installer.day2 import drain
 from installer.errors import InstallerError
@@ -23,20 +24,33 @@ class StagesError(InstallerError):
     """The stages file could not be written on every gateway host."""
 
 
-def content(weights: Mapping[str, tuple[int, str]]) -> str:
-    """The file for {served name: (canary weight in percent, sticky)}; weights sum to 100."""
-    models = {}
-    for served, (canary, sticky) in sorted(weights.items()):
-        if not 0 <= canary <= 100:
-            raise ValueError(f"canary weight {canary} of {served} is not a percentage")
-        models[served] = {"weights": {"stable": 100 - canary, "canary": canary}, "sticky": sticky}
+@dataclass(frozen=True)
+class Split:
+    """One model's line of the file."""
+
+    canary: int  # percent; stable takes the rest
+    sticky: str = "key"  # key | session
+    first_byte_timeout_s: float | None = None  # a canary attempt with no first byte by then: retried on stable
+
+
+def content(splits: Mapping[str, Split]) -> str:
+    """The file for {served name: split}."""
+    models: dict[str, dict[str, object]] = {}
+    for served, split in sorted(splits.items()):
+        if not 0 <= split.canary <= 100:
+            raise ValueError(f"canary weight {split.canary} of {served} is not a percentage")
+        line: dict[str, object] = {"weights": {"stable": 100 - split.canary, "canary": split.canary},
+                                   "sticky": split.sticky}
+        if split.first_byte_timeout_s is not None:
+            line["first_byte_timeout_s"] = split.first_byte_timeout_s
+        models[served] = line
     return json.dumps({"models": models}, sort_keys=True) + "\n"
 
 
-def write(inv: Inventory, weights: Mapping[str, tuple[int, str]], hosts: list[Host] | None = None,
+def write(inv: Inventory, splits: Mapping[str, Split], hosts: list[Host] | None = None,
           path: str = STAGES_FILE) -> None:
     """Every gateway host (default: every serving host) gets the same file, atomically."""
-    failures = drain.write_on_hosts(inv, drain.serving(inv) if hosts is None else hosts, path, content(weights))
+    failures = drain.write_on_hosts(inv, drain.serving(inv) if hosts is None else hosts, path, content(splits))
     if failures:
         raise StagesError(
             "could not write the stages file on every gateway host",

@@ -15,6 +15,7 @@ from installer.inventory import Inventory, load_inventory
 from installer.release import metrics, scrape, stages
 from installer.release.state import ReleaseError
 from installer.ssh import Target
+from service import stages as gateway_stages
 from tests.support.local_hosts import DownHost, HereHost
 
 DATA = Path(__file__).parent / "data"
@@ -33,15 +34,15 @@ def _inventory(tmp_path: Path, port: int = 8080) -> Inventory:
 
 
 def test_stages_file_is_the_designs_schema() -> None:
-    text = stages.content({"tiny-llama": (20, "key"), "embed": (0, "session")})
+    text = stages.content({"tiny-llama": stages.Split(20, "key", 10), "embed": stages.Split(0, "session")})
     assert json.loads(text) == {"models": {
         "embed": {"weights": {"stable": 100, "canary": 0}, "sticky": "session"},
-        "tiny-llama": {"weights": {"stable": 80, "canary": 20}, "sticky": "key"},
+        "tiny-llama": {"weights": {"stable": 80, "canary": 20}, "sticky": "key", "first_byte_timeout_s": 10},
     }}
     assert json.loads(stages.content({})) == {"models": {}}  # no release: every model 100% stable
     assert stages.STAGES_FILE == "/etc/private-llm/stages.json"
     with pytest.raises(ValueError, match="not a percentage"):
-        stages.content({"x": (120, "key")})
+        stages.content({"x": stages.Split(120)})
 
 
 def test_every_gateway_host_gets_the_file_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +54,7 @@ def test_every_gateway_host_gets_the_file_atomically(tmp_path: Path, monkeypatch
             return ["bash", "-c", f"cd {tmp_path / self.name} && {command}"]
 
     monkeypatch.setattr(drain, "target", lambda inv, host: InFolder(host.name, host.address, "root", 22, None, None))
-    stages.write(inv, {"tiny": (50, "key")}, path="stages.json")
+    stages.write(inv, {"tiny": stages.Split(50)}, path="stages.json")
     for host in ("a", "b"):
         out = tmp_path / host / "stages.json"
         assert json.loads(out.read_text())["models"]["tiny"]["weights"] == {"stable": 50, "canary": 50}
@@ -71,7 +72,7 @@ def test_a_host_that_cannot_be_told_is_named(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(drain, "target", pick)
     with pytest.raises(stages.StagesError) as exc:
-        stages.write(inv, {"tiny": (20, "key")}, path=str(tmp_path / "stages.json"))
+        stages.write(inv, {"tiny": stages.Split(20)}, path=str(tmp_path / "stages.json"))
     assert any(d.startswith("b: ssh: connect to host 10.9.9.9") for d in exc.value.details), exc.value.details
 
 
@@ -119,3 +120,8 @@ def test_scrape_reads_each_gateway_with_the_token(
     assert got.at == 5 and set(got.gateways) == {"a"}
     assert "gateway unreachable" in got.problems["b"]
     assert metrics.figures(got.gateways["a"], "tiny-llama", "canary").requests == 110
+
+
+def test_the_gateway_reads_the_file_the_installer_writes() -> None:
+    read = gateway_stages.parse(stages.content({"tiny": stages.Split(20, "session", 4)}))
+    assert read["tiny"].canary == 20 and read["tiny"].sticky == "session"
