@@ -11,6 +11,7 @@ from typing import Any
 from ansible_runner.interface import init_runner
 
 from installer.paths import PLAYBOOKS_DIR, control_socket_dir, private_dir
+from installer.procs import ChildGroup
 
 # (host, task name, status) for each finished task on a host; status: ok/changed/failed/skipped/unreachable
 TaskEvent = Callable[[str, str, str], None]
@@ -85,6 +86,17 @@ def _failure_text(res: dict[str, Any]) -> str:
         # Our probes put the reason first; other commands end with it.
         return lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
     return msg.strip() or "failed"
+
+
+# Where ansible-playbook's PID is recorded in the run folder (by die_with_parent.py).
+PIDFILE = "ansible-playbook.pid"
+
+
+def die_with_parent_argv(command: list[str], pidfile: Path) -> list[str]:
+    """`command` started through die_with_parent.py: it records its PID and, on Linux, gets
+    SIGTERM when this process dies, even by SIGKILL."""
+    helper = Path(__file__).with_name("die_with_parent.py")
+    return [sys.executable, "-I", "-S", str(helper), str(os.getpid()), str(pidfile), "--", *command]
 
 
 # What ansible-playbook and ssh need from this process's environment; everything else (cloud
@@ -169,6 +181,9 @@ def run_playbook(
         "ANSIBLE_FORCE_COLOR": "False",
         "ANSIBLE_NOCOLOR": "True",
     }
+    pidfile = run_dir / PIDFILE
+    pidfile.unlink(missing_ok=True)
+    group = ChildGroup(pidfile)
     r = init_runner(
         private_data_dir=str(run_dir),
         project_dir=str(playbooks_dir),
@@ -177,14 +192,19 @@ def run_playbook(
         envvars=envvars,
         cmdline=cmdline or None,
         event_handler=handle,
+        # ours, not ansible-runner's default: that one swallows SIGTERM and SIGINT for good (the
+        # installer would go on) and kills only ansible-playbook's group, not its workers
+        cancel_callback=group.cancel,
         quiet=True,
         suppress_env_files=True,
     )
     # ansible-runner starts from a copy of this process's environment (cloud keys included) and
     # writes it into artifacts/<id>/command: give it only what Ansible needs, then drop that file.
     r.config.env = ansible_env(r.config.env, os.environ, ours={*envvars, *_RUNNER_SETS})
+    r.config.command = die_with_parent_argv(r.config.command, pidfile)
     try:
-        r.run()
+        with group:
+            r.run()
     finally:
         if r.config.artifact_dir:
             Path(r.config.artifact_dir, "command").unlink(missing_ok=True)
