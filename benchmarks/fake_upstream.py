@@ -12,6 +12,8 @@ one). `--chat-fake JSON` is the x_fake of every chat request that sends none: an
 fails its clients while passing the gateway's readiness checks (/v1/completions). GET /_stats
 reports what the server saw (requests, streams started/completed/aborted, the last body), so
 tests can check what the gateway sent and that it closed a stream when its client left.
+/v1/rerank and /v1/score answer in vLLM's shapes, a pair's score being the share of the
+document's words found in the query.
 """
 
 import argparse
@@ -187,6 +189,73 @@ async def embeddings(request: web.Request) -> web.Response:
     )
 
 
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _relevance(query: Any, document: Any) -> float:
+    # Deterministic and query-dependent: the share of the document's words found in the query.
+    words = str(document).split()
+    return round(sum(w in str(query).split() for w in words) / max(len(words), 1), 6)
+
+
+async def rerank(request: web.Request) -> web.Response:
+    """vLLM's /v1/rerank answer (entrypoints/pooling/scoring/protocol.py RerankResponse)."""
+    stats = request.app[STATS_KEY]
+    stats["requests"] += 1
+    raw = await request.read()
+    stats["last_body"] = raw.decode()
+    body = json.loads(raw)
+    docs = _listed(body["documents"])
+    tokens = sum(len(str(body["query"]).split()) + len(str(d).split()) for d in docs)
+    results = sorted(
+        (
+            {
+                "index": i,
+                "document": {"text": d if isinstance(d, str) else None},
+                "relevance_score": _relevance(body["query"], d),
+            }
+            for i, d in enumerate(docs)
+        ),
+        key=lambda r: -r["relevance_score"],
+    )
+    top_n = body.get("top_n") or len(results)
+    return web.json_response(
+        {
+            "id": "rerank-fake",
+            "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "results": results[:top_n],
+        }
+    )
+
+
+async def score(request: web.Request) -> web.Response:
+    """vLLM's /v1/score answer (ScoreResponse): text_1 against each text_2 (or pairwise)."""
+    stats = request.app[STATS_KEY]
+    stats["requests"] += 1
+    raw = await request.read()
+    stats["last_body"] = raw.decode()
+    body = json.loads(raw)
+    first, second = next(
+        (_listed(body[a]), _listed(body[b]))
+        for a, b in (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
+        if a in body and b in body
+    )
+    pairs = list(zip(first * len(second) if len(first) == 1 else first, second, strict=True))
+    tokens = sum(len(str(q).split()) + len(str(d).split()) for q, d in pairs)
+    return web.json_response(
+        {
+            "id": "score-fake",
+            "object": "list",
+            "created": int(time.time()),
+            "model": body["model"],
+            "data": [{"index": i, "object": "score", "score": _relevance(q, d)} for i, (q, d) in enumerate(pairs)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
+        }
+    )
+
+
 async def models(request: web.Request) -> web.Response:
     return web.json_response(
         {
@@ -220,6 +289,8 @@ def make_app(opts: argparse.Namespace) -> web.Application:
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/rerank", rerank)
+    app.router.add_post("/v1/score", score)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/_stats", stats)

@@ -1,16 +1,19 @@
-"""The last word of `installer up`: from this machine, each host's gateway answers a real chat
-completion with the installer's own API key — the path a client takes, end to end, over HTTPS
-verified against the deployment's CA (unless the inventory turned TLS off)."""
+"""The last word of `installer up`: from this machine, each host's gateway answers a real request
+for every model the host serves, with the installer's own API key — the path a client takes,
+end to end, over HTTPS verified against the deployment's CA (unless the inventory turned TLS
+off). The request is the model's task's: a chat completion (generate), embeddings (embed), a
+rerank (score)."""
 
 import json
 import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from installer.inventory import Inventory
 from installer.tls import store as tls_store
@@ -55,26 +58,84 @@ def tls_problem(exc: BaseException, base: str, ca_file: Path | None) -> str | No
     return f"the TLS certificate of {base} is not trusted ({msg}); it is not signed by the CA {ca_file}"
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """A task's proof request: what is sent, and what a real answer to it holds."""
+
+    path: str
+    body: Callable[[str], dict[str, Any]]
+    answered: Callable[[Any], bool]
+    done: str  # "<done> via gateway in N ms"
+    failed: str  # "<failed> through the gateway: STATUS message"
+
+
+def _numbers(values: Any) -> bool:
+    return isinstance(values, list) and bool(values) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+    )
+
+
+def _embedded(answer: dict[str, Any]) -> bool:
+    data = answer.get("data")
+    return isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict) and _numbers(
+        data[0].get("embedding")
+    )
+
+
+RERANK_DOCUMENTS = ["Hello there.", "The weather is cold."]
+
+
+def _ranked(answer: dict[str, Any]) -> bool:
+    results = answer.get("results")
+    return isinstance(results, list) and len(results) == len(RERANK_DOCUMENTS) and _numbers(
+        [r.get("relevance_score") if isinstance(r, dict) else None for r in results]
+    )
+
+
+ASKS: dict[str, _Ask] = {
+    "generate": _Ask(
+        "/chat/completions",
+        lambda m: {"model": m, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8},
+        lambda a: bool(a.get("choices")),
+        "chat", "chat completion",
+    ),
+    "embed": _Ask(
+        "/embeddings",
+        lambda m: {"model": m, "input": "Say hello."},
+        _embedded,
+        "embeddings", "embeddings",
+    ),
+    "score": _Ask(
+        "/rerank",
+        lambda m: {"model": m, "query": "Say hello.", "documents": RERANK_DOCUMENTS},
+        _ranked,
+        "rerank", "rerank",
+    ),
+}
+
+
 def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: float = 60,
-               ca_file: Path | None = None, headers: Mapping[str, str] | None = None) -> Proof:
-    """`headers`: sent with the completion (a gray release's gate sends its stage header)."""
+               ca_file: Path | None = None, headers: Mapping[str, str] | None = None,
+               task: str = "generate") -> Proof:
+    """One request of the model's `task` through the host's gateway (ASKS). `headers`: sent
+    with it (a gray release's gate sends its stage header)."""
     endpoint = f"{endpoint_base}/v1"
+    ask = ASKS[task]
     ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     try:
         status, _ = _request(f"{endpoint_base}/readyz", secret, None, 10, ctx)
         if status != 200:
             return Proof(host, endpoint, False, f"gateway /readyz answered {status}")
         start = time.monotonic()
-        body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
-        status, answer = _request(f"{endpoint}/chat/completions", secret, body, timeout, ctx, headers)
+        status, answer = _request(f"{endpoint}{ask.path}", secret, ask.body(model), timeout, ctx, headers)
         latency = (time.monotonic() - start) * 1000
     except OSError as exc:
         problem = tls_problem(exc, endpoint_base, ca_file)
         return Proof(host, endpoint, False, problem or f"gateway unreachable: {exc}")
-    if status != 200 or not answer.get("choices"):
+    if status != 200 or not isinstance(answer, dict) or not ask.answered(answer):
         message = answer.get("error", {}).get("message", "") if isinstance(answer, dict) else ""
-        return Proof(host, endpoint, False, f"chat completion through the gateway: {status} {message}")
-    return Proof(host, endpoint, True, f"chat via gateway in {latency:.0f} ms", latency)
+        return Proof(host, endpoint, False, f"{ask.failed} through the gateway: {status} {message}".rstrip())
+    return Proof(host, endpoint, True, f"{ask.done} via gateway in {latency:.0f} ms", latency)
 
 
 def gateway_base(inv: Inventory, address: str) -> str:
@@ -92,11 +153,24 @@ def ca_file(inv: Inventory) -> Path | None:
 
 
 def prove(inv: Inventory, secret: str) -> list[Proof]:
+    """One proof per serving host: every model the host serves answered through its gateway
+    (the first failure stops the host's round). With several models, each part of the
+    detail names its model."""
     ca = ca_file(inv)
+    models = inv.served_models()
 
     def one(host) -> Proof:  # type: ignore[no-untyped-def]
-        return prove_host(gateway_base(inv, host.address), host.name, inv.model.served_name, secret,
-                          ca_file=ca)
+        base = gateway_base(inv, host.address)
+        mine = [m for m in models if host.name in m.hosts] or [models[0]]
+        proofs: list[Proof] = []
+        for m in mine:
+            proof = prove_host(base, host.name, m.served_name, secret, ca_file=ca, task=m.task)
+            if len(mine) > 1:
+                proof = replace(proof, detail=f"{m.served_name}: {proof.detail}")
+            proofs.append(proof)
+            if not proof.ok:
+                return proof
+        return Proof(host.name, proofs[0].endpoint, True, "; ".join(p.detail for p in proofs), proofs[0].latency_ms)
 
     serving = [h for h in inv.hosts if "serving" in h.groups]
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(serving)))) as pool:

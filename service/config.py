@@ -35,7 +35,7 @@ class EngineConfig(_Strict):
         pattern=r"^https?://[^/\s]+$", description="base URL, no path: http://host:port"
     )
     model: str = Field(min_length=1, description="served model name the engine answers to")
-    task: Literal["generate", "embed"] = "generate"
+    task: Literal["generate", "embed", "score"] = "generate"
     # Engines of one model in two stages run two revisions of it side by side (a gray release,
     # service/stages.py): the stages file splits the model's traffic between them.
     stage: str = Field(default="stable", pattern=r"^[a-z][a-z0-9-]{0,31}$")

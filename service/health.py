@@ -23,6 +23,8 @@ log = logging.getLogger("service.health")
 def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
     if engine.task == "embed":
         return "/v1/embeddings", {"model": engine.model, "input": "ping"}
+    if engine.task == "score":
+        return "/v1/rerank", {"model": engine.model, "query": "ping", "documents": ["ping"]}
     return "/v1/completions", {"model": engine.model, "prompt": "ping", "max_tokens": 1}
 
 

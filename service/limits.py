@@ -9,6 +9,7 @@ so every gateway of a deployment shares them.
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -128,6 +129,22 @@ def estimate_tokens(value: Any) -> int:
     if isinstance(value, dict):
         return estimate_tokens(value.get("text", "")) if value.get("type") == "text" else 64
     return 0
+
+
+def estimate_pair_tokens(queries: Sequence[Any], documents: Sequence[Any]) -> int:
+    """Tokens a score/rerank request feeds the engine: every pair holds its query and its
+    document, so one query against N documents counts the query N times (pairs are 1:N,
+    N:1 or N:N as vLLM forms them). Content parts ({"content": [...]}) count like chat parts."""
+
+    def one(value: Any) -> int:
+        if hasattr(value, "content"):  # a multi-modal input (schemas.MultiModalInput)
+            value = value.content
+        return estimate_tokens(value)
+
+    pairs = max(len(queries), len(documents))
+    q = sum(one(v) for v in queries) * (pairs if len(queries) == 1 else 1)
+    d = sum(one(v) for v in documents) * (pairs if len(documents) == 1 else 1)
+    return q + d
 
 
 def estimate_chat_tokens(messages: list[ChatMessage]) -> int:

@@ -1,4 +1,6 @@
-"""The OpenAI-compatible API: /v1/models (a FastAPI route) and the three relayed POST routes.
+"""The OpenAI-compatible API: /v1/models (a FastAPI route) and the relayed POST routes, as
+vLLM serves them: chat completions and completions (generate models), embeddings (embed
+models), rerank and score (score models: cross-encoders).
 
 The POST routes are served by `OpenAIRoutes`, an ASGI layer in front of FastAPI's router:
 on every request they are the hot path, and FastAPI's routing, dependency solving and
@@ -16,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.accesslog import RequestInfo
 from service.auth import ApiKey, KeyDep
 from service.errors import ERROR_RESPONSES, GatewayError, invalid_request, send_error
-from service.limits import estimate_chat_tokens, estimate_tokens, reserve_or_raise
+from service.limits import estimate_chat_tokens, estimate_pair_tokens, estimate_tokens, reserve_or_raise
 from service.proxy import ProxyCall
 from service.schemas import (
     ChatCompletionRequest,
@@ -24,6 +26,9 @@ from service.schemas import (
     EmbeddingRequest,
     ModelCard,
     ModelList,
+    RerankRequest,
+    ScoreRequest,
+    ScoringRequest,
     StreamOptions,
 )
 from service.state import Gateway
@@ -39,11 +44,23 @@ async def list_models(request: Request, key: KeyDep) -> ModelList:
     )
 
 
-ApiBody = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+ApiBody = ChatCompletionRequest | CompletionRequest | EmbeddingRequest | RerankRequest | ScoreRequest
 ROUTES: dict[str, type[ApiBody]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
     "/v1/embeddings": EmbeddingRequest,
+    "/v1/rerank": RerankRequest,
+    "/v1/score": ScoreRequest,
+}
+# The engine tasks (EngineConfig.task) that answer each route, as vLLM serves them: another
+# task's engine would answer with its own 404/400/500, so the gateway refuses it first and says
+# why. vLLM scores with an embedding model too (cosine of the two embeddings).
+ROUTE_TASKS: dict[str, frozenset[str]] = {
+    "/v1/chat/completions": frozenset({"generate"}),
+    "/v1/completions": frozenset({"generate"}),
+    "/v1/embeddings": frozenset({"embed"}),
+    "/v1/rerank": frozenset({"score", "embed"}),
+    "/v1/score": frozenset({"score", "embed"}),
 }
 
 
@@ -101,6 +118,17 @@ class OpenAIRoutes:
         if model not in gw.router.by_model or not key.allows(model):
             raise GatewayError(404, f"The model '{model}' does not exist.", code="model_not_found")
         info.model = model
+        path = scope["path"]
+        tasks = {e.task for e in gw.router.by_model[model]}
+        if not tasks & ROUTE_TASKS[path]:
+            task = "/".join(sorted(tasks))
+            served = ", ".join(p for p, t in ROUTE_TASKS.items() if t & tasks) or "no route"
+            raise GatewayError(
+                400,
+                f"The model '{model}' is a {task} model: {path} is not served for it (use {served}).",
+                code="model_task_mismatch",
+                param="model",
+            )
         if not gw.router.any_ready(model):
             raise GatewayError(
                 503,
@@ -120,6 +148,8 @@ class OpenAIRoutes:
             batch = len(body.prompt) if isinstance(body.prompt, list) and body.prompt and not isinstance(
                 body.prompt[0], int) else 1
             choices = body.n * batch
+        elif isinstance(body, ScoringRequest):
+            prompt_tokens, asked = estimate_pair_tokens(*body.pairs()), 0
         else:
             prompt_tokens, asked = estimate_tokens(body.input), 0
         # The quota first: a request it refuses takes nothing from the rate limits. It may cap
@@ -136,20 +166,30 @@ class OpenAIRoutes:
             raise
         raw, strip_usage = _with_usage(body, raw, info)
         if gw.settings.log_prompts:
-            field: str = next(
-                f for f in ("messages", "prompt", "input") if f in type(body).model_fields
-            )
-            info.prompt = body.model_dump(include={field})[field]
+            info.prompt = _prompt(body)
         session = _header(scope, self.session_header) if self.session_header else None
         return ProxyCall(
             gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session, ticket
         )
 
 
+def _prompt(body: ApiBody) -> Any:
+    """What the access log records as the prompt (log_prompts): the request's input fields."""
+    if isinstance(body, ScoringRequest):
+        first, second = body.pairs()
+        return {"queries": [_plain(q) for q in first], "documents": [_plain(d) for d in second]}
+    field: str = next(f for f in ("messages", "prompt", "input") if f in type(body).model_fields)
+    return body.model_dump(include={field})[field]
+
+
+def _plain(value: Any) -> Any:
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
 def _capped(body: ApiBody, raw: bytes, cap: int) -> bytes:
     """The request with its completion limit set to `cap`: the field the client used
     (max_completion_tokens or max_tokens), or max_tokens when it set none."""
-    if isinstance(body, EmbeddingRequest):
+    if isinstance(body, (EmbeddingRequest, ScoringRequest)):
         return raw  # no completion to cap
     if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
         body.max_completion_tokens = cap
@@ -164,7 +204,7 @@ def _with_usage(body: ApiBody, raw: bytes, info: RequestInfo) -> tuple[bytes, bo
 
     A stream is accounted from its final usage event, so the engine is always asked for one;
     if the client did not ask, the gateway drops it on the way back."""
-    if isinstance(body, EmbeddingRequest) or not body.stream:
+    if isinstance(body, (EmbeddingRequest, ScoringRequest)) or not body.stream:
         return raw, False
     info.stream = True
     if "stream_options" not in body.model_fields_set:
