@@ -23,6 +23,7 @@ def _register() -> None:
         gpu,
         keys,
         lab,
+        release,
         status,
         terraform,
         tls,

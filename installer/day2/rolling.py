@@ -113,12 +113,21 @@ def _configure_monitoring(
 def _configure(
     rev: Revision, hosts: list[Host], log: RunLog, label: str, on_task: TaskEvent
 ) -> PlaybookResult:
-    inv, man = rev.inventory(), rev.manifest()
+    return run_site(plan.build(rev.inventory()), rev, hosts, log, label, on_task)
+
+
+def run_site(
+    deployment_plan: plan.DeploymentPlan, rev: Revision, hosts: list[Host], log: RunLog, label: str,
+    on_task: TaskEvent,
+) -> PlaybookResult:
+    """site.yml for `deployment_plan` with the revision's bundle, playbooks and release record,
+    limited to `hosts`, as a day-2 play (the gate checks the gateways: gate.PLAY_VARS). A gray
+    release passes the plan with its canary engines (installer/release/)."""
+    man = rev.manifest()
     keys_json = keys.render_hosts_file(keys.load())  # the keys of today, whatever the revision
     run_dir = log.dir / label
-    deployment_plan = plan.build(inv)
     if deployment_plan.redis is not None:
-        redis_auth.ensure_password(inv.deployment)  # the roles read it with a file lookup
+        redis_auth.ensure_password(deployment_plan.inventory.deployment)  # the roles read it with a file lookup
     inv_dir = render.write(deployment_plan, man, run_dir, keys_json, extra_vars=rev.host_vars())
     return run_playbook(
         "site.yml", inv_dir, run_dir / "ansible", on_task=on_task,

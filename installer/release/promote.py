@@ -1,0 +1,99 @@
+"""`installer release promote`: the canary's next step. At 100% its callers are all on the
+canary, and stable is retired behind it:
+  1. the model's stable engines are drained everywhere (they have no callers left but the
+     stage header's), reconfigured to the canary's spec, and each proven alone through its
+     host's gateway with `X-Release-Stage: stable`;
+  2. they are re-admitted and take the model back (the stages file without it: 100% stable);
+  3. the canary engines are drained until idle, then every host is configured as the
+     inventory's own revision, which has no canary (its units and weights folder go).
+The deployment then equals `installer up` of the inventory, recorded as that revision.
+"""
+
+from pathlib import Path
+
+from installer import keys, plan, revisions
+from installer.day2 import drain, gate, rolling
+from installer.errors import AnsibleError
+from installer.inventory import load_inventory
+from installer.prepare import Reporter
+from installer.release import gate as release_gate
+from installer.release import spec, stages, state
+from installer.release.outcome import Outcome
+from installer.release.spec import Sides
+from installer.release.start import split_of
+from installer.runlog import RunLog
+
+
+def _names(by_host: dict[str, list[str]]) -> list[str]:
+    return sorted(n for names in by_host.values() for n in names)
+
+
+def retire_stable(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float) -> None:
+    deployment, model = s.stable.deployment, s.release.model
+    target_inv = s.target_inv
+    target = revisions.next_revision(target_inv, s.canary.manifest(), Path(s.canary.bundle_root),
+                                     s.canary.playbooks_dir)
+    hosts = list(target_inv.hosts)
+    both = s.with_canary(target_inv)  # stable engines with the canary's spec, canaries still beside them
+    stable_names = _names(spec.engines_of(both, model, "stable"))
+    with out.step(reporter, "drain stable", ", ".join(stable_names)) as row:
+        # A promote run again after a failure below: the canary takes the model back first.
+        stages.write(target_inv, split_of(s.release, s))
+        drain.set_drained(target_inv, stable_names)
+        waited = drain.wait_idle(target_inv, stable_names, drain_timeout_s)
+        row[3] = f"{', '.join(stable_names)}: idle after {waited:.1f} s"
+    with out.step(reporter, "configure stable", f"the canary's spec, revision {target.number}"):
+        problems = gate.play_problems(rolling.run_site(both, target, hosts, out.log, "retire", reporter.task), hosts)
+        if not problems:
+            problems = release_gate.prove_stage(target_inv, spec.engines_of(both, model, "stable"), "stable",
+                                                s.release.served_name, keys.ensure_probe_key(),
+                                                drained_after=stable_names)
+        if problems:
+            raise AnsibleError(
+                "the stable engines did not pass with the canary's spec; the canary keeps serving 100%, "
+                "stable stays drained",
+                [*(f"{h}: {p}" for h, p in problems.items()),
+                 "fix the host and run `installer release promote` again, or `installer release abort`"],
+            )
+    with out.step(reporter, "stable takes over", f"{s.release.served_name}: 100% stable"):
+        drain.set_drained(target_inv, [])
+        stages.write(target_inv, {})
+    canaries = _names(spec.engines_of(both, model, "canary"))
+    with out.step(reporter, "retire canary", ", ".join(canaries)) as row:
+        drain.set_drained(target_inv, canaries)
+        waited = drain.wait_idle(target_inv, canaries, drain_timeout_s)
+        pb = rolling.run_site(plan.build(target_inv), target, hosts, out.log, "retire-canary", reporter.task)
+        problems = gate.play_problems(pb, hosts)
+        if problems:
+            raise AnsibleError("the canary engines could not be removed (stable serves everything)",
+                               [*(f"{h}: {p}" for h, p in problems.items()),
+                                "fix the host and run `installer release promote` again"])
+        drain.set_drained(target_inv, [])
+        row[3] = f"idle after {waited:.1f} s; units removed"
+    revisions.record(deployment, target, {h.name: True for h in hosts}, out.log, command="release promote")
+    state.clear(deployment)
+    out.weight, out.ended = None, "promoted"
+
+
+def promote_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float) -> None:
+    """The next step; at 100% (now or already), stable retired behind the canary."""
+    release = s.release
+    if release.next_weight is not None:
+        release = release.advanced()
+        with out.step(reporter, "next step", f"canary takes {release.weight}% of {release.served_name}"):
+            stages.write(s.stable_inv, split_of(release, s))
+            state.save(s.stable.deployment, release)
+        out.weight = release.weight
+    if release.weight == 100:
+        retire_stable(spec.sides(s.stable.deployment, release), out, reporter, drain_timeout_s)
+
+
+def promote(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:
+    deployment = load_inventory(inventory_path).deployment
+    release = state.require(deployment, model)
+    out = Outcome("promote", model, RunLog("release-promote", deployment))
+    try:
+        promote_release(spec.sides(deployment, release), out, reporter, drain_timeout_s)
+    finally:
+        out.log.write_summary(out.summary())
+    return out

@@ -1,0 +1,50 @@
+"""`installer release status`: the release under way, its two stages with their share, engines
+and SLO figures (counted by the gateways since they started: one scrape, no waiting), and what
+the decision rule would say of them."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from installer.inventory import load_inventory
+from installer.release import metrics, scrape, spec, state
+from installer.release.decide import Decision, decide
+from installer.release.state import Release
+
+
+@dataclass
+class ReleaseStatus:
+    release: Release | None
+    rows: list[list[str]] = field(default_factory=list)  # stage, share, revision, engines, figures...
+    decision: Decision | None = None
+    problems: dict[str, str] = field(default_factory=dict)  # gateways that did not answer
+
+
+COLUMNS = ["stage", "share", "revision", "engines", "requests", "error ratio", "TTFT p99", "e2e p95"]
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f} ms"
+
+
+def status(inventory_path: Path, model: str | None = None) -> ReleaseStatus:
+    deployment = load_inventory(inventory_path).deployment
+    release = state.current(deployment) if model is None else state.require(deployment, model)
+    if release is None:
+        return ReleaseStatus(None)
+    s = spec.sides(deployment, release)
+    got = scrape.scrape(s.stable_inv, 0)
+    since_start = metrics.window({g: {} for g in got.gateways}, got.gateways)
+    dp = s.with_canary()
+    out = ReleaseStatus(release, problems=got.problems)
+    figures = {}
+    for stage, share, rev in (("stable", 100 - release.weight, s.stable.number),
+                              ("canary", release.weight, s.canary.number)):
+        f = figures[stage] = metrics.figures(since_start, release.served_name, stage)
+        engines = ", ".join(n for names in spec.engines_of(dp, release.model, stage).values() for n in names)
+        ratio = "-" if f.error_ratio is None else f"{f.error_ratio * 100:.1f}%"
+        out.rows.append([stage, f"{share}%", str(rev), engines or "-", str(f.requests), ratio,
+                         _ms(f.ttft_p99_s), _ms(f.e2e_p95_s)])
+    settings = s.canary_spec().release
+    out.decision = decide(figures["stable"], figures["canary"], settings.slo,
+                          auto_promote=settings.auto_promote, step_hold_s=settings.step_hold_s)
+    return out

@@ -1,0 +1,90 @@
+"""What a release moves between: the stable spec of a model (the revision the hosts run) and the
+canary spec (the inventory file's entry), and the plans built from them (plan.build's canaries)."""
+
+from dataclasses import dataclass
+
+from installer import plan, revisions
+from installer.inventory import Host, Inventory, ServedModel
+from installer.plan import DeploymentPlan
+from installer.release.state import Release, ReleaseError
+from installer.revisions import Revision
+
+
+def served(inv: Inventory, model: str, where: str) -> ServedModel:
+    """The model entry `model` of `inv`; `where` says which inventory, for the error."""
+    found = {m.name: m for m in inv.served_models()}
+    if model not in found:
+        raise ReleaseError(
+            f"{where} has no model named {model}",
+            [f"its models: {', '.join(found)}" if found else "it has no model",
+             "--model takes the `name` of a `models:` entry (`main` for a single `model:`)"],
+        )
+    return found[model]
+
+
+def stable_revision(deployment: str) -> Revision:
+    """The revision every host runs now: what the canary runs beside, and what abort returns to."""
+    running = set(revisions.host_revisions(deployment).values())
+    if not running:
+        raise ReleaseError(f"deployment {deployment} has no installed revision on record",
+                           ["install it first with `installer up -i INVENTORY`"])
+    if len(running) > 1:
+        raise ReleaseError(
+            f"the hosts of {deployment} run different revisions ({', '.join(map(str, sorted(running)))})",
+            ["finish the upgrade or rollback first (`installer releases -i INVENTORY` shows who runs what)"],
+        )
+    return revisions.get(deployment, running.pop())
+
+
+def same_spec(a: ServedModel, b: ServedModel) -> bool:
+    return (a.model, a.task, a.engine, a.hosts) == (b.model, b.task, b.engine, b.hosts)
+
+
+@dataclass(frozen=True)
+class Sides:
+    """A release's two revisions, read back from the state."""
+
+    release: Release
+    stable: Revision
+    canary: Revision  # its inventory is the one the release moves to
+
+    @property
+    def stable_inv(self) -> Inventory:
+        return self.stable.inventory()
+
+    @property
+    def target_inv(self) -> Inventory:
+        return self.canary.inventory()
+
+    def canary_spec(self) -> ServedModel:
+        return served(self.target_inv, self.release.model, f"revision {self.canary.number}")
+
+    def hosts(self) -> list[Host]:
+        """The serving hosts that run the model (stable's or the canary's)."""
+        inv = self.stable_inv
+        names = set(served(inv, self.release.model, f"revision {self.stable.number}").hosts)
+        names |= set(self.canary_spec().hosts)
+        return [h for h in inv.hosts if h.name in names]
+
+    def with_canary(self, base: Inventory | None = None) -> DeploymentPlan:
+        """`base` (default stable) with the canary's engines beside the model's own."""
+        return plan.build(base or self.stable_inv, {self.release.model: self.canary_spec()})
+
+
+def sides(deployment: str, release: Release) -> Sides:
+    return Sides(release, revisions.get(deployment, release.stable), revisions.get(deployment, release.canary))
+
+
+def engines_of(dp: DeploymentPlan, model: str, stage: str) -> dict[str, list[str]]:
+    """Engine names of `model` in `stage`, by host."""
+    out: dict[str, list[str]] = {}
+    for hp in dp.hosts:
+        names = [n for n, e in zip(hp.engine_names, hp.engines, strict=True)
+                 if e.model_key == model and e.stage == stage]
+        if names:
+            out[hp.name] = names
+    return out
+
+
+def every_engine(dp: DeploymentPlan) -> list[str]:
+    return sorted(n for hp in dp.serving() for n in hp.engine_names)

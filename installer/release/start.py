@@ -1,0 +1,117 @@
+"""`installer release start`: the inventory file's entry of one model starts beside the stable
+one (the revision every host runs), is proven through each of its hosts' gateways with the stage
+header, and takes the first step's share of the model's callers.
+
+Everything `up` checks first is checked (prepare: inventory, bundle, preflight, push): the
+canary's weights travel in the bundle. The release is recorded before any host changes, so a
+run that stops halfway is finished with `installer release abort`; a canary that fails its play
+or its gate is aborted here.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+from installer import keys, prepare, revisions
+from installer.day2 import gate, rolling
+from installer.errors import InstallerError
+from installer.inventory import ServedModel, load_inventory
+from installer.prepare import Reporter
+from installer.release import gate as release_gate
+from installer.release import spec, stages, state
+from installer.release.abort import abort_release
+from installer.release.outcome import Outcome
+from installer.release.state import Release, ReleaseError
+from installer.runlog import RunLog
+
+
+def split_of(release: Release, s: spec.Sides) -> dict[str, stages.Split]:
+    settings = s.canary_spec().release
+    return {release.served_name: stages.Split(release.weight, settings.sticky,
+                                              settings.slo.canary_first_byte_timeout_s)}
+
+
+def check_startable(inventory_path: Path, model: str) -> tuple[Release, ServedModel]:
+    """Everything start refuses before any host is touched: a release under way, an unknown
+    model, hosts on different revisions, nothing changed, another served name."""
+    inv = load_inventory(inventory_path)
+    state.refuse_second(inv.deployment, model)
+    canary = spec.served(inv, model, str(inventory_path))
+    stable = spec.stable_revision(inv.deployment)
+    before = spec.served(stable.inventory(), model, f"revision {stable.number} (what the hosts run)")
+    if spec.same_spec(before, canary):
+        raise ReleaseError(
+            f"model {model} in {inventory_path} is what revision {stable.number} already runs: nothing to release",
+            ["change its `path` (new weights) or its `engine` settings, then start the release"],
+        )
+    if before.served_name != canary.served_name:
+        raise ReleaseError(
+            f"model {model} is served as {before.served_name!r}, the inventory says {canary.served_name!r}: "
+            "callers of a release keep asking for one name",
+            ["keep served_name for the release; a new name is a new model (`installer up`)"],
+        )
+    return Release(model, canary.served_name, stable.number, 0, tuple(canary.release.steps)), canary
+
+
+def start(
+    inventory_path: Path,
+    reporter: Reporter,
+    *,
+    model: str,
+    bundle_path: Path | None = None,
+    trusted_keys: tuple[Path, ...] = (),
+    insecure: bool = False,
+    drain_timeout_s: float = 120,
+    on_runlog: Callable[[RunLog], None] = lambda _l: None,
+) -> Outcome:
+    release, _ = check_startable(inventory_path, model)
+    p = prepare.prepare(inventory_path, reporter, command="release-start", bundle_path=bundle_path,
+                        trusted_keys=trusted_keys, insecure=insecure, on_runlog=on_runlog)
+    deployment = p.inv.deployment
+    stable = revisions.get(deployment, release.stable)
+    if p.manifest.release_id != stable.release_id:
+        raise ReleaseError(
+            f"the bundle carries release {p.manifest.release_id}, the hosts run {stable.release_id}: new "
+            "engine or gateway code is an upgrade, not a gray release of a model",
+            ["`installer upgrade` first, or start the release with the hosts' bundle (--bundle)"],
+        )
+    canary = revisions.next_revision(p.inv, p.manifest, p.root, p.playbooks_dir, canary=model,
+                                     canary_over=stable.number)
+    release = Release(model, release.served_name, stable.number, canary.number, release.steps)
+    state.save(deployment, release)  # before any host changes: abort can always finish it
+    s = spec.sides(deployment, release)
+    out = Outcome("start", model, p.log)
+    try:
+        _start(p, s, out, reporter, drain_timeout_s)
+    finally:
+        out.log.write_summary(out.summary())
+    return out
+
+
+def _start(p: prepare.Prepared, s: spec.Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float) -> None:
+    release, canary, stable = s.release, s.canary, s.stable
+    deployment, model = stable.deployment, release.model
+    inv = s.stable_inv
+    hosts = list(inv.hosts)  # every gateway routes to the canary engines, so every host is configured
+    try:
+        dp = s.with_canary()
+        canaries = spec.engines_of(dp, model, "canary")
+        with out.step(reporter, "configure canary", f"revision {canary.number} beside {stable.number}"):
+            problems = gate.play_problems(rolling.run_site(dp, canary, hosts, p.log, "start", reporter.task), hosts)
+            if problems:
+                raise ReleaseError("the canary could not be configured",
+                                   [f"{h}: {why}" for h, why in problems.items()])
+        with out.step(reporter, "gate canary", ", ".join(n for ns in canaries.values() for n in ns)):
+            problems = release_gate.prove_stage(inv, canaries, "canary", release.served_name,
+                                                keys.ensure_probe_key())
+            if problems:
+                raise ReleaseError("the canary failed its gate", [f"{h}: {why}" for h, why in problems.items()])
+    except InstallerError as exc:
+        reporter.note(f"[bold red]{exc}[/]: aborting the release")
+        abort_release(s, out, reporter, drain_timeout_s, f"start failed: {exc}")
+        raise ReleaseError(f"{exc}; the release was aborted (stable serves everything)", exc.details) from exc
+    revisions.record(deployment, canary, {h.name: True for h in hosts}, p.log, command="release start")
+    release = release.advanced()
+    with out.step(reporter, "first step", f"canary takes {release.weight}% of {release.served_name}"):
+        stages.write(inv, split_of(release, s))
+        state.save(deployment, release)
+    out.weight = release.weight

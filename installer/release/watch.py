@@ -1,0 +1,102 @@
+"""`installer release watch`: every gateway's /metrics polled, a sliding window of the SLO's
+length kept, and the decision rule (decide.py) run on each poll. Rollback aborts the release;
+advance (auto_promote, a step held step_hold_s with healthy figures) promotes. Every decision,
+with both stages' figures, is printed and written to the run log."""
+
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from installer.inventory import ReleaseSettings, load_inventory
+from installer.prepare import Reporter
+from installer.release import metrics, scrape, spec, state
+from installer.release.abort import abort_release
+from installer.release.decide import Decision, decide
+from installer.release.outcome import Outcome
+from installer.release.promote import promote_release
+from installer.release.scrape import Scrape
+from installer.runlog import RunLog
+
+
+def window_start(scrapes: "deque[Scrape]", now: float, window_s: float) -> Scrape:
+    """The newest scrape at least `window_s` old (the oldest while the window fills); older ones
+    are dropped."""
+    while len(scrapes) > 1 and scrapes[1].at <= now - window_s:
+        scrapes.popleft()
+    return scrapes[0]
+
+
+def judge(start: Scrape, end: Scrape, served_name: str, settings: ReleaseSettings, held_s: float) -> Decision:
+    w = metrics.window(start.gateways, end.gateways)
+    return decide(metrics.figures(w, served_name, "stable"), metrics.figures(w, served_name, "canary"),
+                  settings.slo, held_s=held_s, auto_promote=settings.auto_promote,
+                  step_hold_s=settings.step_hold_s)
+
+
+def watch(
+    deployment: str,
+    model: str,
+    out: Outcome,
+    reporter: Reporter,
+    *,
+    poll_s: float = 5,
+    for_s: float | None = None,
+    act: bool = True,
+    drain_timeout_s: float = 120,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Until the release ends (rollback, or promoted through its last step), or `for_s` passed.
+    `act=False` only reports what it would do."""
+    began = clock()
+    scrapes: deque[Scrape] = deque()
+    step = None
+    while True:
+        release = state.current(deployment)
+        if release is None or release.model != model:
+            out.log.log("the release ended (another command finished it)")
+            return
+        s = spec.sides(deployment, release)
+        settings = s.canary_spec().release
+        if release.step != step:  # a new step is a new window
+            scrapes.clear()
+            step = release.step
+        now = clock()
+        got = scrape.scrape(s.stable_inv, now)
+        for host, problem in got.problems.items():
+            reporter.note(f"[yellow]{host}: {problem}[/] (left out of the window)")
+            out.log.log(f"scrape {host}: {problem}")
+        scrapes.append(got)
+        start = window_start(scrapes, now, settings.slo.window_s)
+        if start is not got:
+            d = judge(start, got, release.served_name, settings, now - release.step_since)
+            out.decisions.append(d)
+            text = f"[{got.at - start.at:.0f} s window, canary at {release.weight}%] {d.describe()}"
+            reporter.note(text)
+            out.log.log(f"decision {text}")
+            if act and d.action == "rollback":
+                abort_release(s, out, reporter, drain_timeout_s, "rollback: " + "; ".join(d.reasons))
+                return
+            if act and d.action == "advance":
+                promote_release(s, out, reporter, drain_timeout_s)
+                if out.ended:
+                    return
+        if for_s is not None and clock() - began >= for_s:
+            out.weight = release.weight
+            return
+        sleep(poll_s)
+
+
+def run(
+    inventory_path: Path, reporter: Reporter, *, model: str, poll_s: float = 5, for_s: float | None = None,
+    act: bool = True, drain_timeout_s: float = 120,
+) -> Outcome:
+    deployment = load_inventory(inventory_path).deployment
+    state.require(deployment, model)
+    out = Outcome("watch", model, RunLog("release-watch", deployment))
+    try:
+        watch(deployment, model, out, reporter, poll_s=poll_s, for_s=for_s, act=act, drain_timeout_s=drain_timeout_s)
+    finally:
+        out.log.write_summary(out.summary())
+    return out

@@ -1,0 +1,133 @@
+"""The release commands' refusals (before any host is touched) and the watch loop's decisions on
+recorded scrapes: a canary that turns bad is aborted with its figures in the run log."""
+
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from installer import revisions
+from installer.cli import _register, app
+from installer.inventory import load_inventory
+from installer.release import metrics, scrape, state, watch
+from installer.release.outcome import Outcome
+from installer.release.scrape import Scrape
+from installer.release.state import Release, ReleaseError
+from installer.runlog import RunLog
+from tests.support.revisions import anchored_site, known_revision
+
+runner = CliRunner()
+_register()
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with anchored_site(tmp_path, monkeypatch, tmp_path / "cwd") as path:
+        yield path
+
+
+def _installed(site: Path) -> revisions.Revision:
+    rev = known_revision(site)
+    revisions.record("demo", rev, {"a": True, "b": True}, RunLog("up", "demo"))
+    return rev
+
+
+def _error(args: list[str]) -> str:
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, ReleaseError), result.output
+    return " ".join([str(result.exception), *result.exception.details])
+
+
+def test_promote_abort_watch_need_a_release(site: Path) -> None:
+    _installed(site)
+    for command in ("promote", "abort", "watch"):
+        text = _error(["release", command, "-i", str(site), "--model", "main"])
+        assert "no gray release is in progress on deployment demo" in text
+        assert "installer release start -i INVENTORY --model main" in text
+
+
+def test_start_refuses_an_unknown_model_and_an_unchanged_one(site: Path) -> None:
+    _installed(site)
+    text = _error(["release", "start", "-i", str(site), "--model", "chat"])
+    assert f"{site} has no model named chat" in text and "its models: main" in text
+    text = _error(["release", "start", "-i", str(site), "--model", "main"])
+    assert "is what revision 1 already runs: nothing to release" in text
+
+
+def test_start_refuses_before_install_and_over_a_release(site: Path) -> None:
+    assert "has no installed revision on record" in _error(["release", "start", "-i", str(site), "-m", "main"])
+    rev = _installed(site)
+    state.save("demo", Release("main", "tiny", rev.number, rev.number + 1, (20, 100)))
+    text = _error(["release", "start", "-i", str(site), "-m", "main"])
+    assert "a gray release of model main is already in progress" in text
+
+
+def test_start_refuses_a_new_served_name(site: Path) -> None:
+    _installed(site)
+    site.write_text(site.read_text().replace("served_name: tiny", "served_name: tiny-2"))
+    text = _error(["release", "start", "-i", str(site), "-m", "main"])
+    assert "is served as 'tiny', the inventory says 'tiny-2'" in text
+
+
+def test_window_slides_and_keeps_its_start() -> None:
+    scrapes = deque(Scrape(t, {}) for t in (0, 5, 10, 15, 20))
+    assert watch.window_start(scrapes, now=20, window_s=10).at == 10
+    assert [s.at for s in scrapes] == [10, 15, 20]
+    assert watch.window_start(deque([Scrape(0, {}), Scrape(3, {})]), now=3, window_s=10).at == 0
+
+
+def _recorded(name: str, when: str) -> dict[str, metrics.Samples]:
+    return {gw: metrics.parse((DATA / f"{name}-{when}-{gw}.txt").read_text()) for gw in ("gw1", "gw2")}
+
+
+def test_watch_rolls_back_a_bad_canary_and_logs_the_figures(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stable = _installed(site)
+    inv = load_inventory(site)
+    canary = revisions.next_revision(inv, stable.manifest(), site.parent, site.parent / "playbooks",
+                                     canary="main", canary_over=stable.number)
+    state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 100), step=0,
+                               step_since=0))
+    # Two scrapes of the gateways a window apart: the canary failed a tenth of its requests.
+    rounds = iter([Scrape(0, _recorded("errors", "before")), Scrape(60, _recorded("errors", "after"))])
+    monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(rounds))
+    aborted: list[str] = []
+    monkeypatch.setattr(watch, "abort_release", lambda s, out, reporter, t, why: aborted.append(why))
+    clock = iter([0.0, 0.0, 0.0, 60.0])
+
+    class Quiet:
+        def note(self, text: str) -> None:
+            pass
+
+    out = Outcome("watch", "main", RunLog("release-watch", "demo"))
+    watch.watch("demo", "main", out, Quiet(), clock=lambda: next(clock), sleep=lambda s: None)  # type: ignore[arg-type]
+    assert len(aborted) == 1 and aborted[0].startswith("rollback: canary error ratio 10.0% > stable's 0.0%")
+    assert [d.action for d in out.decisions] == ["rollback"]
+    logged = (out.run_dir / "installer.log").read_text()
+    assert "[60 s window, canary at 20%] rollback" in logged
+    assert "canary: 100 req, errors 10" in logged and "stable: 400 req, errors 0" in logged
+
+
+def test_status_shows_both_stages_with_share_engines_and_figures(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from installer.release import report
+
+    stable = _installed(site)
+    site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 4}"))
+    canary = revisions.next_revision(load_inventory(site), stable.manifest(), site.parent, site.parent / "playbooks",
+                                     canary="main", canary_over=stable.number)
+    state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 50, 100), step=1))
+    answered = Scrape(0, _recorded("slow", "after"), {"b": "gateway unreachable"})
+    monkeypatch.setattr(scrape, "scrape", lambda inv, at: answered)
+    got = report.status(site)
+    rows = {r[0]: r for r in got.rows}
+    assert rows["stable"][:3] == ["stable", "50%", str(stable.number)]
+    assert rows["canary"][:3] == ["canary", "50%", str(canary.number)]
+    assert rows["canary"][3] == "a-canary, b-canary"
+    assert rows["stable"][3] == "a, b"
+    assert rows["canary"][4] == "220"  # every canary attempt both gateways counted since they started
+    assert got.problems == {"b": "gateway unreachable"}
+    assert got.decision is not None and got.decision.action == "rollback"
