@@ -9,6 +9,7 @@ fails if one of them is still running after the join deadline.
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ class Load:
     # The key's rpm applies per gateway: the client stays well under it, so that a 429 never
     # stands in for an answer the gateway failed to give.
     max_rps: float = 25.0
+    # Headers per request by turn (a gray release's test spreads requests over many keys).
+    headers: Callable[[int], dict[str, str]] | None = None
     ok: int = 0
     ok_streams: int = 0
     ok_whole: int = 0
@@ -58,6 +61,7 @@ class Load:
         if not stream:
             check_whole(client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=MAX_TOKENS, extra_body=extra,
+                extra_headers=self.headers(turn) if self.headers else None,
             ), MAX_TOKENS)
             return
         with self._lock:
@@ -67,6 +71,7 @@ class Load:
             check_stream(client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=MAX_TOKENS, extra_body=extra,
                 stream=True, stream_options={"include_usage": True},
+                extra_headers=self.headers(turn) if self.headers else None,
             ), MAX_TOKENS)
         finally:
             with self._lock:

