@@ -7,10 +7,18 @@ comment, key order) — it is the first inventory a newcomer sees.
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from installer.lab import state
 
+if TYPE_CHECKING:
+    from installer.modelmaker import Kind
+
 MODEL_SERVED_NAME = "tiny-llama"
+# The retrieval models beside the chat model (installer/modelmaker.py kinds), as in the lab's
+# inventory: the embedding model on the first host, the reranker on the second.
+EMBED_SERVED_NAME = "tiny-embed"
+RERANK_SERVED_NAME = "tiny-rerank"
 _PLAIN_SCALAR = re.compile(r"[A-Za-z0-9_./@+-]+")
 
 
@@ -25,8 +33,12 @@ def render(
     private_key: Path,
     known_hosts: Path,
     model_path: Path,
+    embed_path: Path | None = None,
+    rerank_path: Path | None = None,
 ) -> str:
-    """The inventory text; `hosts` are (name, address, target), each host's target declared."""
+    """The inventory text; `hosts` are (name, address, target), each host's target declared.
+    With `embed_path` and `rerank_path`, a `models:` list: the chat model on every host, the
+    embedding model on the first host, the reranker on the second (the first if only one)."""
     count = f"{len(hosts)} host" + ("" if len(hosts) == 1 else "s")
     lines = [
         f'# written by `installer lab up` — lab "{name}", {count}',
@@ -40,10 +52,29 @@ def render(
     ]
     for host_name, address, target in hosts:
         lines += [f"  - name: {host_name}", f"    address: {address}", f"    target: {target}"]
+    if embed_path is None or rerank_path is None:
+        lines += ["model:", f"  path: {_scalar(str(model_path))}", f"  served_name: {MODEL_SERVED_NAME}"]
+    else:
+        first, second = hosts[0][0], hosts[1 % len(hosts)][0]
+        lines += [
+            "models:",
+            "  # the first entry is the primary model: chat on every host",
+            "  - name: chat",
+            f"    served_name: {MODEL_SERVED_NAME}",
+            f"    path: {_scalar(str(model_path))}",
+            "  - name: embed",
+            f"    served_name: {EMBED_SERVED_NAME}",
+            f"    path: {_scalar(str(embed_path))}",
+            "    task: embed",
+            f"    hosts: [{first}]",
+            "  # a cross-encoder: /v1/rerank and /v1/score",
+            "  - name: rerank",
+            f"    served_name: {RERANK_SERVED_NAME}",
+            f"    path: {_scalar(str(rerank_path))}",
+            "    task: score",
+            f"    hosts: [{second}]",
+        ]
     lines += [
-        "model:",
-        f"  path: {_scalar(str(model_path))}",
-        f"  served_name: {MODEL_SERVED_NAME}",
         "engine:",
         "  device: cpu",
         "  max_model_len: 1024",
@@ -70,12 +101,15 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def ensure_model() -> Path:
-    """The lab's tiny model, made once (make_tiny_model leaves it complete or absent)."""
+def ensure_model(kind: "Kind" = "chat") -> Path:
+    """The lab's tiny model of `kind` (installer/modelmaker.py), made once (make_tiny_model
+    leaves it complete or absent)."""
     path = state.model_dir()
+    if kind != "chat":
+        path = path.with_name(f"tiny-{kind}")
     if not (path / "config.json").is_file():
         # Imported here: it pulls in numpy/tokenizers, which the rest of the lab never needs.
         from installer.modelmaker import make_tiny_model
 
-        make_tiny_model(path)
+        make_tiny_model(path, kind=kind)
     return path

@@ -74,3 +74,45 @@ def test_written_inventory_loads_even_with_awkward_paths(tmp_path: Path) -> None
     assert [inv.host_target(h) for h in inv.hosts] == ["debian-12", "debian-13"]
     assert inv.targets() == ["debian-12", "debian-13"]
     assert inv.engine.device == "cpu" and inv.engine.max_num_seqs == 8
+
+
+def test_with_retrieval_models_the_lab_serves_three(tmp_path: Path) -> None:
+    paths = {}
+    for kind in ("chat", "embed", "rerank"):
+        paths[kind] = tmp_path / kind
+        paths[kind].mkdir()
+        (paths[kind] / "config.json").write_text("{}")
+    (tmp_path / "id_ed25519").write_text("key")
+    (tmp_path / "known_hosts").write_text("")
+    text = inventory.render(
+        "lab",
+        [("lab1", "10.213.0.11", "debian-12"), ("lab2", "10.213.0.12", "debian-12")],
+        tmp_path / "id_ed25519",
+        tmp_path / "known_hosts",
+        paths["chat"],
+        paths["embed"],
+        paths["rerank"],
+    )
+    inv = load_inventory(inventory.write(tmp_path / "lab.yml", text))
+    served = {m.served_name: (m.task, m.hosts, m.model.path) for m in inv.served_models()}
+    assert served == {
+        "tiny-llama": ("generate", ("lab1", "lab2"), paths["chat"]),
+        "tiny-embed": ("embed", ("lab1",), paths["embed"]),
+        "tiny-rerank": ("score", ("lab2",), paths["rerank"]),
+    }
+    # the primary is still the chat model, for everything that knows one model
+    assert inv.model.served_name == "tiny-llama" and inv.engine.max_num_seqs == 8
+
+
+def test_a_one_host_lab_runs_the_reranker_on_its_host(tmp_path: Path) -> None:
+    for kind in ("chat", "embed", "rerank"):
+        (tmp_path / kind).mkdir()
+        (tmp_path / kind / "config.json").write_text("{}")
+    (tmp_path / "k").write_text("key")
+    (tmp_path / "h").write_text("")
+    text = inventory.render(
+        "ci", [("ci1", "10.0.0.11", "debian-12")], tmp_path / "k", tmp_path / "h",
+        tmp_path / "chat", tmp_path / "embed", tmp_path / "rerank",
+    )
+    inv = load_inventory(inventory.write(tmp_path / "lab.yml", text))
+    assert [m.hosts for m in inv.served_models()] == [("ci1",), ("ci1",), ("ci1",)]
