@@ -7,7 +7,9 @@ Layout of a bundle directory (and of the tar `bundle build -o` writes, in this o
     targets/<target>/  per OS release (layout.py): engine-wheels.txt and gateway-wheels.txt
                        (exact wheel sets, installed with --no-deps) and debs/ (.deb files with
                        their apt index, Packages and Release: a flat repository)
-    wheels/  tools/uv  model/  model.sha256
+    wheels/  tools/uv
+    model/  model.sha256  the primary model's weights and their sha256sum list
+    models/<folder>/  models/<folder>.sha256   every other served model's (weights.py)
     sbom.cdx.json      CycloneDX SBOM of the wheels, .debs, binaries and weights (sbom.py)
     playbooks/         the playbooks and roles that configure the hosts
 """
@@ -20,7 +22,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +43,7 @@ from installer.bundle import (
     project_wheel,
     sbom,
     sign,
+    weights,
     wheels,
 )
 from installer.bundle.manifest import (
@@ -58,6 +61,7 @@ from installer.bundle.manifest import (
 from installer.errors import BundleError
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
+from installer.inventory.models import ServedModel
 from installer.paths import PLAYBOOKS_DIR, cache_dir
 from installer.terraform import mirror as tf_mirror
 
@@ -65,7 +69,8 @@ Progress = Callable[[str], None]
 
 # Bumped when the bundle's layout changes, so a cached bundle of the old layout is not reused.
 # 3: one folder per target OS release (layout.py). 4: sbom.cdx.json (sbom.py).
-LAYOUT = 4
+# 5: every served model, the others under models/ (weights.py).
+LAYOUT = 5
 _CHUNK = 1 << 20
 
 
@@ -93,16 +98,6 @@ def _playbooks_fingerprint() -> str:
         digest.update(f"{p.relative_to(PLAYBOOKS_DIR).as_posix()}\0".encode())
         digest.update(hashlib.sha256(p.read_bytes()).digest())
     return digest.hexdigest()
-
-
-def _model_fingerprint(model_dir: Path) -> list[tuple[str, int, int]]:
-    # Size + mtime, not content: hashing hundreds of GB of weights for a cache lookup is too slow;
-    # the content hash is computed once, when the bundle is built.
-    return sorted(
-        (p.relative_to(model_dir).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
-        for p in model_dir.rglob("*")
-        if p.is_file()
-    )
 
 
 def gateway_requirements() -> list[str]:
@@ -135,7 +130,7 @@ def _packages_dir_input(inv: Inventory) -> dict[str, list[tuple[str, int, int]]]
     }
 
 
-def bundle_inputs(inv: Inventory) -> dict[str, object]:
+def bundle_inputs(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> dict[str, object]:
     return {
         "gateway": {"requirements": gateway_requirements(), "source": project_wheel.source_digest()},
         "installer": __version__,
@@ -148,7 +143,7 @@ def bundle_inputs(inv: Inventory) -> dict[str, object]:
         "packages_dirs": _packages_dir_input(inv),
         "gpu_debs": gpu_packages.bundle_input(inv),
         "monitoring_tarballs": monitoring_tarballs.bundle_input(inv),
-        "model": {"name": inv.model.served_name, "files": _model_fingerprint(inv.model.path)},
+        "models": weights.bundle_input(weights.carried(inv, canaries)),
         "playbooks": _playbooks_fingerprint(),
         "terraform": tf_mirror.bundle_input(inv),
     }
@@ -256,7 +251,9 @@ def _os_packages(inv: Inventory, t: os_targets.Target, root: Path) -> list[dict[
     return entries
 
 
-def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
+def _assemble(
+    inv: Inventory, root: Path, progress: Progress, canaries: Mapping[str, ServedModel] | None = None
+) -> Manifest:
     components: dict[str, object] = {}
     carried: dict[str, dict[str, object]] = {}
     packages: list[dict[str, str]] = []
@@ -322,34 +319,39 @@ def _assemble(inv: Inventory, root: Path, progress: Progress) -> Manifest:
         progress("terraform and its providers")
         components["terraform"] = tf_mirror.add_for_inventory(root, inv)
 
-    progress("model")
-    for src in sorted(p for p in inv.model.path.rglob("*") if p.is_file()):
-        _link_or_copy(src, root / "model" / src.relative_to(inv.model.path))
+    models = weights.carried(inv, canaries)
+    progress(f"models ({', '.join(c.folder for c in models)})")
+    for src, rel in weights.files_of(models):
+        _link_or_copy(src, root / rel)
 
     progress("checksums")
     files = scan(root)
     target = {"arch": "x86_64", "targets": ", ".join(inv.targets())}
     man = Manifest(target=target, components=components, packages=packages, files=files)
-    components["model"] = {
-        "name": inv.model.served_name,
-        "size": sum(f.size for f in files if f.path.startswith("model/")),
-    }
+    components.update(weights.components(models, files))
     progress("software bill of materials")
-    sbom.write(root, files, components, packages, inv.model.served_name)  # the scan below lists it
-    (root / "model.sha256").write_text(man.checksums_text(prefix="model/"))
+    sbom.write(  # the scan below lists it
+        root, files, components, packages, inv.model.served_name, groups=weights.sbom_groups(models)
+    )
+    weights.write_checksums(root, man, models)
     man.files = scan(root)
     (root / MANIFEST).write_text(man.to_json())
     (root / CHECKSUMS).write_text(man.checksums_text())
     return man
 
 
-def build(inv: Inventory, progress: Progress = lambda _msg: None) -> tuple[Path, Manifest, bool]:
+def build(
+    inv: Inventory, progress: Progress = lambda _msg: None, canaries: Mapping[str, ServedModel] | None = None
+) -> tuple[Path, Manifest, bool]:
     """Return (bundle dir, manifest, built_now). A bundle with the same inputs is reused.
+
+    `canaries`: a gray release's canary spec per model name (design: plan.build's hook); a
+    canary whose weights are not stable's is carried as models/<folder>.canary (weights.py).
 
     The cached directory is never signed: a signature belongs to the tar made from it
     (`write_tar(..., signature=...)`), so the cache does not depend on who signs.
     """
-    key = hashlib.sha256(json.dumps(bundle_inputs(inv), sort_keys=True).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps(bundle_inputs(inv, canaries), sort_keys=True).encode()).hexdigest()[:24]
     root = cache_dir() / "bundles" / key
     if (root / MANIFEST).is_file():
         return root, Manifest.from_json((root / MANIFEST).read_text()), False
@@ -357,7 +359,7 @@ def build(inv: Inventory, progress: Progress = lambda _msg: None) -> tuple[Path,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        man = _assemble(inv, tmp, progress)
+        man = _assemble(inv, tmp, progress, canaries)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from installer.bundle import weights
 from installer.bundle.manifest import FileEntry, Manifest
 
 # Display order of the kinds of component.
@@ -51,10 +52,9 @@ def component_of(path: str, man: Manifest) -> Component:
         return Component("deb", package, tail.rpartition("_")[0].replace("%3a", ":"))
     if top == "debs":
         return Component("index", "apt repository index", "")
-    if top == "model" or path == "model.sha256":
-        model = man.components.get("model")
-        model_name = model.get("name", "model") if isinstance(model, dict) else "model"
-        return Component("model", str(model_name), "")
+    model_name = weights.served_name_of(path, man)
+    if model_name is not None:  # model/ and models/<folder>/ with their sha256sum lists
+        return Component("model", model_name, "")
     if top == "tools":
         tool = rest.partition("/")[0]
         return Component("tool", tool, str(man.components.get(tool, "")))

@@ -2,8 +2,9 @@
 
 The bundle id is the sha256 of the sorted (path, sha256, size) list, so two bundles with the
 same bytes have the same id. The release id (what a host's release directory is named after)
-covers the same list without the playbooks: a change to the configuration code alone reuses
-the release (its venv, weights and running engine) instead of making a new one.
+covers the same list without the playbooks and the weights: a change to the configuration code
+or to a model's weights alone reuses the release (its environments) instead of making a new one;
+the model role copies new weights and restarts the engines that read them.
 
 manifest.json is what gets signed (manifest.json.sig, see sign.py); bundle.sha256 is derived
 from it, and `verify` checks that it is, so a host that checks bundle.sha256 checks the signed list.
@@ -32,6 +33,10 @@ CONTROL_ONLY_PREFIXES = ("terraform/",)
 # others (and naming Terraform's), so not part of the release identity either.
 SBOM = "sbom.cdx.json"
 DERIVED_FILES = (SBOM,)
+# The weights (the primary model at model/, the others at models/<folder>/, each with its
+# sha256sum list): data the model role copies, not part of the environments a release installs.
+WEIGHTS_PREFIXES = ("model/", "models/")
+WEIGHTS_FILES = ("model.sha256",)
 FORMAT = 1
 
 
@@ -61,7 +66,7 @@ class Manifest:
     def release_id(self) -> str:
         digest = hashlib.sha256()
         for f in sorted(self.files, key=lambda f: f.path):
-            if not f.path.startswith((PLAYBOOKS_PREFIX, *CONTROL_ONLY_PREFIXES)) and f.path not in DERIVED_FILES:
+            if not _outside_release(f.path):
                 digest.update(f"{f.path}\0{f.sha256}\0{f.size}\n".encode())
         return "r-" + digest.hexdigest()[:12]
 
@@ -105,6 +110,13 @@ class Manifest:
             if f.path.startswith(prefix)
         ]
         return "\n".join(lines) + "\n"
+
+
+def _outside_release(path: str) -> bool:
+    return (
+        path.startswith((PLAYBOOKS_PREFIX, *CONTROL_ONLY_PREFIXES, *WEIGHTS_PREFIXES))
+        or path in DERIVED_FILES or path in WEIGHTS_FILES
+    )
 
 
 def scan(root: Path) -> list[FileEntry]:

@@ -1,7 +1,7 @@
 """The bundle's software bill of materials: sbom.cdx.json, CycloneDX JSON, written at build time.
 
 It names every third-party file a bundle carries -- each wheel, each .deb of every target, the
-binaries (uv, terraform and its providers, the monitoring tarballs) and each file of the model --
+binaries (uv, terraform and its providers, the monitoring tarballs) and each file of every model --
 with its version, sha256, licence where the package states one, and a package URL. It is written
 before the manifest, so manifest.json lists it and the bundle's signature covers it.
 
@@ -16,7 +16,7 @@ import email.parser
 import hashlib
 import uuid
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from installer.inventory import targets as os_targets
 PATH_PROPERTY = "private-llm-installer:path"
 KIND_PROPERTY = "private-llm-installer:kind"
 # What the SBOM lists: everything else (playbooks, indexes, lists) is ours or derived.
-LISTED_PREFIXES = ("wheels/", "debs/", "targets/", "tools/", "terraform/", "monitoring/", "model/")
+LISTED_PREFIXES = ("wheels/", "debs/", "targets/", "tools/", "terraform/", "monitoring/", "model/", "models/")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _deb_fields(path: str, packages: list[dict[str, str]]) -> tuple[str, str]:
 
 def _components(
     root: Path, paths: list[Path], hashes: dict[Path, str],
-    versions: dict[str, Any], packages: list[dict[str, str]], model_name: str,
+    versions: dict[str, Any], packages: list[dict[str, str]], groups: Mapping[str, str],
 ) -> list[Component]:
     tarballs = {
         f"{monitoring_tarballs.BUNDLE_DIR}/{t.path.name}": t
@@ -166,22 +166,25 @@ def _components(
         elif rel in tarballs:
             t = tarballs[rel]
             found.append(_component("tool", ComponentType.APPLICATION, t.component, t.version, rel, digest))
-        elif top == "model":
-            found.append(_component("model", ComponentType.DATA, rel.removeprefix("model/"), "", rel,
-                                    digest, group=model_name))
+        elif (prefix := next((g for g in groups if rel.startswith(g)), None)) is not None:
+            found.append(_component("model", ComponentType.DATA, rel.removeprefix(prefix), "", rel,
+                                    digest, group=groups[prefix]))
     return found
 
 
 def build(
     root: Path, files: list[FileEntry], versions: dict[str, Any], packages: list[dict[str, str]],
-    model_name: str,
+    model_name: str, groups: Mapping[str, str] | None = None,
 ) -> str:
     """The SBOM of the bundle directory `root` as CycloneDX 1.6 JSON; `files`: its files with their
-    sha256, as manifest.scan found them (the weights are not hashed a second time)."""
+    sha256, as manifest.scan found them (the weights are not hashed a second time). Weights are
+    grouped by model: `groups` maps a folder's prefix in the bundle to its served name; without
+    it, model/ is `model_name`'s."""
+    groups = dict(groups) if groups else {"model/": model_name}
     listed = sorted((f for f in files if f.path.startswith(LISTED_PREFIXES)), key=lambda f: f.path)
     paths = [root / f.path for f in listed]
     hashes = {root / f.path: f.sha256 for f in listed}
-    components = _components(root, paths, hashes, versions, packages, model_name)
+    components = _components(root, paths, hashes, versions, packages, groups)
     digest = hashlib.sha256()
     for f in listed:
         digest.update(f"{f.path}\0{f.sha256}\n".encode())
@@ -198,11 +201,11 @@ def build(
 
 def write(
     root: Path, files: list[FileEntry], versions: dict[str, Any], packages: list[dict[str, str]],
-    model_name: str,
+    model_name: str, groups: Mapping[str, str] | None = None,
 ) -> Path:
     """Write root/sbom.cdx.json (before the manifest is made, so the manifest lists it)."""
     out = root / SBOM
-    out.write_text(build(root, files, versions, packages, model_name))
+    out.write_text(build(root, files, versions, packages, model_name, groups))
     return out
 
 

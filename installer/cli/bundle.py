@@ -296,7 +296,7 @@ def diff_cmd(
     )
     if d.same_release:
         console.print(
-            f"release {d.new.release_id} stays (configuration code only): no engine reinstall"
+            f"release {d.new.release_id} stays (configuration code or weights only): no engine reinstall"
         )
     else:
         console.print(

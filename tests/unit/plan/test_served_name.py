@@ -122,6 +122,8 @@ def test_model_role_copies_the_weights_into_the_one_folder(tmp_path: Path) -> No
         inventory="localhost ansible_connection=local",
         extravars={"pli_state_dir": str(state), "pli_bundle_dir": str(bundle),
                    "model_served_name": inv.model.served_name, "model_dir_name": inv.model.dir_name,
+                   "models": [{"name": "main", "served_name": inv.model.served_name,
+                               "dir_name": inv.model.dir_name, "task": "generate", "hosts": ["localhost"]}],
                    "ansible_python_interpreter": sys.executable},
         envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "True",
                  "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
