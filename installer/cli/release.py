@@ -8,6 +8,7 @@ import typer
 from installer.cli.root import InventoryOpt, app
 from installer.inventory import load_inventory
 from installer.release import abort, promote, report, start, watch
+from installer.release import collector as _collector  # noqa: F401  (its import adds `installer status` columns)
 from installer.release.outcome import Outcome
 from installer.ui import RichReporter, console, table
 

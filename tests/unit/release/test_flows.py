@@ -131,3 +131,28 @@ def test_status_shows_both_stages_with_share_engines_and_figures(
     assert rows["canary"][4] == "220"  # every canary attempt both gateways counted since they started
     assert got.problems == {"b": "gateway unreachable"}
     assert got.decision is not None and got.decision.action == "rollback"
+
+
+def test_installer_status_gets_canary_rows_and_stage_columns(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from installer import status
+    from installer.release.collector import StageCollector
+
+    stable = _installed(site)
+    ctx = status.Context(load_inventory(site), None)
+    rows = [status.Row("a", "10.0.0.1", "a"), status.Row("b", "10.0.0.2", "b")]
+    StageCollector().collect(ctx, rows)  # no release: nothing to add
+    assert len(rows) == 2 and rows[0].values == {}
+
+    site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 4}"))
+    canary = revisions.next_revision(load_inventory(site), stable.manifest(), site.parent, site.parent / "playbooks",
+                                     canary="main", canary_over=stable.number)
+    state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 100), step=0))
+    answered = Scrape(0, _recorded("errors", "after"))
+    monkeypatch.setattr(scrape, "scrape", lambda inv, at, timeout_s: answered)
+    StageCollector().collect(ctx, rows)
+    by_engine = {r.engine: r for r in rows}
+    assert set(by_engine) == {"a", "b", "a-canary", "b-canary"}
+    assert by_engine["a"].values["stage"] == "stable 80%"
+    assert by_engine["b-canary"].values["stage"] == "canary 20%"
+    assert by_engine["b-canary"].values["stage_error_ratio"] == pytest.approx(10 / 220)
+    assert any(isinstance(c, StageCollector) for c in status.COLLECTORS[:1])  # registered, first
