@@ -149,3 +149,25 @@ def test_weights_are_described_by_stat_and_never_read(tmp_path: Path) -> None:
     assert said.startswith(f"{weights}: mtime ")
     weights.write_bytes(b"x" * 10)
     assert f"{weights}: size 4096 -> 10" in converged.compare(before, _probe(ours))[0]
+
+
+def test_every_model_folder_and_a_canarys_are_in_the_record(tmp_path: Path) -> None:
+    """Several models: the record describes each served folder (and a canary's) file by file,
+    so drift in any of them, a folder gone, or one that appears sends `up` to Ansible."""
+    models = tmp_path / "models"
+    for folder in ("tiny-chat", "tiny-chat.canary", "org--tiny-embed"):
+        (models / folder).mkdir(parents=True)
+        (models / folder / "model.safetensors").write_bytes(folder.encode())
+    ours = {"stat_file_trees": [str(models)]}
+    before = _probe(ours)
+    for folder in ("tiny-chat", "tiny-chat.canary", "org--tiny-embed"):
+        assert before[f"stat:{models / folder / 'model.safetensors'}"].startswith("file size=")
+    (models / "org--tiny-embed" / "model.safetensors").write_bytes(b"edited by hand")
+    (models / "tiny-chat.canary" / "model.safetensors").unlink()
+    (models / "tiny-chat.canary").rmdir()
+    (models / "tiny-rerank").mkdir()
+    said = converged.compare(before, _probe(ours))
+    assert any(d.startswith(f"{models}/org--tiny-embed/model.safetensors: size 15 -> 14") for d in said)
+    assert f"{models}/tiny-chat.canary/model.safetensors: missing (stat)" in said
+    assert f"{models}/tiny-rerank: new (stat), not there after the last full configure" in said
+    assert not [d for d in said if d.startswith(f"{models}/tiny-chat/")]
