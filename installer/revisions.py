@@ -181,6 +181,9 @@ def next_revision(
         dep = _deployment(data, inv.deployment)
         for entry in dep["revisions"]:
             if entry["bundle_id"] == man.bundle_id and entry["config_digest"] == digest:
+                # The same bytes, and the id as this installer names them: revisions recorded
+                # while the weights were part of the release id say the id the hosts get now.
+                entry["release_id"] = man.release_id
                 rev = Revision(**entry)
                 if (rev.snapshot / "inventory.json").is_file():
                     return rev
