@@ -29,19 +29,22 @@ class Proof:
 
 
 def _request(url: str, secret: str, body: dict | None, timeout: float,
-             ctx: ssl.SSLContext | None, headers: Mapping[str, str] | None = None) -> tuple[int, dict]:
+             ctx: ssl.SSLContext | None, headers: Mapping[str, str] | None = None,
+             ) -> tuple[int, dict, dict[str, str]]:
+    """Status, JSON body and response headers (names in lower case)."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={
         "Authorization": f"Bearer {secret}", "Content-Type": "application/json", **(headers or {}),
     })
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
-            return resp.status, json.load(resp)
+            return resp.status, json.load(resp), {k.lower(): v for k, v in resp.headers.items()}
     except urllib.error.HTTPError as exc:
+        got = {k.lower(): v for k, v in exc.headers.items()}
         try:
-            return exc.code, json.load(exc)
+            return exc.code, json.load(exc), got
         except ValueError:
-            return exc.code, {}
+            return exc.code, {}, got
 
 
 def tls_problem(exc: BaseException, base: str, ca_file: Path | None) -> str | None:
@@ -116,18 +119,19 @@ ASKS: dict[str, _Ask] = {
 
 def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: float = 60,
                ca_file: Path | None = None, headers: Mapping[str, str] | None = None,
-               task: str = "generate") -> Proof:
+               task: str = "generate", expect_headers: Mapping[str, str] | None = None) -> Proof:
     """One request of the model's `task` through the host's gateway (ASKS). `headers`: sent
-    with it (a gray release's gate sends its stage header)."""
+    with it; `expect_headers`: the answer must carry them (a gray release's gate sends its stage
+    header and checks which stage answered)."""
     endpoint = f"{endpoint_base}/v1"
     ask = ASKS[task]
     ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     try:
-        status, _ = _request(f"{endpoint_base}/readyz", secret, None, 10, ctx)
+        status, _, _ = _request(f"{endpoint_base}/readyz", secret, None, 10, ctx)
         if status != 200:
             return Proof(host, endpoint, False, f"gateway /readyz answered {status}")
         start = time.monotonic()
-        status, answer = _request(f"{endpoint}{ask.path}", secret, ask.body(model), timeout, ctx, headers)
+        status, answer, got = _request(f"{endpoint}{ask.path}", secret, ask.body(model), timeout, ctx, headers)
         latency = (time.monotonic() - start) * 1000
     except OSError as exc:
         problem = tls_problem(exc, endpoint_base, ca_file)
@@ -135,6 +139,10 @@ def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: 
     if status != 200 or not isinstance(answer, dict) or not ask.answered(answer):
         message = answer.get("error", {}).get("message", "") if isinstance(answer, dict) else ""
         return Proof(host, endpoint, False, f"{ask.failed} through the gateway: {status} {message}".rstrip())
+    wrong = [f"{k}: {got.get(k.lower())!r} (wanted {v!r})" for k, v in (expect_headers or {}).items()
+             if got.get(k.lower()) != v]
+    if wrong:
+        return Proof(host, endpoint, False, f"{ask.done} answered with {', '.join(wrong)}")
     return Proof(host, endpoint, True, f"{ask.done} via gateway in {latency:.0f} ms", latency)
 
 

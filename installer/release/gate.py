@@ -19,21 +19,25 @@ from installer.inventory import Inventory
 STAGE_HEADER = "X-Release-Stage"
 
 
-def _proof(inv: Inventory, address: str, host: str, served_name: str, secret: str,
+def _proof(inv: Inventory, address: str, host: str, served_name: str, task: str, secret: str,
            headers: Mapping[str, str]) -> prove.Proof:
-    proof = prove.prove_host(prove.gateway_base(inv, address), host, served_name, secret,
-                             ca_file=prove.ca_file(inv), headers=headers)
+    """The stage's own engine must answer (the gateway says which in the same header): one that
+    falls back to the other stage proves nothing."""
+    def once() -> prove.Proof:
+        return prove.prove_host(prove.gateway_base(inv, address), host, served_name, secret,
+                                ca_file=prove.ca_file(inv), headers=headers, task=task, expect_headers=headers)
+
+    proof = once()
     for _ in range(PROOF_ATTEMPTS - 1):
         if proof.ok:
             break
         time.sleep(PROOF_PAUSE_S)
-        proof = prove.prove_host(prove.gateway_base(inv, address), host, served_name, secret,
-                                 ca_file=prove.ca_file(inv), headers=headers)
+        proof = once()
     return proof
 
 
 def prove_stage(
-    inv: Inventory, by_host: Mapping[str, list[str]], stage: str, served_name: str, secret: str,
+    inv: Inventory, by_host: Mapping[str, list[str]], stage: str, served_name: str, task: str, secret: str,
     drained_after: list[str] | None = None,
 ) -> dict[str, str]:
     """Problems per host; empty when each engine of `by_host` (the stage's engines, by host)
@@ -48,7 +52,7 @@ def prove_stage(
             try:
                 drain.set_drained(inv, sorted({*others, *(drained_after or [])}), [host])
                 drain.wait_routing(inv, host, {name: True, **dict.fromkeys(others, False)}, READY_TIMEOUT_S)
-                proof = _proof(inv, host.address, host.name, served_name, secret, headers)
+                proof = _proof(inv, host.address, host.name, served_name, task, secret, headers)
                 if not proof.ok:
                     problems[host.name] = f"{stage} engine {name} through the gateway on {host.name}: {proof.detail}"
             except DrainError as exc:
@@ -56,5 +60,5 @@ def prove_stage(
             finally:
                 drain.set_drained(inv, drained_after or [], [host])
             if host.name in problems:
-                break
+                return problems  # the first failure is the verdict: the caller aborts or stops
     return problems

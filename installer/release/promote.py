@@ -46,7 +46,8 @@ def retire_stable(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
         problems = gate.play_problems(rolling.run_site(both, target, hosts, out.log, "retire", reporter.task), hosts)
         if not problems:
             problems = release_gate.prove_stage(target_inv, spec.engines_of(both, model, "stable"), "stable",
-                                                s.release.served_name, keys.ensure_probe_key(),
+                                                s.release.served_name, s.canary_spec().task,
+                                                keys.ensure_probe_key(),
                                                 drained_after=stable_names)
         if problems:
             raise AnsibleError(

@@ -102,7 +102,7 @@ def _start(p: prepare.Prepared, s: spec.Sides, out: Outcome, reporter: Reporter,
                                    [f"{h}: {why}" for h, why in problems.items()])
         with out.step(reporter, "gate canary", ", ".join(n for ns in canaries.values() for n in ns)):
             problems = release_gate.prove_stage(inv, canaries, "canary", release.served_name,
-                                                keys.ensure_probe_key())
+                                                s.canary_spec().task, keys.ensure_probe_key())
             if problems:
                 raise ReleaseError("the canary failed its gate", [f"{h}: {why}" for h, why in problems.items()])
     except InstallerError as exc:
