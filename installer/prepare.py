@@ -8,7 +8,7 @@ failure in those phases changes nothing. Both flows import this module; it impor
 """
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,7 @@ from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle import terraform_tools
 from installer.bundle.manifest import Manifest
-from installer.inventory import Inventory, load_inventory
+from installer.inventory import Inventory, ServedModel, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan
 from installer.preflight import HostReport, Needs, run_preflight
@@ -131,13 +131,18 @@ def prepare(
     check: bool = False,
     adopt: bool = False,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
+    inventory: Inventory | None = None,
+    canaries: Mapping[str, ServedModel] | None = None,
 ) -> Prepared:
     """validate -> bundle check -> provision -> bundle build -> preflight -> push. Nothing here
     changes how a host serves: the bundle lands in its own directory next to the running release.
 
     A prebuilt bundle is verified before provisioning: a cloud inventory's terraform comes from
-    it and runs with the cloud credentials, so provisioning only ever sees the verified copy."""
-    inv = load_inventory(inventory_path)
+    it and runs with the cloud credentials, so provisioning only ever sees the verified copy.
+
+    `inventory`: used instead of the file's, and `canaries`: carried in the bundle beside it
+    (a gray release's start passes the stable revision's inventory and the canary's spec)."""
+    inv = inventory if inventory is not None else load_inventory(inventory_path)
     inventory_checks.check_inventory(inv)  # what `validate` checks; the model must fit the GPUs
     if command in ("up", "upgrade") and not check:
         revisions.refuse_during_release(inv.deployment, command)  # it would undo the canary
@@ -170,7 +175,9 @@ def prepare(
         root, man, built = opened.root, opened.manifest, False
     else:
         with timed(log, reporter, "bundle"):
-            root, man, built = bundle_build.build(inv, progress=lambda m: reporter.note(f"fetching {m}"))
+            root, man, built = bundle_build.build(
+                inv, progress=lambda m: reporter.note(f"fetching {m}"), canaries=canaries
+            )
     reporter.note(
         f"{'built' if built else 'cached'} bundle {man.bundle_id[:12]}: "
         f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"

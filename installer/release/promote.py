@@ -7,17 +7,26 @@ canary, and stable is retired behind it:
   3. the canary engines are drained until idle, then every host is configured as the
      inventory's own revision, which has no canary (its units and weights folder go).
 The deployment then equals `installer up` of the inventory, recorded as that revision.
+
+That needs the canary engines to stay as they run while stable changes beneath them, which
+holds when the release changed engine settings (both stages read one weights folder). A canary
+with weights of its own reads `<folder>.canary`, and stable's folder must take those weights
+while stable is being replaced: then stable takes the callers back, the canary is removed as
+abort does, and a rolling upgrade (installer/day2/rolling.py) moves stable to the inventory,
+host by host behind its gates. No request fails either way; on that path callers see the old
+weights again until their host's engines are upgraded.
 """
 
 from pathlib import Path
 
 from installer import keys, plan, revisions
-from installer.day2 import drain, gate, rolling
+from installer.day2 import drain, gate, rolling, upgrade
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
 from installer.prepare import Reporter
 from installer.release import gate as release_gate
 from installer.release import spec, stages, state
+from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
 from installer.release.start import split_of
@@ -28,13 +37,47 @@ def _names(by_host: dict[str, list[str]]) -> list[str]:
     return sorted(n for names in by_host.values() for n in names)
 
 
-def retire_stable(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float) -> None:
+def _canaries(dp: plan.DeploymentPlan) -> list[object]:
+    return [e for hp in dp.hosts for e in hp.engines if e.stage == "canary"]
+
+
+def retire_stable(
+    s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, inventory_path: Path
+) -> None:
+    target_inv = s.target_inv
+    both = s.with_canary(target_inv)  # stable engines with the canary's spec, canaries still beside them
+    if _canaries(both) != _canaries(s.with_canary()):
+        _hand_back_and_roll(s, out, reporter, drain_timeout_s, inventory_path)
+        return
+    _behind_the_canary(s, both, out, reporter, drain_timeout_s)
+
+
+def _hand_back_and_roll(
+    s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, inventory_path: Path
+) -> None:
+    abort_release(s, out, reporter, drain_timeout_s,
+                  "promote of a canary with weights of its own: stable takes the callers back first")
+    with out.step(reporter, "rolling upgrade", f"to {inventory_path}"):
+        result = upgrade.upgrade(inventory_path, reporter, drain_timeout_s=drain_timeout_s)
+        out.rows += [[f"  {st.name}", st.action, f"{st.seconds:.0f}", st.detail[:80]] for st in result.roll.steps]
+        if not result.roll.success:
+            raise AnsibleError(
+                "the rolling upgrade to the inventory did not complete; the canary is gone and the hosts "
+                "that did not pass run the stable revision",
+                [f"{st.name}: {st.action}: {st.detail}" for st in result.roll.steps if st.detail]
+                + [f"run log: {result.run_dir}", "fix the host and run `installer upgrade -i INVENTORY`"],
+            )
+    out.weight, out.ended = None, "promoted"
+
+
+def _behind_the_canary(
+    s: Sides, both: plan.DeploymentPlan, out: Outcome, reporter: Reporter, drain_timeout_s: float
+) -> None:
     deployment, model = s.stable.deployment, s.release.model
     target_inv = s.target_inv
     target = revisions.next_revision(target_inv, s.canary.manifest(), Path(s.canary.bundle_root),
                                      s.canary.playbooks_dir)
     hosts = list(target_inv.hosts)
-    both = s.with_canary(target_inv)  # stable engines with the canary's spec, canaries still beside them
     stable_names = _names(spec.engines_of(both, model, "stable"))
     with out.step(reporter, "drain stable", ", ".join(stable_names)) as row:
         # A promote run again after a failure below: the canary takes the model back first.
@@ -76,7 +119,9 @@ def retire_stable(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
     out.weight, out.ended = None, "promoted"
 
 
-def promote_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float) -> None:
+def promote_release(
+    s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, inventory_path: Path
+) -> None:
     """The next step; at 100% (now or already), stable retired behind the canary."""
     release = s.release
     if release.next_weight is not None:
@@ -86,7 +131,7 @@ def promote_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s:
             state.save(s.stable.deployment, release)
         out.weight = release.weight
     if release.weight == 100:
-        retire_stable(spec.sides(s.stable.deployment, release), out, reporter, drain_timeout_s)
+        retire_stable(spec.sides(s.stable.deployment, release), out, reporter, drain_timeout_s, inventory_path)
 
 
 def promote(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:
@@ -94,7 +139,7 @@ def promote(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeo
     release = state.require(deployment, model)
     out = Outcome("promote", model, RunLog("release-promote", deployment))
     try:
-        promote_release(spec.sides(deployment, release), out, reporter, drain_timeout_s)
+        promote_release(spec.sides(deployment, release), out, reporter, drain_timeout_s, inventory_path)
     finally:
         out.log.write_summary(out.summary())
     return out

@@ -63,18 +63,23 @@ def start(
     drain_timeout_s: float = 120,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> Outcome:
-    release, _ = check_startable(inventory_path, model)
+    release, canary_spec = check_startable(inventory_path, model)
+    target_inv = load_inventory(inventory_path)
+    stable = revisions.get(target_inv.deployment, release.stable)
+    # The bundle of what the hosts run, with the canary's weights beside stable's when they differ.
     p = prepare.prepare(inventory_path, reporter, command="release-start", bundle_path=bundle_path,
-                        trusted_keys=trusted_keys, insecure=insecure, on_runlog=on_runlog)
+                        trusted_keys=trusted_keys, insecure=insecure, on_runlog=on_runlog,
+                        inventory=stable.inventory(), canaries={model: canary_spec})
     deployment = p.inv.deployment
-    stable = revisions.get(deployment, release.stable)
+    if target_inv.provider != "baremetal":  # cloud hosts come from Terraform, as provisioned
+        target_inv = target_inv.model_copy(update={"hosts": p.inv.hosts})
     if p.manifest.release_id != stable.release_id:
         raise ReleaseError(
             f"the bundle carries release {p.manifest.release_id}, the hosts run {stable.release_id}: new "
             "engine or gateway code is an upgrade, not a gray release of a model",
             ["`installer upgrade` first, or start the release with the hosts' bundle (--bundle)"],
         )
-    canary = revisions.next_revision(p.inv, p.manifest, p.root, p.playbooks_dir, canary=model,
+    canary = revisions.next_revision(target_inv, p.manifest, p.root, p.playbooks_dir, canary=model,
                                      canary_over=stable.number)
     release = Release(model, release.served_name, stable.number, canary.number, release.steps)
     state.save(deployment, release)  # before any host changes: abort can always finish it

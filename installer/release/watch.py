@@ -35,6 +35,7 @@ def judge(start: Scrape, end: Scrape, served_name: str, settings: ReleaseSetting
 
 
 def watch(
+    inventory_path: Path,
     deployment: str,
     model: str,
     out: Outcome,
@@ -79,7 +80,7 @@ def watch(
                 abort_release(s, out, reporter, drain_timeout_s, "rollback: " + "; ".join(d.reasons))
                 return
             if act and d.action == "advance":
-                promote_release(s, out, reporter, drain_timeout_s)
+                promote_release(s, out, reporter, drain_timeout_s, inventory_path)
                 if out.ended:
                     return
         if for_s is not None and clock() - began >= for_s:
@@ -96,7 +97,8 @@ def run(
     state.require(deployment, model)
     out = Outcome("watch", model, RunLog("release-watch", deployment))
     try:
-        watch(deployment, model, out, reporter, poll_s=poll_s, for_s=for_s, act=act, drain_timeout_s=drain_timeout_s)
+        watch(inventory_path, deployment, model, out, reporter, poll_s=poll_s, for_s=for_s, act=act,
+              drain_timeout_s=drain_timeout_s)
     finally:
         out.log.write_summary(out.summary())
     return out

@@ -102,7 +102,8 @@ def test_watch_rolls_back_a_bad_canary_and_logs_the_figures(site: Path, monkeypa
             pass
 
     out = Outcome("watch", "main", RunLog("release-watch", "demo"))
-    watch.watch("demo", "main", out, Quiet(), clock=lambda: next(clock), sleep=lambda s: None)  # type: ignore[arg-type]
+    watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(clock),  # type: ignore[arg-type]
+                sleep=lambda s: None)
     assert len(aborted) == 1 and aborted[0].startswith("rollback: canary error ratio 10.0% > stable's 0.0%")
     assert [d.action for d in out.decisions] == ["rollback"]
     logged = (out.run_dir / "installer.log").read_text()
@@ -156,3 +157,27 @@ def test_installer_status_gets_canary_rows_and_stage_columns(site: Path, monkeyp
     assert by_engine["b-canary"].values["stage"] == "canary 20%"
     assert by_engine["b-canary"].values["stage_error_ratio"] == pytest.approx(10 / 220)
     assert any(isinstance(c, StageCollector) for c in status.COLLECTORS[:1])  # registered, first
+
+
+def test_stable_is_replaced_behind_the_canary_only_when_the_canary_would_not_change(site: Path) -> None:
+    """Engine settings: both stages read one folder, the canary runs on untouched while stable
+    changes. Weights of its own: replacing stable would move the canary off `.canary`."""
+    from installer.release import promote, spec
+
+    stable = _installed(site)
+    (site.parent / "weights-2").mkdir()
+    (site.parent / "weights-2" / "config.json").write_text("{}")
+    original = site.read_text()
+
+    def sides_for(text: str) -> spec.Sides:
+        site.write_text(text)
+        canary = revisions.next_revision(load_inventory(site), stable.manifest(), site.parent,
+                                         site.parent / "playbooks", canary="main", canary_over=stable.number)
+        return spec.sides("demo", Release("main", "tiny", stable.number, canary.number, (100,), step=0))
+
+    settings = sides_for(original.replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 4}"))
+    assert promote._canaries(settings.with_canary(settings.target_inv)) == promote._canaries(settings.with_canary())
+    weights = sides_for(original.replace("path: weights", "path: weights-2"))
+    running = promote._canaries(weights.with_canary())
+    assert running and {e.model_dir for e in running} == {"tiny.canary"}  # type: ignore[attr-defined]
+    assert promote._canaries(weights.with_canary(weights.target_inv)) != running
