@@ -28,9 +28,11 @@ def _ms(v: float | None) -> str:
 
 def status(inventory_path: Path, model: str | None = None) -> ReleaseStatus:
     deployment = load_inventory(inventory_path).deployment
-    release = state.current(deployment) if model is None else state.require(deployment, model)
+    release = state.current(deployment)
     if release is None:
         return ReleaseStatus(None)
+    if model is not None:
+        state.require(deployment, model)  # another model's release is named, not shown as this one
     s = spec.sides(deployment, release)
     got = scrape.scrape(s.stable_inv, 0)
     since_start = metrics.window({g: {} for g in got.gateways}, got.gateways)

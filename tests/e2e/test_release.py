@@ -12,7 +12,10 @@ revoked at the end.
     header override sends a stable caller to the canary and a canary caller to stable;
   - broken canary: `installer release watch` runs, load flows through both gateways, the canary
     engines are frozen (SIGSTOP); watch rolls the release back within the SLO window and the
-    clients see no failed request (tests/e2e/load.py counts them);
+    clients see no failed request (tests/e2e/load.py counts them). The load is whole answers:
+    the gateway retries a canary attempt on stable until its first byte, and a whole answer's
+    first byte is its end, while a stream already flowing from an engine that freezes has nobody
+    left to finish it (no gateway can splice another engine's tokens into it);
   - promote: a new release promoted to 100% under load retires stable with no failed request;
     the engines then run the canary's setting and no canary unit is left.
 At the end the lab's own inventory is applied again (`installer up`), so the deployment is left
@@ -152,10 +155,11 @@ def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts) 
     assert "canary" in proc.stdout and "50%" in proc.stdout
 
 
-def _load(release_lab: dict) -> Load:
+def _load(release_lab: dict, streams: int = 8, whole: int = 2) -> Load:
+    """Load over many keys (callers), so both stages get their share of it."""
     inv, secrets = release_lab["inv"], release_lab["secrets"]
     return Load([f"{prove.gateway_base(inv, h.address)}/v1" for h in inv.hosts], secrets[0],
-                inv.model.served_name, prove.ca_file(inv),
+                inv.model.served_name, prove.ca_file(inv), workers=streams, whole_workers=whole,
                 headers=lambda turn: {"Authorization": f"Bearer {secrets[turn * 7 % len(secrets)]}"})
 
 
@@ -169,7 +173,7 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"},
     )
     try:
-        with _load(release_lab) as load:
+        with _load(release_lab, streams=0, whole=8) as load:
             time.sleep(10)  # both stages serving through both gateways, the watch's window filling
             frozen = time.monotonic()
             for host in lab_hosts.hosts:

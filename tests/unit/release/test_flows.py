@@ -181,3 +181,9 @@ def test_stable_is_replaced_behind_the_canary_only_when_the_canary_would_not_cha
     running = promote._canaries(weights.with_canary())
     assert running and {e.model_dir for e in running} == {"tiny.canary"}  # type: ignore[attr-defined]
     assert promote._canaries(weights.with_canary(weights.target_inv)) != running
+
+
+def test_status_without_a_release_says_so(site: Path) -> None:
+    _installed(site)
+    result = runner.invoke(app, ["release", "status", "-i", str(site), "--model", "main"])
+    assert result.exit_code == 0 and "no gray release in progress" in result.output
