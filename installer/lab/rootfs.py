@@ -10,8 +10,10 @@ complete, so an interrupted build never poisons the cache.
 import hashlib
 import json
 import os
+import queue
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -229,4 +231,43 @@ def remove_tree(path: Path) -> None:
     left = processes.mounts_under(path)
     if left:
         raise LabError(f"cannot delete {path}: still mounted", left)
-    run(["rm", "-rf", "--one-file-system", str(path)])
+    if path.is_dir() and not path.is_symlink():
+        unlink_files(path)
+    run(["rm", "-rf", "--one-file-system", str(path)])  # the directories, and anything left
+
+
+def unlink_files(root: Path, workers: int = 8) -> None:
+    """Unlink every non-directory under `root` with `workers` threads side by side, leaving the
+    directories; never follows a symlink or enters another filesystem. A host's tree is
+    100,000s of files and each unlink waits on the disk's journal: on a busy disk several at
+    once finish several times sooner than `rm -rf`'s one at a time (benchmarks/tree_removal.py).
+    Errors are left to the `rm -rf` that follows, which names them."""
+    device = os.lstat(root).st_dev
+    dirs: queue.Queue[str | None] = queue.Queue()
+    dirs.put(str(root))
+
+    def work() -> None:
+        while (d := dirs.get()) is not None:
+            try:
+                with os.scandir(d) as entries:
+                    for e in entries:
+                        try:
+                            if not e.is_dir(follow_symlinks=False):
+                                os.unlink(e.path)
+                            elif e.stat(follow_symlinks=False).st_dev == device:
+                                dirs.put(e.path)
+                        except OSError:
+                            pass
+            except OSError:
+                pass
+            finally:
+                dirs.task_done()
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    dirs.join()
+    for _ in threads:
+        dirs.put(None)
+    for t in threads:
+        t.join()
