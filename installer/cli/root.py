@@ -147,6 +147,10 @@ def audited(command: str, argv: list[str], inventory: Path | None) -> Iterator[N
     except KeyboardInterrupt:
         _record(command, argv, inventory, "interrupted", failing=True)
         raise
+    except SystemExit as exc:  # SIGTERM while Ansible ran (procs.ChildGroup stops the installer so)
+        code = exc.code if isinstance(exc.code, int) else 1
+        _record(command, argv, inventory, None if code == 0 else f"terminated (exit code {code})", failing=code != 0)
+        raise
     except Exception as exc:
         _record(command, argv, inventory, exc, failing=True)
         raise

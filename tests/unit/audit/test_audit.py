@@ -162,6 +162,17 @@ def test_a_failing_command_is_recorded_as_failed(state: Path, tmp_path: Path) ->
     assert up["inventory_sha256"] == hashlib.sha256(inventory.read_bytes()).hexdigest()
 
 
+def test_a_terminated_command_is_recorded_as_failed(state: Path) -> None:
+    """SIGTERM while Ansible runs ends the installer with SystemExit(143) (installer/procs.py)."""
+    from installer.cli.root import audited
+
+    with pytest.raises(SystemExit), audited("up", ["up", "-i", "site.yml"], None):
+        raise SystemExit(143)
+    (entry,) = audit.read(state / audit.FILE_NAME)
+    assert entry["command"] == "up" and entry["result"] == "failed"
+    assert entry["error"] == "terminated (exit code 143)"
+
+
 def test_verify_names_the_broken_line_and_exits_1(state: Path) -> None:
     state.mkdir(mode=0o700)
     log = state / audit.FILE_NAME
