@@ -467,7 +467,8 @@ class Gateway(_Strict):
 class Ports(_Strict):
     engine: Port = 8000
     gateway: Port = 8080
-    # Redis for the per-key limits all gateways share (deployments of several serving hosts).
+    # The deployment's Redis (per-key limits, usage, quotas), on the first serving host; with one
+    # serving host it listens on 127.0.0.1.
     redis: Port = 6379
 
     @model_validator(mode="after")
