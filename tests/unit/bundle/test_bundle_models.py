@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from installer import prepare
 from installer.bundle import build, contents, manifest, project_wheel, wheels
 from installer.bundle.manifest import SBOM, Manifest, verify
 from installer.inventory import load_inventory
@@ -186,3 +187,11 @@ def test_the_release_id_covers_no_weights_file(tmp_path: Path) -> None:
     wheel_changed = make_bundle(tmp_path / "three", None, {**files, "wheels/demo-1.0-py3-none-any.whl": b"other"})
     assert wheel_changed.release_id != one.release_id
 
+
+
+def test_preflight_counts_every_models_weights_on_the_disk(site: Path) -> None:
+    inv = load_inventory(_inventory(site, THREE))
+    _, man, _ = build.build(inv)
+    weights_bytes = sum(f.size for f in man.files if f.path.startswith(("model/", "models/")))
+    assert weights_bytes > 2 * man.components["model"]["size"]
+    assert prepare.needs_for(inv, man).model_bytes == weights_bytes
