@@ -26,10 +26,20 @@ def _gpus_per_host(inv: Inventory) -> tuple[int, str] | None:
 
 
 def _parallel(inv: Inventory) -> Iterator[str]:
-    tp = inv.engine.tensor_parallel_size
+    """Each model's tensor_parallel_size, where it is set (its own override, or the top level)."""
+    found: list[str] = []
+    for i, m in enumerate(inv.served_models()):
+        own = inv.models is not None and inv.models[i].engine.tensor_parallel_size is not None
+        loc: tuple[str | int, ...] = ("models", i, "engine", "tensor_parallel_size") if own else (
+            "engine", "tensor_parallel_size")
+        found += [p for p in _parallel_of(inv, m.engine.tensor_parallel_size, loc) if p not in found]
+    yield from found
+
+
+def _parallel_of(inv: Inventory, tp: int, loc: tuple[str | int, ...]) -> Iterator[str]:
     if tp == 1:
         return
-    where = inv.where("engine", "tensor_parallel_size")
+    where = inv.where(*loc)
     if inv.engine.device == "cpu":
         yield f"{where}: {tp} with device cpu; a CPU engine is one process: set it to 1 or remove it"
         return

@@ -1,11 +1,12 @@
 """The deployment plan: everything that follows from one inventory, computed once and frozen.
 
-Which hosts serve, which engines each runs (unit, port, full vLLM argv, CUDA_VISIBLE_DEVICES,
-CPU affinity, environment), where they listen, which engines every gateway routes to, which
-host keeps the shared Redis, and the on-host paths. `build()` has no side effect: it reads the
-model's config.json for the tuner and writes nothing. The Ansible renderer
-(installer/ansible/render.py) only serialises a plan, `installer plan` prints its engines, and
-the flows ask it for engine names instead of recomputing them.
+Which hosts serve, which engines each runs (every model's, and a gray release's canaries:
+unit, port, full vLLM argv, CUDA_VISIBLE_DEVICES, CPU affinity, environment), where they
+listen, which engines every gateway routes to, which host keeps the shared Redis, and the
+on-host paths. `build()` has no side effect: it reads the models' config.json for the tuner
+and writes nothing. The Ansible renderer (installer/ansible/render.py) only serialises a plan,
+`installer plan` prints its engines, and the flows ask it for engine names instead of
+recomputing them.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from installer import engines
-from installer.engines import EngineInstance, RayNode
+from installer.engines import EngineInstance, ModelEngines, RayNode
 from installer.gpu.tuner import Tuned
-from installer.inventory import Host, Inventory
+from installer.inventory import Host, Inventory, ServedModel
 from installer.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
 
 
@@ -28,6 +30,8 @@ class Upstream:
     name: str
     url: str
     model: str
+    task: str = "generate"
+    stage: str = "stable"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class DeploymentPlan:
     upstreams: tuple[Upstream, ...]
     redis: RedisPlan | None
     tuned: Tuned | None = field(default=None, compare=False, repr=False)  # the tuner's reasons, for `plan`
+    # Every model's engines per stage (stable, then canaries), with its weights' folder.
+    models: tuple[ModelEngines, ...] = ()
     layout: Mapping[str, str] = field(default_factory=lambda: MappingProxyType(dict(HOST_LAYOUT)))
 
     def host(self, name: str) -> HostPlan:
@@ -74,6 +80,16 @@ class DeploymentPlan:
 
     def serving(self) -> tuple[HostPlan, ...]:
         return tuple(h for h in self.hosts if "serving" in h.groups)
+
+    def weights(self) -> list[dict[str, Any]]:
+        """Every weights folder the hosts hold (the model role's `models`): each model's, and a
+        canary's own `<folder>.canary` when its weights differ from stable's."""
+        stable = {m.served.name: m.model_dir for m in self.models if m.stage == engines.STABLE}
+        return [
+            {"name": m.served.name, "served_name": m.served.served_name, "dir_name": m.model_dir,
+             "task": m.served.task, "stage": m.stage, "hosts": list(m.served.hosts)}
+            for m in self.models if m.stage == engines.STABLE or m.model_dir != stable[m.served.name]
+        ]
 
     def engine_commands(self) -> list[tuple[str, str, tuple[str, ...]]]:
         """(host, unit, vLLM argv) of every engine: what `installer plan` shows and `up` deploys."""
@@ -95,10 +111,9 @@ def _names(host: Host, found: list[EngineInstance]) -> tuple[str, ...]:
     return tuple(host.name if e.name == "engine" else f"{host.name}-{e.name.removeprefix('engine-')}" for e in found)
 
 
-def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host) -> HostPlan:
+def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host, found: list[EngineInstance]) -> HostPlan:
     on = inv.tls.mode != "off"
     network = cross_host(inv)
-    found = engines.instances(inv, tuned, host)
     groups = tuple(inv.host_groups(host))
     return HostPlan(
         host=host,
@@ -115,14 +130,21 @@ def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host) -> HostPlan:
     )
 
 
-def build(inv: Inventory) -> DeploymentPlan:
-    """The plan of this inventory. Raises tuner.TuneError when the model does not fit the GPUs
-    the inventory describes (or their engines' ports run into another service's)."""
+def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> DeploymentPlan:
+    """The plan of this inventory: every model's engines on its hosts. Raises tuner.TuneError
+    when the models do not fit the GPUs the inventory describes (or their engines' ports run
+    into another service's).
+
+    `canaries` (model name -> the new revision's spec, installer/release/): each runs beside
+    that model's stable engines, which stay as `inv` says, on the same hosts, as stage canary."""
     tuned = engines.tuned(inv)
-    hosts = tuple(_host_plan(inv, tuned, h) for h in inv.hosts)
+    models = engines.layout(inv, tuned, canaries)
+    found = {h.name: engines.instances(inv, tuned, h, models) for h in inv.hosts}
+    engines.check_gpu_shares(inv, models, found)
+    hosts = tuple(_host_plan(inv, tuned, h, found[h.name]) for h in inv.hosts)
     by_name = {h.name: h for h in hosts}
     upstreams = tuple(
-        Upstream(name, _engine_url(inv, host, e.port), inv.model.served_name)
+        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage)
         for host in serving_hosts(inv)
         for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
     )
@@ -130,7 +152,7 @@ def build(inv: Inventory) -> DeploymentPlan:
     net = cross_host(inv)  # one serving host: Redis on loopback for its own gateway, where TLS adds nothing
     redis = None if rh is None else RedisPlan(rh.name, rh.address if net else "127.0.0.1", inv.ports.redis,
                                               net and inv.tls.mode != "off")
-    return DeploymentPlan(inv, hosts, cross_host(inv), upstreams, redis, tuned)
+    return DeploymentPlan(inv, hosts, cross_host(inv), upstreams, redis, tuned, models=tuple(models))
 
 
 def engine_commands_before_preflight(inv: Inventory) -> list[tuple[str, str, tuple[str, ...]]] | None:

@@ -14,6 +14,8 @@ HOST_LAYOUT = {
     "pli_state_dir": "/var/lib/private-llm",
     "pli_cache_dir": "/var/cache/private-llm",
     "pli_tls_dir": "/etc/private-llm/tls",
+    # A gray release's weights per model, written by the control machine (installer/release/).
+    "pli_stages_file": "/etc/private-llm/stages.json",
 }
 
 

@@ -79,6 +79,9 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
         # The weights' folder under models/ on the hosts ('/' in the name would nest folders).
         # Roles of revisions made before it build the folder from the served name themselves.
         "model_dir_name": inv.model.dir_name,
+        # Every weights folder the hosts hold, each with the hosts that serve it (the model role):
+        # [{name, served_name, dir_name, task, stage, hosts}] (installer/plan.py weights()).
+        "models": plan.weights(),
         "engine_device": engine.device,
         # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
         **gpu_matrix.group_vars(
@@ -101,7 +104,11 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
         "engine_extra_args": list(engine.extra_args),
         "gateway_port": inv.ports.gateway,
         # Each gateway routes to the engine on its own host, which stays on loopback.
-        "gateway_engines": [{"name": u.name, "url": u.url, "model": u.model} for u in plan.upstreams],
+        # with each engine's task (the routes that reach it) and stage (a gray release's split)
+        "gateway_engines": [
+            {"name": u.name, "url": u.url, "model": u.model, "task": u.task, "stage": u.stage}
+            for u in plan.upstreams
+        ],
         "gateway_keys_json": keys_json,
         # Apart from keys.json, whose schema earlier gateways read (service/keyfile.py); from
         # the key store, as the flows take keys_json from it.

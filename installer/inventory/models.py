@@ -941,6 +941,15 @@ def _model_problems(
                f"with; it has task {models[0].task}: put a generate model first")
     groups = {h.name: h.groups for h in hosts or []}
     for i, m in enumerate(models):
+        if m.name == "canary" or m.name.endswith("-canary"):
+            yield (("models", i, "name"), f"{m.name!r} ends like a gray release's canary engines "
+                                          "(<unit>-canary); pick another name")
+    serving = [name for name, g in groups.items() if "serving" in g]
+    if models[0].hosts is not None and hosts is not None and set(models[0].hosts) != set(serving):
+        yield (("models", 0, "hosts"),
+               "the first model is the primary one, which every serving host's health check asks; "
+               "remove its hosts so that it runs on all of them")
+    for i, m in enumerate(models):
         for j, name in enumerate(m.hosts or []):
             loc: Loc = ("models", i, "hosts", j)
             if provider != "baremetal":
