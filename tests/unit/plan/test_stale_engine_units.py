@@ -2,20 +2,17 @@
 Ansible as the role writes it: a retired canary's unit, or a model's that left a host, goes;
 every unit the plan still has stays."""
 
-import json
-import os
-import sys
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
 import yaml
 
 from installer import plan as deployment_plan
 from installer.inventory import Inventory, ServedModel
 from installer.inventory.models import Model
 from tests.support import REPO
+from tests.support.role_expression import evaluate
 
 CONFIGURE = REPO / "playbooks" / "roles" / "engine" / "tasks" / "configure.yml"
 
@@ -24,24 +21,9 @@ def _stale(tmp: Path, on_host: list[str], instances: list[dict[str, Any]]) -> li
     """What the role's stale-unit expression gives for these unit files and these engines."""
     tasks = yaml.safe_load(CONFIGURE.read_text())
     (task,) = [t for t in tasks if t["name"] == "Remove engine units no longer in the layout"]
-    expression = task["vars"]["_engine_stale_units"]
-    project = tmp / "project"
-    project.mkdir(parents=True)
-    play = [{"hosts": "all", "gather_facts": False, "tasks": [
-        {"ansible.builtin.copy": {"content": "{{ _engine_stale_units | to_json }}", "dest": str(tmp / "out.json")},
-         "vars": {"_engine_stale_units": expression}},
-    ]}]
-    (project / "play.yml").write_text(yaml.safe_dump(play))
-    r = ansible_runner.run(
-        private_data_dir=str(tmp), project_dir=str(project), playbook="play.yml",
-        inventory="localhost ansible_connection=local",
-        extravars={"ansible_python_interpreter": sys.executable, "_engine_instances": instances,
-                   "__engine_old_units": {"files": [{"path": f"/etc/systemd/system/{u}"} for u in on_host]}},
-        envvars={"ANSIBLE_NOCOLOR": "True", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
-        quiet=True, suppress_env_files=True,
-    )
-    assert r.rc == 0, r.stdout.read()[-3000:]
-    return json.loads((tmp / "out.json").read_text())  # type: ignore[no-any-return]
+    found = {"files": [{"path": f"/etc/systemd/system/{u}"} for u in on_host]}
+    return evaluate(tmp, task["vars"]["_engine_stale_units"],  # type: ignore[no-any-return]
+                    {"_engine_instances": instances, "__engine_old_units": found})
 
 
 def _inventory(tmp: Path) -> Inventory:
