@@ -16,8 +16,7 @@ from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.topology import HOST_LAYOUT
 
-# topology.HOST_LAYOUT names it for the gateway role; the same place as drain.json otherwise.
-STAGES_FILE = HOST_LAYOUT.get("pli_stages_file", f"{HOST_LAYOUT['pli_config_dir']}/stages.json")
+STAGES_FILE = HOST_LAYOUT["pli_stages_file"]  # where the gateway role tells the gateway to read it
 
 
 class StagesError(InstallerError):
