@@ -40,8 +40,23 @@ def build(dest: Path) -> Path:
     if CHECKOUT is not None:
         run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(CHECKOUT)], timeout=600)
         (wheel,) = dest.glob("private_llm_installer-*.whl")
+        _normalise(wheel)
         return wheel
     return _repack(dest)
+
+
+def _normalise(wheel: Path) -> None:
+    """Rewrite a built wheel with sorted entries and fixed timestamps. pip stamps the files with
+    their mtimes and the metadata with the build time, so two builds of one source differ in
+    bytes, and the wheel is part of the release id: without this, any bundle built again (a gray
+    release's, a rebuilt cache) would look like new gateway code to the hosts."""
+    with zipfile.ZipFile(wheel) as zf:
+        contents = [(info.filename, zf.read(info)) for info in zf.infolist() if not info.is_dir()]
+    tmp = wheel.with_name(wheel.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in sorted(contents):
+            zf.writestr(zipfile.ZipInfo(name, _ZIP_TIME), data, zipfile.ZIP_DEFLATED)
+    tmp.replace(wheel)
 
 
 def _distribution() -> metadata.Distribution:
