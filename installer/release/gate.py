@@ -50,7 +50,8 @@ def prove_stage(
         for name in by_host.get(host.name, []):
             others = [n for n in same_stage if n != name]
             try:
-                drain.set_drained(inv, sorted({*others, *(drained_after or [])}), [host])
+                # the engine proved is never drained, even when it is drained afterwards (promote)
+                drain.set_drained(inv, sorted({*others, *(drained_after or [])} - {name}), [host])
                 drain.wait_routing(inv, host, {name: True, **dict.fromkeys(others, False)}, READY_TIMEOUT_S)
                 proof = _proof(inv, host.address, host.name, served_name, task, secret, headers)
                 if not proof.ok:

@@ -109,3 +109,17 @@ def test_a_canary_the_gateway_falls_back_from_fails_its_gate(gateways: tuple[Inv
     assert set(problems) == {"a"}  # the first failure stops the gate
     assert "answered with X-Release-Stage: 'stable' (wanted 'canary')" in problems["a"]
     assert len(asked) == gate.PROOF_ATTEMPTS
+
+
+def test_an_engine_drained_after_its_proof_is_not_drained_during_it(
+    gateways: tuple[Inventory, list[dict], dict], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """promote proves each stable engine reconfigured to the canary's spec while every stable
+    engine stays drained afterwards: the one proved must be ready meanwhile."""
+    inv, asked, _ = gateways
+    monkeypatch.setattr(gate, "READY_TIMEOUT_S", 2.0)
+    stable = {"a": ["a"], "b": ["b"]}
+    assert gate.prove_stage(inv, stable, "stable", "tiny", "generate", "secret", drained_after=["a", "b"]) == {}
+    assert [q["ready"] for q in asked] == [["a"], ["b"]]
+    for host in ("a", "b"):
+        assert json.loads((InFolder.root / host / "drain.json").read_text()) == {"engines": ["a", "b"]}
