@@ -3,8 +3,9 @@
 The gateways count every attempt per (model, stage): `pli_gateway_stage_requests_total` by
 outcome, and the TTFT and duration histograms. A window is the difference between a scrape at
 its start and one at its end, gateway by gateway (a gateway that restarted in between starts its
-counters again from zero, so its later value is the whole increase, as Prometheus' `increase`
-reads a reset), then summed over the gateways. Quantiles come from the bucket increases the way
+counters again from zero, so its later values are the whole increase, all of them at once: as
+Prometheus' `increase` reads a reset, but per gateway, so a histogram's buckets stay monotone),
+then summed over the gateways. Quantiles come from the bucket increases the way
 Prometheus' `histogram_quantile` computes them: linear interpolation inside the bucket that
 holds the rank.
 """
@@ -38,14 +39,19 @@ def parse(text: str) -> Samples:
     return samples
 
 
+def restarted(before: Samples, after: Samples) -> bool:
+    """Whether the gateway restarted between the scrapes: a series went down or vanished."""
+    return any(key not in after or after[key] < old for key, old in before.items())
+
+
 def increase(before: Samples | None, after: Samples) -> Samples:
-    """What each series grew by from `before` to `after` (a series new in `after`, or one that
-    went down because its gateway restarted, grew by its whole later value)."""
-    out: Samples = {}
-    for key, value in after.items():
-        old = (before or {}).get(key, 0.0)
-        out[key] = value - old if value >= old else value
-    return out
+    """What each series grew by from `before` to `after` (a series new in `after` grew by its
+    whole later value). When the gateway restarted in between, every series grew by its whole
+    later value: one series that went down says they all started again from zero, and a series
+    taken whole beside one taken as a difference would make a histogram's buckets non-monotone."""
+    if before is None or restarted(before, after):
+        return dict(after)
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
 
 
 def window(before: Mapping[str, Samples], after: Mapping[str, Samples]) -> Samples:
