@@ -134,16 +134,20 @@ def estimate_tokens(value: Any) -> int:
 def estimate_pair_tokens(queries: Sequence[Any], documents: Sequence[Any]) -> int:
     """Tokens a score/rerank request feeds the engine: every pair holds its query and its
     document, so one query against N documents counts the query N times (pairs are 1:N,
-    N:1 or N:N as vLLM forms them). Content parts ({"content": [...]}) count like chat parts."""
+    N:1 or N:N as vLLM forms them). A multi-modal input ({"content": [N parts]}) is N inputs,
+    one per part, as vLLM reads it; parts count like chat parts."""
 
-    def one(value: Any) -> int:
-        if hasattr(value, "content"):  # a multi-modal input (schemas.MultiModalInput)
-            value = value.content
-        return estimate_tokens(value)
+    def inputs(side: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for value in side:
+            # a multi-modal input (schemas.MultiModalInput)
+            out.extend(value.content if hasattr(value, "content") else [value])
+        return out
 
-    pairs = max(len(queries), len(documents))
-    q = sum(one(v) for v in queries) * (pairs if len(queries) == 1 else 1)
-    d = sum(one(v) for v in documents) * (pairs if len(documents) == 1 else 1)
+    qs, ds = inputs(queries), inputs(documents)
+    pairs = max(len(qs), len(ds))
+    q = sum(estimate_tokens(v) for v in qs) * (pairs if len(qs) == 1 else 1)
+    d = sum(estimate_tokens(v) for v in ds) * (pairs if len(ds) == 1 else 1)
     return q + d
 
 

@@ -98,3 +98,11 @@ def test_routes_and_tasks() -> None:
     # vLLM 0.32 answers rerank/score with an embedding model too (cosine), never with a generator
     assert ROUTE_TASKS["/v1/rerank"] == ROUTE_TASKS["/v1/score"] == {"score", "embed"}
     assert EngineConfig(name="r", url="http://127.0.0.1:1", model="rr", task="score").task == "score"
+
+
+def test_pair_estimate_counts_each_part_of_a_multi_modal_input_as_a_document() -> None:
+    # vLLM reads documents {"content": [N parts]} as N documents: the query is paired with each.
+    query = "x" * 30  # 11 tokens
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}  # 64 tokens
+    body = RerankRequest.model_validate({"model": "rr", "query": query, "documents": {"content": [image] * 3}})
+    assert estimate_pair_tokens(*body.pairs()) == 3 * 11 + 3 * 64
