@@ -3,13 +3,14 @@
 `installer release` writes the stages file on every gateway host (tmp + rename):
 
     {"models": {"<served name>": {"weights": {"stable": 80, "canary": 20}, "sticky": "key",
-                                  "first_byte_timeout_s": 10}}}
+                                  "first_byte_timeout_s": 10, "answer_timeout_s": 120}}}
 
 `weights` are integers 0..100 summing to 100; `sticky` (optional, default "key") says what
 keeps a caller on one stage: its API key, or ("session") the session header's value when the
 request sends one; `first_byte_timeout_s` (optional) overrides the gateway's
-canary_first_byte_timeout_s for the model. A model that is not in the file, or no file at all,
-sends everything to stable.
+canary_first_byte_timeout_s for the model's streamed canary answers, `answer_timeout_s`
+(optional) its canary_answer_timeout_s for whole (not streamed) ones. A model that is not in
+the file, or no file at all, sends everything to stable.
 
 Re-read like the drain file (service/drain.py): a file a gateway restarted mid-release reads
 back, no admin endpoint to guard, and a broken file keeps the last good split.
@@ -26,14 +27,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STABLE, CANARY = "stable", "canary"
-_MODEL_KEYS = frozenset({"weights", "sticky", "first_byte_timeout_s"})
+_MODEL_KEYS = frozenset({"weights", "sticky", "first_byte_timeout_s", "answer_timeout_s"})
 
 
 @dataclass(frozen=True, slots=True)
 class Split:
     canary: int = 0  # percent of the model's callers sent to the canary
     sticky: str = "key"  # "key" | "session"
-    first_byte_timeout_s: float | None = None
+    first_byte_timeout_s: float | None = None  # a streamed canary answer's first byte
+    answer_timeout_s: float | None = None  # a whole canary answer (its first byte is its end)
 
 
 NO_SPLIT = Split()
@@ -69,12 +71,17 @@ def _split(name: str, entry: Any) -> Split:
     sticky = entry.get("sticky", "key")
     if sticky not in ("key", "session"):
         raise ValueError(f"models.{name}.sticky must be key or session, not {sticky!r}")
-    timeout = entry.get("first_byte_timeout_s")
-    if timeout is not None and (
-        not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0
-    ):
-        raise ValueError(f"models.{name}.first_byte_timeout_s must be a positive number")
-    return Split(weights.get(CANARY, 0), sticky, None if timeout is None else float(timeout))
+    first_byte, answer = (_seconds(name, entry, k) for k in ("first_byte_timeout_s", "answer_timeout_s"))
+    return Split(weights.get(CANARY, 0), sticky, first_byte, answer)
+
+
+def _seconds(name: str, entry: dict[str, Any], key: str) -> float | None:
+    timeout = entry.get(key)
+    if timeout is None:
+        return None
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
+        raise ValueError(f"models.{name}.{key} must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
 
 
 class StagesFile:
@@ -100,6 +107,10 @@ class StagesFile:
             st = os.stat(self.path)
         except FileNotFoundError:
             self._set({}, None)
+            return
+        except OSError as exc:
+            # Unreadable (permissions, I/O): the last good split stays, as for a broken file.
+            log.error("stages file %s unusable, keeping the last good split: %s", self.path, exc)
             return
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:

@@ -115,6 +115,7 @@ def test_without_stages_everything_is_stable(tmp_path: Path) -> None:
         ('{"models": {"m": {"weights": {"stable": 100}, "stcky": "key"}}}', "unknown keys ['stcky']"),
         ('{"models": {"m": {"weights": {"stable": 100}, "sticky": "ip"}}}', "key or session"),
         ('{"models": {"m": {"weights": {"canary": 100}, "first_byte_timeout_s": 0}}}', "positive"),
+        ('{"models": {"m": {"weights": {"canary": 100}, "answer_timeout_s": "2"}}}', "answer_timeout_s must be"),
     ],
 )
 def test_stages_file_errors_name_the_problem(doc: str, problem: str) -> None:
@@ -143,6 +144,20 @@ def test_stages_file_is_reread_and_a_broken_one_keeps_the_last_split(
     assert "must sum to 100" in caplog.text and str(path) in caplog.text
     path.unlink()
     assert stages.split("m") == Split()
+
+
+def test_a_stages_file_that_cannot_be_read_keeps_the_last_split(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "stages.json"
+    path.write_text(json.dumps({"models": {"m": {"weights": {"stable": 70, "canary": 30}, "answer_timeout_s": 5}}}))
+    stages = StagesFile(path, interval_s=0)
+    assert stages.split("m") == Split(30, "key", None, 5.0)
+    path.unlink()
+    path.symlink_to(path)  # stat fails with an OSError that is not "no such file" (ELOOP)
+    with caplog.at_level(logging.ERROR):
+        assert stages.split("m") == Split(30, "key", None, 5.0)
+    assert "keeping the last good split" in caplog.text
 
 
 def test_engine_stage_is_validated() -> None:
