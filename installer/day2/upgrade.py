@@ -79,6 +79,7 @@ def rollback(
     drain_timeout_s: float = 120,
 ) -> DayTwoResult:
     inv = load_inventory(inventory_path)
+    revisions.refuse_during_release(inv.deployment, "rollback")  # it would undo the canary
     _require_installed(inv.deployment)
     number = to if to is not None else revisions.previous_revision(inv.deployment)
     if number is None:
