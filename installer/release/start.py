@@ -32,7 +32,8 @@ def split_of(release: Release, s: spec.Sides) -> dict[str, stages.Split]:
 
 def check_startable(inventory_path: Path, model: str) -> tuple[Release, ServedModel]:
     """Everything start refuses before any host is touched: a release under way, an unknown
-    model, hosts on different revisions, nothing changed, another served name."""
+    model, hosts on different revisions, nothing changed, anything changed besides the model's
+    entry, another served name."""
     inv = load_inventory(inventory_path)
     state.refuse_second(inv.deployment, model)
     canary = spec.served(inv, model, str(inventory_path))
@@ -42,6 +43,14 @@ def check_startable(inventory_path: Path, model: str) -> tuple[Release, ServedMo
         raise ReleaseError(
             f"model {model} in {inventory_path} is what revision {stable.number} already runs: nothing to release",
             ["change its `path` (new weights) or its `engine` settings, then start the release"],
+        )
+    others = spec.other_changes(stable.inventory(), inv, model)
+    if others:
+        raise ReleaseError(
+            f"{inventory_path} changes more than model {model} against revision {stable.number} (what the hosts "
+            f"run): {', '.join(others)}; a release moves one model, and its promote would apply the rest at once",
+            [f"revert those changes, or apply them first with `installer up -i {inventory_path}` (with model "
+             f"{model} as revision {stable.number} has it), then start the release"],
         )
     if before.served_name != canary.served_name:
         raise ReleaseError(

@@ -1,0 +1,69 @@
+"""release start moves one model: an inventory that changes anything else against the revision
+the hosts run is refused before any host is touched (promote would apply it all at once)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from installer import revisions
+from installer.release import start
+from installer.release.state import ReleaseError
+from installer.runlog import RunLog
+from tests.support.revisions import SITE, anchored_site, known_revision
+
+MODELS = SITE.replace(
+    "model: {path: weights, served_name: tiny}\n",
+    "models:\n"
+    "  - {name: chat, path: weights, served_name: tiny}\n"
+    "  - {name: emb, path: weights, served_name: tiny-emb, task: embed}\n",
+)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with anchored_site(tmp_path, monkeypatch, tmp_path / "cwd") as path:
+        yield path
+
+
+def _installed(site: Path, text: str) -> None:
+    site.write_text(text)
+    revisions.record("demo", known_revision(site), {"a": True, "b": True}, RunLog("up", "demo"))
+
+
+def _refusal(site: Path, model: str) -> str:
+    with pytest.raises(ReleaseError) as err:
+        start.check_startable(site, model)
+    return " ".join([str(err.value), *err.value.details])
+
+
+def test_only_the_released_models_entry_may_change(site: Path) -> None:
+    _installed(site, MODELS)
+    chat = "{name: chat, path: weights, served_name: tiny}"
+    site.write_text(MODELS.replace(chat, chat[:-1] + ", engine: {max_num_seqs: 4}}"))
+    release, canary = start.check_startable(site, "chat")  # the model's own change is the release
+    assert release.model == "chat" and canary.engine.max_num_seqs == 4
+
+    site.write_text(MODELS.replace(chat, chat[:-1] + ", engine: {max_num_seqs: 4}}")
+                    .replace("task: embed}", "task: embed, engine: {max_num_seqs: 2}}\n"
+                             "  - {name: rr, path: weights, served_name: tiny-rr, task: score}")
+                    + "ports: {gateway: 8443}\n")
+    text = _refusal(site, "chat")
+    assert "changes more than model chat against revision 1" in text
+    assert "model emb changed" in text and "model rr added" in text and "`ports`" in text
+    assert "revert those changes, or apply them first with `installer up" in text
+
+
+def test_a_removed_model_is_named(site: Path) -> None:
+    _installed(site, MODELS)
+    site.write_text(MODELS.replace("  - {name: emb, path: weights, served_name: tiny-emb, task: embed}\n", "")
+                    .replace("served_name: tiny}", "served_name: tiny, engine: {max_num_seqs: 4}}"))
+    assert "model emb removed" in _refusal(site, "chat")
+
+
+def test_single_model_form_other_sections_are_named(site: Path) -> None:
+    _installed(site, SITE)
+    site.write_text(SITE.replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 4}")
+                    + "gateway: {max_body_bytes: 2048}\n")
+    text = _refusal(site, "main")
+    assert "changes more than model main" in text and "`gateway`" in text and "`engine`" not in text
