@@ -85,6 +85,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         gateway.upstream = Upstream(
             session, gateway.router, gateway.limiter, metrics, timeout, gateway.usage,
             settings.stage_header.encode(), settings.canary_first_byte_timeout_s,
+            settings.canary_answer_timeout_s,
         )
         gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics)
         tasks = [

@@ -100,8 +100,10 @@ class Settings(BaseSettings):
     stage_header: str = Field(
         default="X-Release-Stage", description="header that sends a request to a named stage"
     )
-    # A canary attempt with no first byte by then is given up and retried on a stable engine.
+    # A streamed canary answer with no first byte by then is given up and retried on stable.
     canary_first_byte_timeout_s: Seconds = 10.0
+    # A whole (not streamed) canary answer's first byte is its end: its own, longer deadline.
+    canary_answer_timeout_s: Seconds = 120.0
     # Metrics name every API key: /metrics and /metrics/engines/* answer only Prometheus's
     # bearer token (service/scrape_auth.py), read from this file; None: not served at all.
     metrics_token_file: Path | None = None

@@ -94,16 +94,18 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         # Per attempt, by release stage (service/stages.py): what `installer release watch`
-        # compares. A canary attempt retried on stable counts once for each stage.
+        # compares. A canary attempt retried on stable counts once for each stage; one whose
+        # client left before its first byte is an error.
         self.stage_requests = Counter(
             p + "stage_requests",
-            "engine attempts by model, release stage and outcome (ok, error, bad_output)",
+            "engine attempts by model, release stage and outcome (ok, error, client_error, bad_output)",
             ["model", "stage", "outcome"],
             registry=r,
         )
         self.stage_ttft = Histogram(
             p + "stage_ttft_seconds",
-            "an attempt's start to its first response byte (a timed-out canary: the timeout)",
+            "an attempt's start to its first response byte (a timed-out canary: the timeout; "
+            "a client that left first: when it left)",
             ["model", "stage"],
             buckets=_STAGE_BUCKETS,
             registry=r,

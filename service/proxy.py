@@ -60,7 +60,8 @@ class Upstream:
     timeout: aiohttp.ClientTimeout
     usage: UsageLedger = NullLedger()  # noqa: RUF009  (stateless, so one instance may be shared)
     stage_header: bytes = b"x-release-stage"  # lower case, as ASGI gives header names
-    canary_first_byte_timeout_s: float = 10.0
+    canary_first_byte_timeout_s: float = 10.0  # a streamed canary answer's first byte
+    canary_answer_timeout_s: float = 120.0  # a whole canary answer (vLLM sends it all at once)
 
 
 async def _chain(first: list[bytes], rest: Any) -> Any:
@@ -245,11 +246,11 @@ class ProxyCall(Response):
         )
 
     async def _attempt(self, engine: Engine, send: Send, guarded: bool) -> None:
-        """One exchange, counted by stage; a guarded (canary) one has a first-byte deadline
-        and is retried whatever fails before that byte."""
+        """One exchange, counted by stage; a guarded (canary) one has a deadline for its first
+        byte (a whole answer's first byte is its end) and is retried whatever fails before it."""
         self.attempt_start, self.attempt_ttft, self.outcome = time.perf_counter(), None, "error"
         self.said, self.finishes = False, []
-        limit = self._first_byte_timeout() if guarded else None
+        limit = self._canary_deadline() if guarded else None
         try:
             async with asyncio.timeout(limit) as guard:
                 self.guard = guard if guarded else None
@@ -269,10 +270,18 @@ class ProxyCall(Response):
             self.guard = None
             if not self.disconnected:
                 self._count_attempt(engine)
+            elif self.attempt_ttft is None:
+                # The client gave up waiting for the first byte: a failure of the stage (a canary
+                # slower than its callers' patience must still reach a verdict), at its elapsed
+                # time. One that left after it is not counted (the answer was under way).
+                self.outcome, self.attempt_ttft = "error", time.perf_counter() - self.attempt_start
+                self._count_attempt(engine)
 
-    def _first_byte_timeout(self) -> float:
+    def _canary_deadline(self) -> float:
         split = self.up.router.stages.split(self.model)
-        return split.first_byte_timeout_s or self.up.canary_first_byte_timeout_s
+        if self.info.stream:
+            return split.first_byte_timeout_s or self.up.canary_first_byte_timeout_s
+        return split.answer_timeout_s or self.up.canary_answer_timeout_s
 
     def _first_byte(self) -> None:
         """The attempt's first byte is in: no deadline any more, and its TTFT."""
@@ -288,8 +297,14 @@ class ProxyCall(Response):
         m.stage_seconds.labels(*labels).observe(time.perf_counter() - self.attempt_start)
 
     def _judge(self, engine: Engine, status: int) -> str:
-        """ok, or bad_output for a generating engine's 200 with no output or a finish_reason
-        other than stop, length or tool_calls (from what the answer said: self.said/finishes)."""
+        """error for a 5xx, client_error for a 4xx (relayed: another engine would say the same,
+        but a canary's share of them is compared with stable's), bad_output for a generating
+        engine's 200 with no output or a finish_reason other than stop, length or tool_calls
+        (from what the answer said: self.said/finishes), else ok."""
+        if status >= 500:
+            return "error"
+        if status >= 400:
+            return "client_error"
         if status != 200 or engine.task != "generate" or not self.path.endswith("completions"):
             return "ok"
         if not self.said or not self.finishes:

@@ -26,10 +26,10 @@ def _chat(stream: bool = False, **extra: Any) -> dict[str, Any]:
             "stream": stream, **extra}
 
 
-def _write_stages(path: Path, canary: int, sticky: str = "key") -> None:
+def _write_stages(path: Path, canary: int, sticky: str = "key", **extra: float) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(
-        {"models": {"tiny": {"weights": {"stable": 100 - canary, "canary": canary}, "sticky": sticky}}}
+        {"models": {"tiny": {"weights": {"stable": 100 - canary, "canary": canary}, "sticky": sticky, **extra}}}
     ))
     os.replace(tmp, path)
 
@@ -88,7 +88,7 @@ def test_a_failing_canary_is_retried_on_stable(
     _write_stages(stages, 100)  # every caller's first attempt is the canary's
     gateway = _gateway(
         start_gateway, scrape_token, stable, canary, stages_file=str(stages),
-        canary_first_byte_timeout_s=0.5,
+        canary_first_byte_timeout_s=0.5, canary_answer_timeout_s=0.5,
         # Checks far apart: the canary passed its first one and is found failing only by clients.
         health_interval_s=60,
     )
@@ -158,3 +158,48 @@ def test_split_stickiness_header_override_and_bad_output(
     assert added(("canary", "bad_output")) == 3 and added(("canary", "ok")) == 1
     assert added(("stable", "ok")) == 1 and added(("stable", "bad_output")) == 0
     assert added(("canary", "error")) == 0 and added(("canary", "count")) == 4
+
+
+def test_whole_canary_answers_have_their_own_deadline_and_failures_are_judged(
+    start_upstream: Any, start_gateway: Any, scrape_token: Any, tmp_path: Path
+) -> None:
+    stable = start_upstream()
+    canary = start_upstream("--chat-fake", json.dumps({"stall_s": 1.5}))  # whole answers take 1.5 s
+    stages = tmp_path / "stages.json"
+    _write_stages(stages, 100, answer_timeout_s=10)
+    gateway = _gateway(start_gateway, scrape_token, stable, canary, stages_file=str(stages),
+                       canary_first_byte_timeout_s=0.5, health_interval_s=60)
+
+    def post(timeout: float = 30, **body: Any) -> httpx.Response:
+        return httpx.post(gateway.url + "/v1/chat/completions", json=_chat(**body), headers=CLOSE, timeout=timeout)
+
+    # A whole answer longer than the first-byte timeout is the canary's, within answer_timeout_s.
+    resp = post()
+    assert resp.status_code == 200 and resp.headers["x-release-stage"] == "canary", resp.text
+    counts = _stage_counts(gateway, scrape_token)
+    assert counts[("canary", "ok")] == 1 and ("canary", "error") not in counts
+    # Past answer_timeout_s: retried on stable, an error of the canary at its elapsed time.
+    _write_stages(stages, 100, answer_timeout_s=0.5)
+    until(lambda: post().headers["x-release-stage"] == "stable", timeout=10)
+    counts = _stage_counts(gateway, scrape_token)
+    assert counts[("canary", "error")] >= 1 and counts[("canary", "ok")] == 1
+
+    # An engine's 4xx is relayed and counted client_error; any 5xx relayed is an error.
+    _write_stages(stages, 100, answer_timeout_s=10)
+    until(lambda: post(x_fake={}).headers["x-release-stage"] == "canary", timeout=10)
+    before = _stage_counts(gateway, scrape_token)
+    assert post(x_fake={"status": 400}).status_code == 400
+    assert post(x_fake={"status": 507}).status_code == 507
+    # A client that leaves before the first byte: an error of the canary, TTFT when it left.
+    with pytest.raises(httpx.TimeoutException):
+        post(timeout=0.5)
+
+    def added() -> dict[tuple[str, str], float]:
+        after = _stage_counts(gateway, scrape_token)
+        return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+    until(lambda: added().get(("canary", "count")) == 3, timeout=10)
+    grew = added()
+    assert grew[("canary", "client_error")] == 1 and grew[("canary", "error")] == 2, grew
+    assert ("canary", "ok") not in grew and ("stable", "ok") not in grew, grew
+    assert 0.4 < grew[("canary", "sum")] < 1.5, grew  # the 4xx, the 5xx and the client's 0.5 s wait
