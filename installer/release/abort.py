@@ -10,7 +10,7 @@ from installer.day2 import drain, gate, rolling
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
 from installer.prepare import Reporter
-from installer.release import spec, stages, state
+from installer.release import lock, spec, stages, state
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
 from installer.runlog import RunLog
@@ -45,11 +45,12 @@ def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
 
 def abort(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:
     deployment = load_inventory(inventory_path).deployment
-    release = state.require(deployment, model)
-    out = Outcome("abort", model, RunLog("release-abort", deployment))
-    try:
-        abort_release(spec.sides(deployment, release), out, reporter, drain_timeout_s,
-                      "asked (installer release abort)")
-    finally:
-        out.log.write_summary(out.summary())
-    return out
+    with lock.held(deployment, "abort"):
+        release = state.require(deployment, model)
+        out = Outcome("abort", model, RunLog("release-abort", deployment))
+        try:
+            abort_release(spec.sides(deployment, release), out, reporter, drain_timeout_s,
+                          "asked (installer release abort)")
+        finally:
+            out.log.write_summary(out.summary())
+        return out

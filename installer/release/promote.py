@@ -25,7 +25,7 @@ from installer.errors import AnsibleError
 from installer.inventory import load_inventory
 from installer.prepare import Reporter
 from installer.release import gate as release_gate
-from installer.release import spec, stages, state
+from installer.release import lock, spec, stages, state
 from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
@@ -136,10 +136,11 @@ def promote_release(
 
 def promote(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:
     deployment = load_inventory(inventory_path).deployment
-    release = state.require(deployment, model)
-    out = Outcome("promote", model, RunLog("release-promote", deployment))
-    try:
-        promote_release(spec.sides(deployment, release), out, reporter, drain_timeout_s, inventory_path)
-    finally:
-        out.log.write_summary(out.summary())
-    return out
+    with lock.held(deployment, "promote"):
+        release = state.require(deployment, model)
+        out = Outcome("promote", model, RunLog("release-promote", deployment))
+        try:
+            promote_release(spec.sides(deployment, release), out, reporter, drain_timeout_s, inventory_path)
+        finally:
+            out.log.write_summary(out.summary())
+        return out

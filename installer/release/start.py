@@ -17,7 +17,7 @@ from installer.errors import InstallerError
 from installer.inventory import ServedModel, load_inventory
 from installer.prepare import Reporter
 from installer.release import gate as release_gate
-from installer.release import spec, stages, state
+from installer.release import lock, spec, stages, state
 from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.state import Release, ReleaseError
@@ -71,6 +71,15 @@ def start(
     insecure: bool = False,
     drain_timeout_s: float = 120,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
+) -> Outcome:
+    with lock.held(load_inventory(inventory_path).deployment, "start"):
+        return _locked_start(inventory_path, reporter, model, bundle_path, trusted_keys, insecure, drain_timeout_s,
+                             on_runlog)
+
+
+def _locked_start(
+    inventory_path: Path, reporter: Reporter, model: str, bundle_path: Path | None, trusted_keys: tuple[Path, ...],
+    insecure: bool, drain_timeout_s: float, on_runlog: Callable[[RunLog], None],
 ) -> Outcome:
     release, canary_spec = check_startable(inventory_path, model)
     target_inv = load_inventory(inventory_path)

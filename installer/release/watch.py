@@ -10,12 +10,14 @@ from pathlib import Path
 
 from installer.inventory import ReleaseSettings, load_inventory
 from installer.prepare import Reporter
-from installer.release import metrics, scrape, spec, state
+from installer.release import lock, metrics, scrape, spec, state
 from installer.release.abort import abort_release
 from installer.release.decide import Decision, decide
+from installer.release.lock import ReleaseBusy
 from installer.release.outcome import Outcome
 from installer.release.promote import promote_release
 from installer.release.scrape import Scrape
+from installer.release.state import Release
 from installer.runlog import RunLog
 
 
@@ -32,6 +34,36 @@ def judge(start: Scrape, end: Scrape, served_name: str, settings: ReleaseSetting
     return decide(metrics.figures(w, served_name, "stable"), metrics.figures(w, served_name, "canary"),
                   settings.slo, held_s=held_s, auto_promote=settings.auto_promote,
                   step_hold_s=settings.step_hold_s)
+
+
+def _act(inventory_path: Path, deployment: str, judged: Release, d: Decision, out: Outcome, reporter: Reporter,
+         drain_timeout_s: float) -> str:
+    """The decision carried out under the release lock, on the release it judged: "ended" (the
+    release is over, or watch must stop), "acted" (a step promoted), "skipped" (another command is
+    running, or changed the release meanwhile: the next poll judges a new window)."""
+    model = judged.model
+    try:
+        with lock.held(deployment, "watch"):
+            now = state.current(deployment)
+            if now is None or now.model != model:
+                out.log.log("the release ended before watch acted (another command finished it)")
+                return "ended"
+            if now != judged:
+                text = (f"the release changed while its window was judged (canary at {judged.weight}%, now "
+                        f"{now.weight}%): not acting on it")
+                reporter.note(f"[yellow]{text}[/]")
+                out.log.log(text)
+                return "skipped"
+            s = spec.sides(deployment, now)
+            if d.action == "rollback":
+                abort_release(s, out, reporter, drain_timeout_s, "rollback: " + "; ".join(d.reasons))
+                return "ended"
+            promote_release(s, out, reporter, drain_timeout_s, inventory_path)
+            return "ended" if out.ended else "acted"
+    except ReleaseBusy as exc:
+        reporter.note(f"[yellow]not acting ({d.action}): {exc}[/]")
+        out.log.log(f"not acting ({d.action}): {exc}")
+        return "skipped"
 
 
 def watch(
@@ -52,7 +84,7 @@ def watch(
     `act=False` only reports what it would do."""
     began = clock()
     scrapes: deque[Scrape] = deque()
-    step = None
+    step: tuple[float, int, int] | None = None
     while True:
         release = state.current(deployment)
         if release is None or release.model != model:
@@ -60,9 +92,9 @@ def watch(
             return
         s = spec.sides(deployment, release)
         settings = s.canary_spec().release
-        if release.step != step:  # a new step is a new window
+        if (release.started, release.canary, release.step) != step:  # a new step is a new window
             scrapes.clear()
-            step = release.step
+            step = (release.started, release.canary, release.step)
         now = clock()
         got = scrape.scrape(s.stable_inv, now)
         for host, problem in got.problems.items():
@@ -76,13 +108,9 @@ def watch(
             text = f"[{got.at - start.at:.0f} s window, canary at {release.weight}%] {d.describe()}"
             reporter.note(text)
             out.log.log(f"decision {text}")
-            if act and d.action == "rollback":
-                abort_release(s, out, reporter, drain_timeout_s, "rollback: " + "; ".join(d.reasons))
+            acting = act and d.action in ("rollback", "advance")
+            if acting and _act(inventory_path, deployment, release, d, out, reporter, drain_timeout_s) == "ended":
                 return
-            if act and d.action == "advance":
-                promote_release(s, out, reporter, drain_timeout_s, inventory_path)
-                if out.ended:
-                    return
         if for_s is not None and clock() - began >= for_s:
             out.weight = release.weight
             return
