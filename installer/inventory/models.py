@@ -183,6 +183,12 @@ def check_served_name(value: str) -> str:
             f"{value!r} is not a model name: '--' is reserved (the weights' folder on the hosts "
             "writes '/' as '--', e.g. Qwen/Qwen2.5-7B-Instruct in Qwen--Qwen2.5-7B-Instruct); use one '-'"
         )
+    if value.endswith(".canary"):
+        # A gray release puts a canary's new weights in `<folder>.canary` beside stable's.
+        raise ValueError(
+            f"{value!r} is not a model name: a name ending '.canary' is reserved (a gray release's canary "
+            "weights go to the folder <model>.canary on the hosts); pick another name"
+        )
     return value
 
 
@@ -298,8 +304,10 @@ class SLO(_Strict):
     ttft_p99_ratio: Annotated[float, Field(ge=1, le=1000)] = 1.5  # canary TTFT p99 at most this x stable's
     e2e_p95_ratio: Annotated[float, Field(ge=1, le=1000)] = 1.5  # canary e2e p95 at most this x stable's
     latency_floor_s: Annotated[float, Field(ge=0, le=3600)] = 0.8  # ... unless under this
-    # A canary attempt with no first byte by then is retried on stable.
+    # A streamed canary answer with no first byte by then is retried on stable.
     canary_first_byte_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10
+    # A whole (not streamed) canary answer, which comes all at once, with none by then: the same.
+    canary_answer_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120
 
 
 class ReleaseSettings(_Strict):

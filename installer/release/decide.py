@@ -2,7 +2,8 @@
 
 Pure: figures in, a decision out, so a recorded series gives the same verdict every time.
   - fewer than `min_requests` canary attempts: hold (no verdict on noise);
-  - the canary's failed share (errors and bad outputs) above stable's by more than the margin,
+  - the canary's failed share (errors and bad outputs), or its share of client errors (4xx: a
+    canary that refuses what stable accepts), above stable's by more than the margin,
     its TTFT p99 or e2e p95 above stable's times the ratio and above the latency floor: rollback,
     each reason with both figures;
   - otherwise healthy: advance once the step was held `step_hold_s` when auto-promotion is on,
@@ -83,6 +84,10 @@ def decide(
     if c_ratio > s_ratio + slo.error_ratio_margin:
         bad.append(f"canary error ratio {c_ratio * 100:.1f}% > stable's {s_ratio * 100:.1f}% "
                    f"+ margin {slo.error_ratio_margin * 100:.1f}%")
+    c_client, s_client = canary.client_error_ratio or 0.0, stable.client_error_ratio or 0.0
+    if c_client > s_client + slo.error_ratio_margin:
+        bad.append(f"canary client error (4xx) ratio {c_client * 100:.1f}% > stable's "
+                   f"{s_client * 100:.1f}% + margin {slo.error_ratio_margin * 100:.1f}%")
     for reason in (
         _slower("TTFT p99", canary.ttft_p99_s, stable.ttft_p99_s, slo.ttft_p99_ratio, slo.latency_floor_s),
         _slower("e2e p95", canary.e2e_p95_s, stable.e2e_p95_s, slo.e2e_p95_ratio, slo.latency_floor_s),

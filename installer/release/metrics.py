@@ -98,11 +98,17 @@ class StageFigures:
     bad_output: int
     ttft_p99_s: float | None
     e2e_p95_s: float | None
+    client_errors: int = 0  # 4xx answers: relayed, judged by their share against stable's
 
     @property
     def error_ratio(self) -> float | None:
         """Failed attempts (errors and bad outputs) per attempt; None with no attempt."""
         return (self.errors + self.bad_output) / self.requests if self.requests else None
+
+    @property
+    def client_error_ratio(self) -> float | None:
+        """4xx answers per attempt; None with no attempt."""
+        return self.client_errors / self.requests if self.requests else None
 
     def describe(self) -> str:
         def ms(v: float | None) -> str:
@@ -110,7 +116,8 @@ class StageFigures:
 
         ratio = "-" if self.error_ratio is None else f"{self.error_ratio * 100:.1f}%"
         return (f"{self.stage}: {self.requests} req, errors {self.errors}, bad output {self.bad_output} "
-                f"({ratio}), TTFT p99 {ms(self.ttft_p99_s)}, e2e p95 {ms(self.e2e_p95_s)}")
+                f"({ratio}), client errors {self.client_errors}, "
+                f"TTFT p99 {ms(self.ttft_p99_s)}, e2e p95 {ms(self.e2e_p95_s)}")
 
 
 def _buckets(samples: Samples, histogram: str, model: str, stage: str) -> list[tuple[float, float]]:
@@ -140,4 +147,5 @@ def figures(samples: Samples, model: str, stage: str) -> StageFigures:
         bad_output=round(outcomes.get("bad_output", 0.0)),
         ttft_p99_s=quantile(0.99, _buckets(samples, TTFT, model, stage)),
         e2e_p95_s=quantile(0.95, _buckets(samples, DURATION, model, stage)),
+        client_errors=round(outcomes.get("client_error", 0.0)),
     )

@@ -1,7 +1,8 @@
 """The gateways' stages file: each model's weights between its stable and canary engines
 (service/ reads it like drain.json), written by the control machine on every gateway host.
 
-    {"models": {"<served name>": {"weights": {"stable": 80, "canary": 20}, "sticky": "key"}}}
+    {"models": {"<served name>": {"weights": {"stable": 80, "canary": 20}, "sticky": "key",
+                                  "first_byte_timeout_s": 10, "answer_timeout_s": 120}}}
 
 A model absent from it is served 100% by stable, so the file with no model is the deployment
 without a release.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from installer.day2 import drain
 from installer.errors import InstallerError
-from installer.inventory import Host, Inventory
+from installer.inventory import Host, Inventory, ReleaseSettings
 from installer.topology import HOST_LAYOUT
 
 STAGES_FILE = HOST_LAYOUT["pli_stages_file"]  # where the gateway role tells the gateway to read it
@@ -29,7 +30,14 @@ class Split:
 
     canary: int  # percent; stable takes the rest
     sticky: str = "key"  # key | session
-    first_byte_timeout_s: float | None = None  # a canary attempt with no first byte by then: retried on stable
+    first_byte_timeout_s: float | None = None  # a streamed canary answer with no first byte by then: retried on stable
+    answer_timeout_s: float | None = None  # a whole canary answer not in by then: the same
+
+
+def split(weight: int, settings: ReleaseSettings) -> Split:
+    """A model's line at `weight` percent, with its release settings' stickiness and deadlines."""
+    slo = settings.slo
+    return Split(weight, settings.sticky, slo.canary_first_byte_timeout_s, slo.canary_answer_timeout_s)
 
 
 def content(splits: Mapping[str, Split]) -> str:
@@ -42,6 +50,8 @@ def content(splits: Mapping[str, Split]) -> str:
                                    "sticky": split.sticky}
         if split.first_byte_timeout_s is not None:
             line["first_byte_timeout_s"] = split.first_byte_timeout_s
+        if split.answer_timeout_s is not None:
+            line["answer_timeout_s"] = split.answer_timeout_s
         models[served] = line
     return json.dumps({"models": models}, sort_keys=True) + "\n"
 

@@ -1,6 +1,6 @@
 """The decision rule on recorded /metrics series: two gateways scraped at a window's start and end."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -112,3 +112,17 @@ def test_parse_keeps_only_stage_series_and_no_creation_times() -> None:
     names = {name for name, _ in samples}
     assert metrics.REQUESTS in names and f"{metrics.TTFT}_bucket" in names
     assert not any(n.endswith("_created") or n.startswith("pli_gateway_requests") for n in names)
+
+
+def test_a_canary_refusing_more_requests_than_stable_is_rolled_back() -> None:
+    stable, canary = _figures("client-errors")  # the healthy series with 4xx answers added
+    assert canary.client_errors >= 20 and canary.errors == 0
+    assert stable.errors > 0 and stable.client_errors < canary.client_errors
+    d = decide(stable, canary, Slo())
+    assert d.action == "rollback"
+    assert any(r.startswith("canary client error (4xx) ratio") for r in d.reasons), d.reasons
+    assert f"client errors {canary.client_errors}" in d.describe()
+    # The same share of 4xx on stable: the callers' fault, not the canary's.
+    assert canary.client_error_ratio is not None
+    alike = replace(stable, client_errors=round(stable.requests * canary.client_error_ratio))
+    assert decide(alike, canary, Slo()).action == "hold"

@@ -11,7 +11,7 @@ import pytest
 
 from installer import metrics_token, paths
 from installer.day2 import drain
-from installer.inventory import Inventory, load_inventory
+from installer.inventory import Inventory, ReleaseSettings, load_inventory
 from installer.release import metrics, scrape, stages
 from installer.release.state import ReleaseError
 from installer.ssh import Target
@@ -125,3 +125,13 @@ def test_scrape_reads_each_gateway_with_the_token(
 def test_the_gateway_reads_the_file_the_installer_writes() -> None:
     read = gateway_stages.parse(stages.content({"tiny": stages.Split(20, "session", 4)}))
     assert read["tiny"].canary == 20 and read["tiny"].sticky == "session"
+
+
+def test_a_models_release_settings_give_both_canary_deadlines_to_the_gateway() -> None:
+    settings = ReleaseSettings.model_validate(
+        {"sticky": "session", "slo": {"canary_first_byte_timeout_s": 3, "canary_answer_timeout_s": 45}}
+    )
+    read = gateway_stages.parse(stages.content({"tiny": stages.split(50, settings)}))
+    assert read["tiny"] == gateway_stages.Split(50, "session", 3.0, 45.0)
+    # Unset, a whole canary answer gets two minutes: most generations end well within that.
+    assert stages.split(20, ReleaseSettings()).answer_timeout_s == 120
