@@ -18,6 +18,7 @@ from typing import Any
 
 from installer import engines
 from installer.engines import EngineInstance, ModelEngines, RayNode
+from installer.errors import InventoryError
 from installer.gpu.tuner import Tuned
 from installer.inventory import Host, Inventory, ServedModel
 from installer.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
@@ -130,18 +131,73 @@ def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host, found: list[Engi
     )
 
 
+def _check_canary_dirs(models: list[ModelEngines]) -> None:
+    """A canary's own weights folder must be no stable model's: installing it would overwrite
+    that model's weights. The inventory refuses served names ending `.canary`, so this holds."""
+    stable = {m.model_dir: m.served.name for m in models if m.stage == engines.STABLE}
+    for m in models:
+        other = stable.get(m.model_dir)
+        if m.stage != engines.STABLE and other is not None and other != m.served.name:
+            raise InventoryError(
+                f"the canary of model {m.served.name} would install its weights in {m.model_dir}, "
+                f"model {other}'s folder",
+                [f"rename model {other}'s served_name: a served name ending .{engines.CANARY} is a canary's folder"],
+            )
+
+
+def _engine_at(inv: Inventory, host: Host, e: EngineInstance) -> str:
+    """`model M (canary) on host H (file:line of both)` for a message about an engine."""
+    i = next(i for i, h in enumerate(inv.hosts) if h.name == host.name)
+    keys = [m.name for m in inv.models] if inv.models is not None else []
+    model_loc: tuple[str | int, ...] = ("model",)
+    if e.model_key in keys:
+        model_loc = ("models", keys.index(e.model_key), "name")
+    stage = "" if e.stage == engines.STABLE else f" ({e.stage})"
+    return f"model {e.model_key}{stage} on host {host.name} ({inv.where('hosts', i, 'name')}; {inv.where(*model_loc)})"
+
+
+def _check_engine_names(inv: Inventory, hosts: tuple[HostPlan, ...]) -> None:
+    """Every engine's name once in the deployment: the gateways route by it and refuse a name
+    given twice, and `<host>-<model>` of one host can be another host's `<host>`."""
+    seen: dict[str, tuple[Host, EngineInstance]] = {}
+    problems = []
+    for h in hosts:
+        for name, e in zip(h.engine_names, h.engines, strict=True):
+            if name not in seen:
+                seen[name] = (h.host, e)
+                continue
+            first = seen[name]
+            hosts_named = sorted({first[0].name, h.name})
+            models_named = sorted({x.model_key for x in (first[1], e) if not _primary(inv, x.model_key)})
+            fix = " or ".join([*(f"host {n}" for n in hosts_named), *(f"model {n}" for n in models_named)])
+            problems.append(
+                f"engine name {name!r} is given twice: {_engine_at(inv, *first)} and {_engine_at(inv, h.host, e)}; "
+                f"the gateways need each engine's name once (<host>, <host>-<n>, <host>-<model>[-canary]): "
+                f"rename {fix}"
+            )
+    if problems:
+        raise InventoryError(f"{len(problems)} engine name(s) given twice in the deployment", problems)
+
+
+def _primary(inv: Inventory, key: str) -> bool:
+    return inv.served_models()[0].name == key
+
+
 def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> DeploymentPlan:
     """The plan of this inventory: every model's engines on its hosts. Raises tuner.TuneError
     when the models do not fit the GPUs the inventory describes (or their engines' ports run
-    into another service's).
+    into another service's), InventoryError when two engines get one name (hosts `h1` and
+    `h1-emb` with model emb on h1) or a canary's weights folder is another model's.
 
     `canaries` (model name -> the new revision's spec, installer/release/): each runs beside
     that model's stable engines, which stay as `inv` says, on the same hosts, as stage canary."""
     tuned = engines.tuned(inv)
     models = engines.layout(inv, tuned, canaries)
+    _check_canary_dirs(models)
     found = {h.name: engines.instances(inv, tuned, h, models) for h in inv.hosts}
     engines.check_gpu_shares(inv, models, found)
     hosts = tuple(_host_plan(inv, tuned, h, found[h.name]) for h in inv.hosts)
+    _check_engine_names(inv, hosts)
     by_name = {h.name: h for h in hosts}
     upstreams = tuple(
         Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage)

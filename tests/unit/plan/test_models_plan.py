@@ -3,6 +3,7 @@ ports after the primary's, the GPU memory split refused where it cannot hold, an
 release's canaries beside stable (plan.build's canary hook)."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,11 @@ import pytest
 import yaml
 
 from installer import plan as deployment_plan
+from installer.errors import InventoryError
 from installer.gpu import planner
 from installer.gpu.tuner import TuneError
 from installer.inventory import Inventory, ServedModel
-from installer.inventory.models import Model
+from installer.inventory.models import Model, ModelEntry
 from service.config import Settings
 from tests.support import REPO
 from tests.support.engine_role import exec_argv, render_role, rendered_vars
@@ -185,6 +187,43 @@ def test_canaries_that_change_the_model_or_name_none_are_refused(tmp_path: Path)
     with pytest.raises(TuneError, match="serves other"):
         deployment_plan.build(inv, {"emb": renamed})
 
+
+
+def test_engine_names_given_twice_across_hosts_and_stages_are_refused_naming_both(tmp_path: Path) -> None:
+    # host h2 renamed h1-emb: model emb's engine on h1 is named h1-emb too, and the gateways
+    # refuse an upstream named twice
+    inv = three_models(tmp_path)
+    clash = inv.model_copy(update={"hosts": [inv.hosts[0], inv.hosts[1].model_copy(update={"name": "h1-emb"})],
+                                   "models": [inv.models[0], inv.models[1]]})  # type: ignore[index]
+    with pytest.raises(InventoryError) as err:
+        deployment_plan.build(clash)
+    (detail,) = err.value.details
+    assert "engine name 'h1-emb' is given twice: model emb on host h1 (hosts[0].name; models[1].name) and " \
+           "model chat on host h1-emb (hosts[1].name; models[0].name)" in detail
+    assert detail.endswith("rename host h1 or host h1-emb or model emb")
+    # a canary's engine name counts too: the primary's canary on h1 is h1-canary
+    two = inv.model_copy(update={"hosts": [inv.hosts[0], inv.hosts[1].model_copy(update={"name": "h1-canary"})],
+                                 "models": [inv.models[0]]})  # type: ignore[index]
+    deployment_plan.build(two)
+    with pytest.raises(InventoryError) as err:
+        deployment_plan.build(two, {"chat": _canary(two, "chat", str(tmp_path / "chat"), max_num_seqs=2)})
+    assert "'h1-canary' is given twice: model chat (canary) on host h1 (hosts[0].name; models[0].name) and " \
+           "model chat on host h1-canary (hosts[1].name; models[0].name)" in err.value.details[0]
+
+
+def test_a_canary_folder_that_is_another_model_s_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the inventory refuses such a served name (tests/unit/fixtures/inventory/served_name_canary.yml);
+    # plan.build still never lets a canary's weights overwrite another model's: an entry's Model
+    # made without the name check stands for a name the inventory let through
+    monkeypatch.setattr(ModelEntry, "model", property(
+        lambda self: Model.model_construct(path=self.path, served_name=self.served_name)))
+    inv = three_models(tmp_path)
+    assert inv.models is not None
+    entries = [inv.models[0], inv.models[1].model_copy(update={"served_name": "tiny-chat.canary"}), inv.models[2]]
+    odd = inv.model_copy(update={"models": entries})
+    with pytest.raises(InventoryError, match=re.escape(
+            "the canary of model chat would install its weights in tiny-chat.canary, model emb's folder")):
+        deployment_plan.build(odd, {"chat": _canary(odd, "chat", _weights(tmp_path, "chat-v2"))})
 
 def _gpu_inventory(tmp: Path, shares: tuple[float, float], second: dict[str, Any] | None = None) -> Inventory:
     return Inventory.model_validate({
