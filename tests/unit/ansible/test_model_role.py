@@ -1,7 +1,8 @@
 """The model role for real (ansible-playbook, connection local, two hosts with a state folder
 each): every model lands only on the hosts that serve it, verified against its bundle list; a
-model that leaves a host, and a canary's weights after its release, are removed, and nothing
-else under models/ is touched; files a new checkpoint no longer has go too."""
+model that leaves a host, and a canary's weights after its release, are removed (only folders
+the role installed, listed in models/.installed.json), and nothing else under models/ is touched;
+files a new checkpoint no longer has go too."""
 
 import sys
 from pathlib import Path
@@ -104,11 +105,13 @@ def _changed(state: Path) -> list[str]:
 def test_each_model_lands_only_where_served_and_a_departed_one_is_removed(tmp_path: Path) -> None:
     h1, h2 = tmp_path / "h1", tmp_path / "h2"
     for state in (h1, h2):
-        # not the role's: a hidden folder, a folder no served name makes, and a file
-        for other in (".partial", "lost+found"):
+        # not the role's: a hidden folder, a folder no served name makes, an operator's folder
+        # whose name a served name could have, and a file
+        for other in (".partial", "lost+found", "backup"):
             (state / "models" / other).mkdir(parents=True)
+        (state / "models" / "backup" / "model.safetensors").write_bytes(b"the operator's copy")
         (state / "models" / "README").write_text("operator's notes")
-    kept = {".partial": {}, "lost+found": {}}
+    kept = {".partial": {}, "lost+found": {}, "backup": {"model.safetensors": b"the operator's copy"}}
     one = _bundle(tmp_path / "bundle-1", {PRIMARY: CHAT, f"{PRIMARY}.canary": CANARY,
                                           "org--tiny-embed": EMBED, "tiny-rerank": RERANK})
     # a release of the chat model runs its canary, with weights of its own, on h2
@@ -121,6 +124,10 @@ def test_each_model_lands_only_where_served_and_a_departed_one_is_removed(tmp_pa
     assert _changed(h1) == ["org--tiny-embed", PRIMARY]
     assert _changed(h2) == [PRIMARY, f"{PRIMARY}.canary", "tiny-rerank"]
     assert sorted(h for h, _ in restarts) == ["h1", "h2"]
+    # the role keeps the folders it installed, the only ones its cleanup may remove
+    installed = h1 / "models" / ".installed.json"
+    assert yaml.safe_load(installed.read_text()) == ["org--tiny-embed", PRIMARY]
+    assert installed.stat().st_mode & 0o777 == 0o644
 
     rc, changed, restarts, out = _run(tmp_path, one, [*THREE, canary])  # again: nothing to do
     assert rc == 0, out
@@ -137,6 +144,8 @@ def test_each_model_lands_only_where_served_and_a_departed_one_is_removed(tmp_pa
     assert _tree(h2) == {PRIMARY: CHAT, "tiny-rerank": RERANK_V2, **kept}
     assert (_changed(h1), _changed(h2)) == ([f"{PRIMARY}.canary"], ["tiny-rerank"])
     assert (h1 / "models" / "README").read_text() == "operator's notes"
+    assert yaml.safe_load(installed.read_text()) == [PRIMARY, f"{PRIMARY}.canary"]
+    assert yaml.safe_load((h2 / "models" / ".installed.json").read_text()) == [PRIMARY, "tiny-rerank"]
 
 
 def test_a_folder_name_that_is_not_one_folder_is_refused_before_any_copy(tmp_path: Path) -> None:
