@@ -13,10 +13,14 @@ from collections.abc import Mapping
 from installer import prove
 from installer.day2 import drain
 from installer.day2.drain import DrainError
-from installer.day2.gate import PROOF_ATTEMPTS, PROOF_PAUSE_S, READY_TIMEOUT_S
+from installer.day2.gate import PROOF_ATTEMPTS, PROOF_PAUSE_S
 from installer.inventory import Inventory
 
 STAGE_HEADER = "X-Release-Stage"
+# An engine the release just started may still be loading its weights and warming up (minutes
+# on GPUs, and the Ansible play does not wait for canary engines): the gate waits this long for
+# the gateway to call it ready, not the minute day 2 gives engines that were already running.
+STARTING_ENGINE_TIMEOUT_S = 600.0
 
 
 def _proof(inv: Inventory, address: str, host: str, served_name: str, task: str, secret: str,
@@ -52,7 +56,8 @@ def prove_stage(
             try:
                 # the engine proved is never drained, even when it is drained afterwards (promote)
                 drain.set_drained(inv, sorted({*others, *(drained_after or [])} - {name}), [host])
-                drain.wait_routing(inv, host, {name: True, **dict.fromkeys(others, False)}, READY_TIMEOUT_S)
+                drain.wait_routing(inv, host, {name: True, **dict.fromkeys(others, False)},
+                                   STARTING_ENGINE_TIMEOUT_S)
                 proof = _proof(inv, host.address, host.name, served_name, task, secret, headers)
                 if not proof.ok:
                     problems[host.name] = f"{stage} engine {name} through the gateway on {host.name}: {proof.detail}"
