@@ -117,7 +117,7 @@ def test_an_engine_drained_after_its_proof_is_not_drained_during_it(
     """promote proves each stable engine reconfigured to the canary's spec while every stable
     engine stays drained afterwards: the one proved must be ready meanwhile."""
     inv, asked, _ = gateways
-    monkeypatch.setattr(gate, "READY_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(gate, "STARTING_ENGINE_TIMEOUT_S", 2.0)
     stable = {"a": ["a"], "b": ["b"]}
     assert gate.prove_stage(inv, stable, "stable", "tiny", "generate", "secret", drained_after=["a", "b"]) == {}
     assert [q["ready"] for q in asked] == [["a"], ["b"]]
