@@ -25,9 +25,7 @@ from installer.runlog import RunLog
 
 
 def split_of(release: Release, s: spec.Sides) -> dict[str, stages.Split]:
-    settings = s.canary_spec().release
-    return {release.served_name: stages.Split(release.weight, settings.sticky,
-                                              settings.slo.canary_first_byte_timeout_s)}
+    return {release.served_name: stages.split(release.weight, s.canary_spec().release)}
 
 
 def check_startable(inventory_path: Path, model: str) -> tuple[Release, ServedModel]:
