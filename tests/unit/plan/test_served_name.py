@@ -130,7 +130,7 @@ def test_model_role_copies_the_weights_into_the_one_folder(tmp_path: Path) -> No
         quiet=True, suppress_env_files=True,
     )
     assert r.rc == 0, r.stdout.read()[-3000:]
-    assert [p.name for p in (state / "models").iterdir()] == ["Qwen--Qwen2.5-7B-Instruct"]
+    assert sorted(p.name for p in (state / "models").iterdir()) == [".installed.json", "Qwen--Qwen2.5-7B-Instruct"]
     assert (state / "models" / "Qwen--Qwen2.5-7B-Instruct" / "config.json").read_text() == "{}"
 
 
