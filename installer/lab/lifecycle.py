@@ -153,8 +153,6 @@ def _finish_inventory(st: LabState, inventory_path: Path | None) -> LabInfo:
         access.key,
         access.known_hosts,
         model_path,
-        inventory.ensure_model("embed"),
-        inventory.ensure_model("rerank"),
     )
     written = inventory.write(inventory_path or inventory.default_path(), text)
     return _info(st, written, model_path)

