@@ -297,7 +297,9 @@ def make_app(opts: argparse.Namespace) -> web.Application:
     return app
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; tests that serve the app themselves parse their options with it, so a
+    new option never leaves them with a half-filled namespace."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -314,7 +316,11 @@ def main() -> None:
     parser.add_argument(
         "--chat-fake", type=json.loads, default={}, help="x_fake of chat requests that send none"
     )
-    opts = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    opts = build_parser().parse_args()
     web.run_app(
         make_app(opts),
         host=opts.host,

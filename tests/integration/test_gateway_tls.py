@@ -89,11 +89,11 @@ def tls_upstream(pki: PKI, procs: list[subprocess.Popen[bytes]], tmp_path: Path)
         cert, key = pki.issue("engine")
         port = free_port()
         code = (
-            "import ssl, argparse, sys; from aiohttp import web; sys.path.insert(0, 'benchmarks');"
+            "import ssl, sys; from aiohttp import web; sys.path.insert(0, 'benchmarks');"
             "import fake_upstream as f;"
             "ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=sys.argv[3]);"
             "ctx.verify_mode = ssl.CERT_REQUIRED; ctx.load_cert_chain(sys.argv[1], sys.argv[2]);"
-            "opts = argparse.Namespace(model=['tiny'], chunks=int(sys.argv[5]), delay_ms=float(sys.argv[6]), status=0);"
+            "opts = f.build_parser().parse_args(['--port', sys.argv[4], '--model', 'tiny', '--chunks', sys.argv[5], '--delay-ms', sys.argv[6]]);"
             "web.run_app(f.make_app(opts), host='127.0.0.1', port=int(sys.argv[4]), ssl_context=ctx,"
             " print=None, access_log=None)"
         )
