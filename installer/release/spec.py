@@ -2,7 +2,6 @@
 canary spec (the inventory file's entry), and the plans built from them (plan.build's canaries)."""
 
 from dataclasses import dataclass
-from typing import Any
 
 from installer import plan, revisions
 from installer.inventory import Host, Inventory, ServedModel
@@ -37,32 +36,25 @@ def stable_revision(deployment: str) -> Revision:
     return revisions.get(deployment, running.pop())
 
 
-def _entries(data: dict[str, Any]) -> dict[str, Any]:
-    return {m["name"]: m for m in data.get("models") or []}
-
-
 def other_changes(stable: Inventory, target: Inventory, model: str) -> list[str]:
-    """What `target` changes against `stable` besides model `model`'s own entry (with `model:`,
-    the model and the top-level engine): the sections, and the other models changed, added or
-    removed. A release moves one model; everything else must already be what the hosts run."""
+    """What `target` changes against `stable` besides model `model`: the other models changed,
+    added or removed, and the other sections. Models are compared as the plan deploys them
+    (Inventory.served_models), so moving from a single `model:` to a `models:` list that names
+    it `main` is no change, and a top-level `engine` change shows in the models it reaches. A
+    release moves one model; everything else must already be what the hosts run."""
+    was = {m.name: m for m in stable.served_models()}
+    now = {m.name: m for m in target.served_models()}
+    changed = [f"model {n} {'added' if n not in was else 'changed'}"
+               for n in now if n != model and was.get(n) != now[n]]
+    changed += [f"model {n} removed" for n in was if n not in now]
+    if not changed and list(was) != list(now):
+        changed.append("the order of `models:` (the first is the primary)")
     old, new = stable.model_dump(mode="json"), target.model_dump(mode="json")
     if target.provider != "baremetal":
         new["hosts"] = old.get("hosts")  # cloud hosts come from Terraform, not from the file
-    if "models" in old and "models" in new:
-        was, now = _entries(old), _entries(new)
-        if model in was and model in now:
-            now[model] = was[model]
-        changed = [f"model {n} {'added' if n not in was else 'changed'}"
-                   for n in now if was.get(n) != now[n]]
-        changed += [f"model {n} removed" for n in was if n not in now]
-        if not changed and list(was) != list(now):
-            changed.append("the order of `models:` (the first is the primary)")
-        old.pop("models")
-        new.pop("models")
-    else:
-        changed = []
-        if "model" in old and "model" in new:
-            new["model"], new["engine"] = old["model"], old.get("engine")  # the model's own spec
+    for section in ("model", "models", "engine"):  # compared above, model by model
+        old.pop(section, None)
+        new.pop(section, None)
     changed += [f"`{key}`" for key in sorted({*old, *new}) if old.get(key) != new.get(key)]
     return changed
 

@@ -67,3 +67,19 @@ def test_single_model_form_other_sections_are_named(site: Path) -> None:
                     + "gateway: {max_body_bytes: 2048}\n")
     text = _refusal(site, "main")
     assert "changes more than model main" in text and "`gateway`" in text and "`engine`" not in text
+
+
+def test_a_single_model_rewritten_as_a_models_list_is_the_same_model(site: Path) -> None:
+    """Release settings live on a `models:` entry: a deployment of the single `model:` form moves
+    to the list, naming its model `main`, to start its first release; only its engine changes."""
+    _installed(site, SITE)
+    site.write_text(SITE.replace(
+        "model: {path: weights, served_name: tiny}\n",
+        "models:\n  - {name: main, path: weights, served_name: tiny, engine: {max_num_seqs: 4},"
+        " release: {steps: [20, 100]}}\n",
+    ))
+    release, canary = start.check_startable(site, "main")
+    assert release.model == "main" and canary.engine.max_num_seqs == 4
+
+    site.write_text(site.read_text().replace("name: main", "name: chat"))  # a rename is no release
+    assert "revision 1 (what the hosts run) has no model named chat" in _refusal(site, "chat")
