@@ -8,7 +8,8 @@ revoked at the end.
   - split: at 20%, 500 requests (two per key) land on the canary in a share within four binomial
     standard deviations of 20% (the caller is the unit: sd = sqrt(0.2 * 0.8 / 250) = 2.5 points,
     tolerance 10.1 points, a false failure about once in 16 000 runs); each key's two requests
-    land on one stage; after promote to 50% every key that was on the canary still is; the
+    land on one stage, but where the gateway's metrics count a canary attempt that stable answered
+    (its deadline passed on a loaded machine), and those are few; after promote to 50% every key that was on the canary still is; the
     header override sends a stable caller to the canary and a canary caller to stable;
   - broken canary: `installer release watch` runs, load flows through both gateways, the canary
     engines are frozen (SIGSTOP); watch rolls the release back within the SLO window and the
@@ -36,11 +37,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from installer import keys, keys_push, prove
 from installer.inventory import load_inventory
 from tests.e2e.load import Load
-from tests.support.e2e import REPO, Run, host_run, installer, latest_summary
+from tests.support.e2e import REPO, Run, host_run, installer, latest_summary, scrape_headers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.release_lab]
 
@@ -117,9 +119,23 @@ def _ask(inv, secret: str, i: int, stage: str | None = None) -> str:
     return resp.headers[STAGE]
 
 
+def _canary_fallbacks(inv, e2e_state: Path) -> float:
+    """Canary attempts that did not end ok, over every gateway: each is answered by stable (the
+    gateway retries it there before its first byte), so its caller sees both stages."""
+    total = 0.0
+    ca = prove.ca_file(inv)
+    for host in inv.hosts:
+        text = httpx.get(f"{prove.gateway_base(inv, host.address)}/metrics", timeout=30,
+                         headers=scrape_headers(e2e_state, inv.deployment), verify=str(ca) if ca else True).text
+        for family in text_string_to_metric_families(text):
+            total += sum(s.value for s in family.samples if s.name == "pli_gateway_stage_requests_total"
+                         and s.labels.get("stage") == "canary" and s.labels.get("outcome") != "ok")
+    return total
+
+
 def _stages_of(inv, secrets: list[str], rounds: int) -> list[set[str]]:
-    """The stages that answered each caller over `rounds` requests each, 8 at a time."""
-    with ThreadPoolExecutor(8) as pool:
+    """The stages that answered each caller over `rounds` requests each, 4 at a time."""
+    with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda n: _ask(inv, secrets[n % len(secrets)], n),
                                 range(len(secrets) * rounds)))
     seen: list[set[str]] = [set() for _ in secrets]
@@ -128,7 +144,15 @@ def _stages_of(inv, secrets: list[str], rounds: int) -> list[set[str]]:
     return seen
 
 
-def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts) -> None:
+def _sticky(seen: list[set[str]], fallbacks: float) -> None:
+    """Each caller saw one stage, but for canary attempts answered by stable: at most one mixed
+    caller per fallback, and fallbacks a small part of the canary's share (500 requests, ~100
+    of them the canary's), or the split itself is not what the callers get."""
+    mixed = [s for s in seen if len(s) != 1]
+    assert len(mixed) <= fallbacks <= 10, (len(mixed), fallbacks)
+
+
+def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts, e2e_state: Path) -> None:
     inv, secrets = release_lab["inv"], release_lab["secrets"]
     _release(["start"], release_lab)
     served = inv.model.served_name
@@ -136,9 +160,10 @@ def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts) 
         assert _stages(lab_hosts, host)["models"][served]["weights"] == {"stable": 80, "canary": 20}
         assert "active" in host_run(lab_hosts, host, "systemctl is-active private-llm-engine-canary")
 
+    before = _canary_fallbacks(inv, e2e_state)
     seen = _stages_of(inv, secrets, rounds=2)  # 500 requests
-    assert all(len(s) == 1 for s in seen), [s for s in seen if len(s) != 1][:5]  # sticky
-    on_canary = [i for i, s in enumerate(seen) if s == {"canary"}]
+    _sticky(seen, _canary_fallbacks(inv, e2e_state) - before)
+    on_canary = [i for i, s in enumerate(seen) if "canary" in s]  # a fallback's caller is the canary's
     share = len(on_canary) / CALLERS
     tolerance = SDS * math.sqrt(SHARE * (1 - SHARE) / CALLERS)
     assert abs(share - SHARE) <= tolerance, (share, tolerance)
@@ -149,9 +174,13 @@ def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts) 
     assert _ask(inv, canary_caller, 1, stage="stable") == "stable"
 
     _release(["promote"], release_lab)  # 50%: nobody on the canary goes back
+    before = _canary_fallbacks(inv, e2e_state)
     later = _stages_of(inv, secrets, rounds=1)
-    assert all(later[i] == {"canary"} for i in on_canary)
-    assert 0.5 - tolerance * 1.3 <= sum(s == {"canary"} for s in later) / CALLERS <= 0.5 + tolerance * 1.3
+    fallbacks = _canary_fallbacks(inv, e2e_state) - before
+    went_back = [i for i in on_canary if later[i] != {"canary"}]
+    assert len(went_back) <= fallbacks <= 10, (len(went_back), fallbacks)
+    on_canary_later = sum(s == {"canary"} for s in later) + fallbacks  # each fallback was a canary caller's
+    assert 0.5 - tolerance * 1.3 <= on_canary_later / CALLERS <= 0.5 + tolerance * 1.3
 
     proc = _release(["status"], release_lab)
     assert "canary" in proc.stdout and "50%" in proc.stdout

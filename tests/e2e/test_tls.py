@@ -18,7 +18,7 @@ from installer.inventory import Inventory, load_inventory
 from installer.prove import gateway_base
 from installer.tls import ca
 from tests.e2e.load import Load
-from tests.support.e2e import Run, installer, latest_summary
+from tests.support.e2e import Run, installer, latest_summary, scrape_headers
 
 pytestmark = pytest.mark.e2e
 
@@ -43,12 +43,6 @@ def _served_cert(address: str, port: int, ca_file: Path, client: tls.store.HostF
             ctx.wrap_socket(raw, server_hostname=address) as s:
         assert s.version() == "TLSv1.3"
         return x509.load_der_x509_certificate(s.getpeercert(binary_form=True))
-
-
-def _scrape_headers(e2e_state: Path, inv: Inventory) -> dict[str, str]:
-    """Prometheus's token for the gateways' metrics, as `installer up` generated it."""
-    token = (e2e_state / "metrics" / f"{inv.deployment}.token").read_text().strip()
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +114,7 @@ def test_gateways_route_to_the_other_hosts_engine_over_mutual_tls(deployed: Run,
     assert served_by_h2() - before >= 3
     # Metrics answer Prometheus's token only, not a client's API key.
     assert gw.get(f"https://{h1.address}:8080/metrics").status_code == 401
-    metrics = gw.get(f"https://{h1.address}:8080/metrics", headers=_scrape_headers(e2e_state, inv)).text
+    metrics = gw.get(f"https://{h1.address}:8080/metrics", headers=scrape_headers(e2e_state, inv.deployment)).text
     assert f'pli_gateway_engine_healthy{{engine="{h2.name}",model="tiny-llama"}} 1.0' in metrics
 
 
@@ -171,7 +165,7 @@ def test_expiry_gauge_is_the_served_certificate(deployed: Run, lab_hosts, export
                                                 e2e_state: Path) -> None:
     inv = _inv(lab_hosts)
     for host in lab_hosts.hosts:
-        metrics = httpx.get(f"https://{host.address}:8080/metrics", headers=_scrape_headers(e2e_state, inv),
+        metrics = httpx.get(f"https://{host.address}:8080/metrics", headers=scrape_headers(e2e_state, inv.deployment),
                             verify=ssl.create_default_context(cafile=exported_ca)).text
         value = float(re.search(r"^pli_tls_cert_expiry_timestamp_seconds (\S+)$", metrics, re.M).group(1))
         served = _served_cert(host.address, 8080, exported_ca)

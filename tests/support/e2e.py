@@ -53,3 +53,9 @@ def host_run(lab_hosts, host, command: str) -> str:  # type: ignore[no-untyped-d
 def latest_summary(state: Path, command: str) -> dict:
     runs = sorted((state / "runs").glob(f"*-{command}-*"), key=lambda p: p.stat().st_mtime)
     return json.loads((runs[-1] / "summary.json").read_text()) if runs else {}
+
+
+def scrape_headers(state: Path, deployment: str) -> dict[str, str]:
+    """Prometheus's token for the gateways' metrics, as `installer up` generated it."""
+    token = (state / "metrics" / f"{deployment}.token").read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
