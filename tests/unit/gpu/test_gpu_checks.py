@@ -35,8 +35,9 @@ def test_a_failing_host_is_named_while_the_others_report() -> None:
 
 
 def test_a_host_that_does_not_answer_fails_alone_after_the_timeout() -> None:
-    results = gpu_checks.check_hosts([_host(SilentHost, "slow"), _host(HereHost, "ok")], ["check"], timeout=1)
-    assert results[0] == {"host": "slow", "status": "fail", "error": "no answer within 1 s"}
+    # 5 s: the answering host runs the real doctor, which a loaded 2-core machine can hold up past 1 s
+    results = gpu_checks.check_hosts([_host(SilentHost, "slow"), _host(HereHost, "ok")], ["check"], timeout=5)
+    assert results[0] == {"host": "slow", "status": "fail", "error": "no answer within 5 s"}
     assert "error" not in results[1] and results[1]["facts"]
 
 
