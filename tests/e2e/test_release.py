@@ -214,8 +214,10 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
             time.sleep(10)  # both stages serving through both gateways, the watch's window filling
             frozen = time.monotonic()
             assert watch.poll() is None, "".join(ln for _, ln in lines)[-4000:]  # no verdict before the freeze
-            for host in lab_hosts.hosts:
-                host_run(lab_hosts, host, f"systemctl kill -s {signal.SIGSTOP.name} private-llm-engine-canary")
+            for host in lab_hosts.hosts:  # every process of the unit (`systemctl kill` cannot signal
+                # a lab host's whole cgroup: systemd in a container gets EIO from it)
+                host_run(lab_hosts, host, f"kill -{signal.SIGSTOP.name} $(cat /sys/fs/cgroup$(systemctl show -p "
+                                          "ControlGroup --value private-llm-engine-canary)/cgroup.procs)")
             watch.wait(timeout=600)  # the decision, the drain, then every host configured as stable
             time.sleep(3)
     finally:
