@@ -93,7 +93,8 @@ def tls_upstream(pki: PKI, procs: list[subprocess.Popen[bytes]], tmp_path: Path)
             "import fake_upstream as f;"
             "ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=sys.argv[3]);"
             "ctx.verify_mode = ssl.CERT_REQUIRED; ctx.load_cert_chain(sys.argv[1], sys.argv[2]);"
-            "opts = f.build_parser().parse_args(['--port', sys.argv[4], '--model', 'tiny', '--chunks', sys.argv[5], '--delay-ms', sys.argv[6]]);"
+            "opts = f.build_parser().parse_args(['--port', sys.argv[4], '--model', 'tiny',"
+            " '--chunks', sys.argv[5], '--delay-ms', sys.argv[6]]);"
             "web.run_app(f.make_app(opts), host='127.0.0.1', port=int(sys.argv[4]), ssl_context=ctx,"
             " print=None, access_log=None)"
         )
