@@ -46,7 +46,7 @@ from installer.inventory import load_inventory
 from tests.e2e.load import Load
 from tests.support.e2e import REPO, Run, host_run, installer, latest_summary, scrape_headers
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.release_lab]
 
 CALLERS = 250
 SHARE, SDS = 0.20, 4
