@@ -16,11 +16,18 @@ from installer.release.state import ReleaseError
 
 @dataclass(frozen=True)
 class Scrape:
-    """One round: the stage series of each gateway that answered, and why the others did not."""
+    """One round: the stage series of each gateway that answered, and why the others did not;
+    `ready`: each answering gateway's verdict on every engine (would it route to it now)."""
 
     at: float
     gateways: dict[str, metrics.Samples]
     problems: dict[str, str] = field(default_factory=dict)
+    ready: dict[str, dict[str, bool]] = field(default_factory=dict)
+
+    def any_ready(self, engines: list[str]) -> bool | None:
+        """Whether some gateway routes to one of `engines`; None when no gateway said."""
+        said = [seen[e] for seen in self.ready.values() for e in engines if e in seen]
+        return any(said) if said else None
 
 
 def token(inv: Inventory) -> str:
@@ -45,9 +52,10 @@ def scrape(inv: Inventory, at: float, timeout_s: float = 10) -> Scrape:
     ctx = ssl.create_default_context(cafile=str(ca)) if ca else None
     hosts = drain.serving(inv)
 
-    def one(host: Host) -> tuple[str, metrics.Samples | str]:
+    def one(host: Host) -> tuple[str, tuple[metrics.Samples, dict[str, bool]] | str]:
         try:
-            return host.name, metrics.parse(_one(inv, host, secret, ctx, timeout_s))
+            text = _one(inv, host, secret, ctx, timeout_s)
+            return host.name, (metrics.parse(text), metrics.engines_ready(text))
         except urllib.error.HTTPError as exc:
             return host.name, f"/metrics answered HTTP {exc.code}"
         except (OSError, ValueError) as exc:
@@ -58,6 +66,7 @@ def scrape(inv: Inventory, at: float, timeout_s: float = 10) -> Scrape:
         answers = dict(pool.map(one, hosts))
     return Scrape(
         at,
-        {h: a for h, a in answers.items() if not isinstance(a, str)},
+        {h: a[0] for h, a in answers.items() if not isinstance(a, str)},
         {h: a for h, a in answers.items() if isinstance(a, str)},
+        {h: a[1] for h, a in answers.items() if not isinstance(a, str)},
     )

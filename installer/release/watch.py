@@ -12,7 +12,7 @@ from installer.inventory import ReleaseSettings, load_inventory
 from installer.prepare import Reporter
 from installer.release import lock, metrics, scrape, spec, state
 from installer.release.abort import abort_release
-from installer.release.decide import Decision, decide
+from installer.release.decide import Decision, decide, unready
 from installer.release.lock import ReleaseBusy
 from installer.release.outcome import Outcome
 from installer.release.promote import promote_release
@@ -95,6 +95,8 @@ def watch(
         if (release.started, release.canary, release.step) != step:  # a new step is a new window
             scrapes.clear()
             step = (release.started, release.canary, release.step)
+            canaries = sorted(n for names in spec.engines_of(s.with_canary(), model, "canary").values()
+                              for n in names)
         now = clock()
         got = scrape.scrape(s.stable_inv, now)
         for host, problem in got.problems.items():
@@ -104,6 +106,10 @@ def watch(
         start = window_start(scrapes, now, settings.slo.window_s)
         if start is not got:
             d = judge(start, got, release.served_name, settings, now - release.step_since)
+            dead = unready([sc.any_ready(canaries) for sc in scrapes], got.at - start.at, settings.slo.window_s,
+                           canaries)
+            if dead:
+                d = Decision("rollback", [dead], d.figures)
             out.decisions.append(d)
             text = f"[{got.at - start.at:.0f} s window, canary at {release.weight}%] {d.describe()}"
             reporter.note(text)

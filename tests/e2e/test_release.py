@@ -13,7 +13,7 @@ revoked at the end.
     that was on the canary still is; the header override sends a stable caller to the canary and
     a canary caller to stable;
   - broken canary: `installer release watch` runs, load flows through both gateways, the canary
-    engines are frozen (SIGSTOP); watch decides to roll back within two SLO windows of the freeze
+    engines are frozen (SIGSTOP); watch decides to roll back within three SLO windows of the freeze
     (and not before it), the clients see no failed request through the rollback
     (tests/e2e/load.py counts them). The load is whole answers:
     the gateway retries a canary attempt on stable until its first byte, and a whole answer's
@@ -230,7 +230,9 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
     assert watch.returncode == 0, out[-4000:]
     decided = [at for at, ln in lines if "rollback:" in ln]
     assert decided, out[-4000:]
-    assert 0 < decided[0] - frozen <= WINDOW_S * 2, (decided[0] - frozen, out[-4000:])
+    # The gateways' probes give up on a frozen engine within about 15 s (10 s timeout, 5 s
+    # interval), then a whole window with no canary engine routed to is the verdict.
+    assert 0 < decided[0] - frozen <= WINDOW_S * 3, (decided[0] - frozen, out[-4000:])
     assert load.failed == [], load.failed[:5]
     assert load.ok > 20, load.ok
     summary = latest_summary(e2e_state, "release-watch")

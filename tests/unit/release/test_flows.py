@@ -187,3 +187,49 @@ def test_status_without_a_release_says_so(site: Path) -> None:
     _installed(site)
     result = runner.invoke(app, ["release", "status", "-i", str(site), "--model", "main"])
     assert result.exit_code == 0 and "no gray release in progress" in result.output
+
+
+def test_watch_rolls_back_a_canary_no_gateway_routes_to(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen canary fails its health probes, the gateways stop routing to it, and no attempt
+    is counted: the window's figures never reach min_requests, but a whole window in which no
+    gateway would route to a canary engine is itself the verdict."""
+    stable = _installed(site)
+    inv = load_inventory(site)
+    canary = revisions.next_revision(inv, stable.manifest(), site.parent, site.parent / "playbooks",
+                                     canary="main", canary_over=stable.number)
+    state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 100), step=0,
+                               step_since=0))
+    dead = {"a": True, "b": True, "a-canary": False, "b-canary": False}
+    rounds = iter([Scrape(0, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
+                   Scrape(60, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": {**dead, "b-canary": True}}),
+                   Scrape(120, {"gw1": {}}, {"gw2": "gateway unreachable"}, ready={"gw1": dead}),
+                   Scrape(180, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
+                   Scrape(240, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead})])
+    monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(rounds))
+    aborted: list[str] = []
+    monkeypatch.setattr(watch, "abort_release", lambda s, out, reporter, t, why: aborted.append(why))
+    clock = iter([0.0, 0.0, 60.0, 120.0, 180.0, 240.0])  # the start, then each poll
+
+    class Quiet:
+        def note(self, text: str) -> None:
+            pass
+
+    out = Outcome("watch", "main", RunLog("release-watch", "demo"))
+    watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(clock),  # type: ignore[arg-type]
+                sleep=lambda s: None)
+    # 60 s: the window (120 s) not full; 120 s: b-canary was routed to at 60 s; 180 s: not since
+    # 60 s, but the window from 60 s still holds that scrape; 240 s: none from 120 s to 240 s
+    assert [d.action for d in out.decisions] == ["hold", "hold", "hold", "rollback"]
+    assert len(aborted) == 1
+    assert aborted[0] == ("rollback: no gateway routed to a canary engine (a-canary, b-canary) for 120 s: "
+                          "their health probes fail, so no canary request is counted")
+
+
+def test_a_gateway_reports_each_engines_readiness() -> None:
+    text = ('# TYPE pli_gateway_engine_healthy gauge\n'
+            'pli_gateway_engine_healthy{engine="a",model="tiny"} 1.0\n'
+            'pli_gateway_engine_healthy{engine="a-canary",model="tiny"} 0.0\n')
+    assert metrics.engines_ready(text) == {"a": True, "a-canary": False}
+    seen = Scrape(0, {}, ready={"gw1": {"a-canary": False}, "gw2": {"a-canary": True}})
+    assert seen.any_ready(["a-canary"]) is True and seen.any_ready(["b-canary"]) is None
+    assert Scrape(0, {}, ready={"gw1": {"a-canary": False}}).any_ready(["a-canary", "b-canary"]) is False
