@@ -25,9 +25,12 @@ class Scrape:
     ready: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     def any_ready(self, engines: list[str]) -> bool | None:
-        """Whether some gateway routes to one of `engines`; None when no gateway said."""
+        """Whether some gateway routes to one of `engines`; None when no gateway said, or when
+        the gateways that said no are not all of them (one that did not answer might)."""
         said = [seen[e] for seen in self.ready.values() for e in engines if e in seen]
-        return any(said) if said else None
+        if any(said):
+            return True
+        return False if said and not self.problems else None
 
 
 def token(inv: Inventory) -> str:

@@ -42,6 +42,8 @@ def other_changes(stable: Inventory, target: Inventory, model: str) -> list[str]
     (Inventory.served_models), so moving from a single `model:` to a `models:` list that names
     it `main` is no change, and a top-level `engine` change shows in the models it reaches. A
     release moves one model; everything else must already be what the hosts run."""
+    if target.provider != "baremetal":  # cloud hosts come from Terraform: the file lists none
+        target = target.model_copy(update={"hosts": stable.hosts})
     was = {m.name: m for m in stable.served_models()}
     now = {m.name: m for m in target.served_models()}
     changed = [f"model {n} {'added' if n not in was else 'changed'}"
@@ -50,8 +52,6 @@ def other_changes(stable: Inventory, target: Inventory, model: str) -> list[str]
     if not changed and list(was) != list(now):
         changed.append("the order of `models:` (the first is the primary)")
     old, new = stable.model_dump(mode="json"), target.model_dump(mode="json")
-    if target.provider != "baremetal":
-        new["hosts"] = old.get("hosts")  # cloud hosts come from Terraform, not from the file
     for section in ("model", "models", "engine"):  # compared above, model by model
         old.pop(section, None)
         new.pop(section, None)

@@ -34,8 +34,10 @@ def check_startable(inventory_path: Path, model: str) -> tuple[Release, ServedMo
     entry, another served name."""
     inv = load_inventory(inventory_path)
     state.refuse_second(inv.deployment, model)
-    canary = spec.served(inv, model, str(inventory_path))
     stable = spec.stable_revision(inv.deployment)
+    if inv.provider != "baremetal":  # cloud hosts come from Terraform, as the revision recorded them
+        inv = inv.model_copy(update={"hosts": stable.inventory().hosts})
+    canary = spec.served(inv, model, str(inventory_path))
     before = spec.served(stable.inventory(), model, f"revision {stable.number} (what the hosts run)")
     if spec.same_spec(before, canary):
         raise ReleaseError(

@@ -106,9 +106,11 @@ def watch(
         start = window_start(scrapes, now, settings.slo.window_s)
         if start is not got:
             d = judge(start, got, release.served_name, settings, now - release.step_since)
+            # Only where the figures could give no verdict: a gateway of several workers reports
+            # an engine unready when one worker's probes fail while the others still route to it.
             dead = unready([sc.any_ready(canaries) for sc in scrapes], got.at - start.at, settings.slo.window_s,
                            canaries)
-            if dead:
+            if dead and d.figures["canary"].requests < settings.slo.min_requests:
                 d = Decision("rollback", [dead], d.figures)
             out.decisions.append(d)
             text = f"[{got.at - start.at:.0f} s window, canary at {release.weight}%] {d.describe()}"

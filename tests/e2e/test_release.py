@@ -128,8 +128,8 @@ def _ask(inv, secret: str, i: int, stage: str | None = None) -> str:
 
 
 def _canary_fallbacks(inv, e2e_state: Path) -> float:
-    """Canary attempts that did not end ok, over every gateway: each is answered by stable (the
-    gateway retries it there before its first byte), so its caller sees both stages."""
+    """Canary attempts that failed (`error`: a 5xx, the deadline, a lost connection), over every
+    gateway: each is retried on stable before its first byte, so its caller sees both stages."""
     total = 0.0
     ca = prove.ca_file(inv)
     for host in inv.hosts:
@@ -137,7 +137,7 @@ def _canary_fallbacks(inv, e2e_state: Path) -> float:
                          headers=scrape_headers(e2e_state, inv.deployment), verify=str(ca) if ca else True).text
         for family in text_string_to_metric_families(text):
             total += sum(s.value for s in family.samples if s.name == "pli_gateway_stage_requests_total"
-                         and s.labels.get("stage") == "canary" and s.labels.get("outcome") != "ok")
+                         and s.labels.get("stage") == "canary" and s.labels.get("outcome") == "error")
     return total
 
 

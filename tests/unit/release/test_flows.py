@@ -204,11 +204,12 @@ def test_watch_rolls_back_a_canary_no_gateway_routes_to(site: Path, monkeypatch:
                    Scrape(60, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": {**dead, "b-canary": True}}),
                    Scrape(120, {"gw1": {}}, {"gw2": "gateway unreachable"}, ready={"gw1": dead}),
                    Scrape(180, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-                   Scrape(240, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead})])
+                   Scrape(240, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
+                   Scrape(300, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead})])
     monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(rounds))
     aborted: list[str] = []
     monkeypatch.setattr(watch, "abort_release", lambda s, out, reporter, t, why: aborted.append(why))
-    clock = iter([0.0, 0.0, 60.0, 120.0, 180.0, 240.0])  # the start, then each poll
+    clock = iter([0.0, 0.0, 60.0, 120.0, 180.0, 240.0, 300.0])  # the start, then each poll
 
     class Quiet:
         def note(self, text: str) -> None:
@@ -217,9 +218,10 @@ def test_watch_rolls_back_a_canary_no_gateway_routes_to(site: Path, monkeypatch:
     out = Outcome("watch", "main", RunLog("release-watch", "demo"))
     watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(clock),  # type: ignore[arg-type]
                 sleep=lambda s: None)
-    # 60 s: the window (120 s) not full; 120 s: b-canary was routed to at 60 s; 180 s: not since
-    # 60 s, but the window from 60 s still holds that scrape; 240 s: none from 120 s to 240 s
-    assert [d.action for d in out.decisions] == ["hold", "hold", "hold", "rollback"]
+    # 60 s: the window (120 s) not full; 120 s: b-canary was routed to at 60 s; 180 s: the window
+    # from 60 s still holds that scrape; 240 s: the window from 120 s holds a scrape gw2 missed
+    # (no evidence); 300 s: none routed to from 180 s to 300 s
+    assert [d.action for d in out.decisions] == ["hold", "hold", "hold", "hold", "rollback"]
     assert len(aborted) == 1
     assert aborted[0] == ("rollback: no gateway routed to a canary engine (a-canary, b-canary) for 120 s: "
                           "their health probes fail, so no canary request is counted")
@@ -233,3 +235,4 @@ def test_a_gateway_reports_each_engines_readiness() -> None:
     seen = Scrape(0, {}, ready={"gw1": {"a-canary": False}, "gw2": {"a-canary": True}})
     assert seen.any_ready(["a-canary"]) is True and seen.any_ready(["b-canary"]) is None
     assert Scrape(0, {}, ready={"gw1": {"a-canary": False}}).any_ready(["a-canary", "b-canary"]) is False
+    assert Scrape(0, {}, {"gw2": "unreachable"}, ready={"gw1": {"a-canary": False}}).any_ready(["a-canary"]) is None

@@ -83,3 +83,17 @@ def test_a_single_model_rewritten_as_a_models_list_is_the_same_model(site: Path)
 
     site.write_text(site.read_text().replace("name: main", "name: chat"))  # a rename is no release
     assert "revision 1 (what the hosts run) has no model named chat" in _refusal(site, "chat")
+
+
+def test_a_cloud_inventory_lists_no_hosts_and_its_models_are_compared_on_the_recorded_ones(site: Path) -> None:
+    """A cloud inventory's hosts come from Terraform (the file lists none): the other models keep
+    the hosts the revision recorded, so they are not reported as changed."""
+    from installer.inventory import load_inventory
+    from installer.release import spec
+
+    _installed(site, MODELS)
+    stable = load_inventory(site)
+    chat = "{name: chat, path: weights, served_name: tiny}"
+    site.write_text(MODELS.replace(chat, chat[:-1] + ", engine: {max_num_seqs: 4}}"))
+    target = load_inventory(site).model_copy(update={"provider": "aws", "hosts": []})
+    assert spec.other_changes(stable, target, "chat") == ["`provider`"]  # and not "model emb changed"
