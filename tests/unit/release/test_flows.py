@@ -83,27 +83,35 @@ def _recorded(name: str, when: str) -> dict[str, metrics.Samples]:
     return {gw: metrics.parse((DATA / f"{name}-{when}-{gw}.txt").read_text()) for gw in ("gw1", "gw2")}
 
 
-def test_watch_rolls_back_a_bad_canary_and_logs_the_figures(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _watched(
+    site: Path, monkeypatch: pytest.MonkeyPatch, rounds: list[Scrape], clock: list[float]
+) -> tuple[Outcome, list[str]]:
+    """`release watch` of a release of model main at 20% over recorded scrapes, on a clock; the
+    decisions, and the abort's reasons (the abort itself is not run)."""
     stable = _installed(site)
-    inv = load_inventory(site)
-    canary = revisions.next_revision(inv, stable.manifest(), site.parent, site.parent / "playbooks",
+    canary = revisions.next_revision(load_inventory(site), stable.manifest(), site.parent, site.parent / "playbooks",
                                      canary="main", canary_over=stable.number)
     state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 100), step=0,
                                step_since=0))
-    # Two scrapes of the gateways a window apart: the canary failed a tenth of its requests.
-    rounds = iter([Scrape(0, _recorded("errors", "before")), Scrape(60, _recorded("errors", "after"))])
-    monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(rounds))
+    scrapes, ticks = iter(rounds), iter(clock)
+    monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(scrapes))
     aborted: list[str] = []
     monkeypatch.setattr(watch, "abort_release", lambda s, out, reporter, t, why: aborted.append(why))
-    clock = iter([0.0, 0.0, 0.0, 60.0])
 
     class Quiet:
         def note(self, text: str) -> None:
             pass
 
     out = Outcome("watch", "main", RunLog("release-watch", "demo"))
-    watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(clock),  # type: ignore[arg-type]
+    watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(ticks),  # type: ignore[arg-type]
                 sleep=lambda s: None)
+    return out, aborted
+
+
+def test_watch_rolls_back_a_bad_canary_and_logs_the_figures(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two scrapes of the gateways a window apart: the canary failed a tenth of its requests.
+    out, aborted = _watched(site, monkeypatch, [Scrape(0, _recorded("errors", "before")),
+                                                Scrape(60, _recorded("errors", "after"))], [0.0, 0.0, 0.0, 60.0])
     assert len(aborted) == 1 and aborted[0].startswith("rollback: canary error ratio 10.0% > stable's 0.0%")
     assert [d.action for d in out.decisions] == ["rollback"]
     logged = (out.run_dir / "installer.log").read_text()
@@ -193,31 +201,14 @@ def test_watch_rolls_back_a_canary_no_gateway_routes_to(site: Path, monkeypatch:
     """A frozen canary fails its health probes, the gateways stop routing to it, and no attempt
     is counted: the window's figures never reach min_requests, but a whole window in which no
     gateway would route to a canary engine is itself the verdict."""
-    stable = _installed(site)
-    inv = load_inventory(site)
-    canary = revisions.next_revision(inv, stable.manifest(), site.parent, site.parent / "playbooks",
-                                     canary="main", canary_over=stable.number)
-    state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 100), step=0,
-                               step_since=0))
     dead = {"a": True, "b": True, "a-canary": False, "b-canary": False}
-    rounds = iter([Scrape(0, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-                   Scrape(60, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": {**dead, "b-canary": True}}),
-                   Scrape(120, {"gw1": {}}, {"gw2": "gateway unreachable"}, ready={"gw1": dead}),
-                   Scrape(180, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-                   Scrape(240, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-                   Scrape(300, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead})])
-    monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(rounds))
-    aborted: list[str] = []
-    monkeypatch.setattr(watch, "abort_release", lambda s, out, reporter, t, why: aborted.append(why))
-    clock = iter([0.0, 0.0, 60.0, 120.0, 180.0, 240.0, 300.0])  # the start, then each poll
-
-    class Quiet:
-        def note(self, text: str) -> None:
-            pass
-
-    out = Outcome("watch", "main", RunLog("release-watch", "demo"))
-    watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(clock),  # type: ignore[arg-type]
-                sleep=lambda s: None)
+    rounds = [Scrape(0, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
+              Scrape(60, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": {**dead, "b-canary": True}}),
+              Scrape(120, {"gw1": {}}, {"gw2": "gateway unreachable"}, ready={"gw1": dead}),
+              Scrape(180, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
+              Scrape(240, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
+              Scrape(300, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead})]
+    out, aborted = _watched(site, monkeypatch, rounds, [0.0, 0.0, 60.0, 120.0, 180.0, 240.0, 300.0])
     # 60 s: the window (120 s) not full; 120 s: b-canary was routed to at 60 s; 180 s: the window
     # from 60 s still holds that scrape; 240 s: the window from 120 s holds a scrape gw2 missed
     # (no evidence); 300 s: none routed to from 180 s to 300 s
