@@ -19,8 +19,7 @@ from installer.runlog import RunLog
 def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, why: str) -> None:
     deployment = s.stable.deployment
     inv = s.stable_inv
-    canaries = sorted(n for names in spec.engines_of(s.with_canary(), s.release.model, "canary").values()
-                      for n in names)
+    canaries = s.canary_engines()
     out.log.log(f"abort of {s.release.model}: {why}")
     with out.step(reporter, "weight 0", why):
         stages.write(inv, {})  # the model absent: everything to stable

@@ -9,8 +9,8 @@ Pure: figures in, a decision out, so a recorded series gives the same verdict ev
   - otherwise healthy: advance once the step was held `step_hold_s` when auto-promotion is on,
     else hold.
 A latency with no stable figure to compare with (stable had no traffic) is judged by the floor.
-Before all that (unready): a canary no gateway would route to through a whole window gets no
-attempt to count, so the figures could never reach min_requests: rollback.
+Where the figures give no verdict (too few canary attempts), `unready`: a canary no gateway
+would route to through a whole window gets no attempt to count, so they never could: rollback.
 """
 
 from dataclasses import dataclass, field

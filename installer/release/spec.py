@@ -89,6 +89,11 @@ class Sides:
         names |= set(self.canary_spec().hosts)
         return [h for h in inv.hosts if h.name in names]
 
+    def canary_engines(self) -> list[str]:
+        """The canary's engine names on every host, as the gateways name them."""
+        return sorted(n for names in engines_of(self.with_canary(), self.release.model, "canary").values()
+                      for n in names)
+
     def with_canary(self, base: Inventory | None = None) -> DeploymentPlan:
         """`base` (default stable) with the canary's engines beside the model's own."""
         return plan.build(base or self.stable_inv, {self.release.model: self.canary_spec()})

@@ -95,8 +95,7 @@ def watch(
         if (release.started, release.canary, release.step) != step:  # a new step is a new window
             scrapes.clear()
             step = (release.started, release.canary, release.step)
-            canaries = sorted(n for names in spec.engines_of(s.with_canary(), model, "canary").values()
-                              for n in names)
+            canaries = s.canary_engines()
         now = clock()
         got = scrape.scrape(s.stable_inv, now)
         for host, problem in got.problems.items():
