@@ -8,6 +8,7 @@ another one (pyproject.toml, [tool.importlinter]).
 """
 
 import functools
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ import typer
 from rich.console import Console
 
 from installer import audit, deploy, paths
+from installer.ansible.runner import strategy_env
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
 from installer.ui import RichReporter, console, table
@@ -79,6 +81,7 @@ def _state_dir_option(
     ] = None,
 ) -> None:
     paths.use_state_dir(state_dir)
+    strategy_env(os.environ)  # a mistyped INSTALLER_ANSIBLE_STRATEGY stops here, before any host is touched
     _anchor_inventory_options(ctx.command, ctx)
     _audit_changing_commands(ctx.command, ctx)
 

@@ -44,9 +44,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from installer import keys, keys_push, prove
 from installer.inventory import load_inventory
 from tests.e2e.load import Load
-from tests.support.e2e import REPO, Run, host_run, installer, latest_summary, scrape_headers
+from tests.support.e2e import REPO, Run, host_run, host_ssh, installer, latest_summary, scrape_headers
 
-pytestmark = [pytest.mark.e2e, pytest.mark.release_lab]
+pytestmark = pytest.mark.e2e
 
 CALLERS = 250
 SHARE, SDS = 0.20, 4
@@ -111,6 +111,17 @@ def _release(args: list[str], release_lab: dict) -> subprocess.CompletedProcess[
 
 def _stages(lab_hosts, host) -> dict:
     return json.loads(host_run(lab_hosts, host, "cat /etc/private-llm/stages.json"))
+
+
+def _canary_unit_gone(lab_hosts, host) -> None:
+    """No canary unit file, and no canary unit running or failed. A frozen canary's stop runs past
+    its timeout and fails; the engine role forgets that state with the unit. Not asked: whether
+    systemd still lists it `not-found inactive dead`, as it does in a lab container, where it
+    cannot act on the unit's cgroup ("Failed to kill control group ...: Input/output error")."""
+    assert host_ssh(lab_hosts, host, "test -e /etc/systemd/system/private-llm-engine-canary.service").returncode == 1
+    listed = host_run(lab_hosts, host, "systemctl list-units --all --no-legend --plain "
+                      "--state=active,activating,deactivating,reloading,failed 'private-llm-engine-canary*'")
+    assert listed == "", listed
 
 
 def _ask(inv, secret: str, i: int, stage: str | None = None) -> str:
@@ -244,7 +255,7 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
     assert "decision" in log and "canary:" in log and "stable:" in log
     for host in lab_hosts.hosts:
         assert _stages(lab_hosts, host) == {"models": {}}
-        assert host_run(lab_hosts, host, "systemctl list-units --all --no-legend 'private-llm-engine-canary*'") == ""
+        _canary_unit_gone(lab_hosts, host)
 
 
 def test_promote_to_100_retires_stable_with_no_failed_request(release_lab: dict, lab_hosts, e2e_state: Path) -> None:
@@ -260,7 +271,7 @@ def test_promote_to_100_retires_stable_with_no_failed_request(release_lab: dict,
     assert summary["ended"] == "promoted"
     for host in lab_hosts.hosts:
         assert f"--max-num-seqs {CANARY_SEQS}" in host_run(lab_hosts, host, "systemctl cat private-llm-engine")
-        assert host_run(lab_hosts, host, "systemctl list-units --all --no-legend 'private-llm-engine-canary*'") == ""
+        _canary_unit_gone(lab_hosts, host)
         assert _stages(lab_hosts, host) == {"models": {}}
     proc = _release(["status"], release_lab)
     assert "no gray release in progress" in proc.stdout
