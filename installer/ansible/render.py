@@ -184,6 +184,7 @@ def _network_host_vars(inv: Inventory, hp: HostPlan) -> dict[str, Any]:
         "engine_tls": hp.engine_tls,
         "healthcheck_url": hp.engine_url,
         "healthcheck_gateway_url": hp.gateway_url,
+        "healthcheck_engines": list(hp.engine_names),
     }
     if inv.tls.mode != "off":
         files = tls_store.host_files(inv, hp.name)

@@ -136,6 +136,9 @@ def test_render_gives_the_gateways_task_and_stage_and_the_model_role_every_folde
     assert {k: instance[k] for k in ("model_key", "served_name", "task", "stage", "model_dir")} == {
         "model_key": "emb", "served_name": "org/tiny-embed", "task": "embed", "stage": "stable",
         "model_dir": "org--tiny-embed"}
+    # the health check waits until its gateway routes to each of them, by the gateway's names
+    assert variables["healthcheck_engines"] == ["h1", "h1-emb"]
+    assert set(variables["healthcheck_engines"]) <= {e["name"] for e in variables["gateway_engines"]}
 
 
 def _canary(inv: Inventory, key: str, path: str, **engine: Any) -> ServedModel:
