@@ -90,7 +90,7 @@ def _failure_text(res: dict[str, Any]) -> str:
     return msg.strip() or "failed"
 
 
-# Where ansible-playbook's PID is recorded in the run folder (by die_with_parent.py).
+# Where the PID of ansible-playbook's group leader is recorded in the run folder (by die_with_parent.py).
 PIDFILE = "ansible-playbook.pid"
 
 
