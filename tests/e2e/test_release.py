@@ -248,8 +248,13 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
     assert load.ok > 20, load.ok
     summary = latest_summary(e2e_state, "release-watch")
     assert summary["ended"] == "aborted"
-    assert summary["decisions"][-1]["action"] == "rollback"
-    assert summary["decisions"][-1]["figures"]["canary"]["requests"] >= MIN_REQUESTS
+    last = summary["decisions"][-1]
+    assert last["action"] == "rollback"
+    # Either rule is the watch working: the frozen canary's failed attempts over at least
+    # min_requests (its error ratio), or, once every gateway's probes had given up on it and so
+    # no canary attempt was left to count, a whole window in which no gateway routed to it.
+    unrouted = any("no gateway routed to a canary engine" in r for r in last["reasons"])
+    assert last["figures"]["canary"]["requests"] >= MIN_REQUESTS or unrouted, last
     run_dir = sorted((e2e_state / "runs").glob("*-release-watch-*"), key=lambda p: p.stat().st_mtime)[-1]
     log = (run_dir / "installer.log").read_text()
     assert "decision" in log and "canary:" in log and "stable:" in log
