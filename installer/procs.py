@@ -62,8 +62,10 @@ class ChildGroup:
         if pid is None:
             return
         try:
-            if os.getpgid(pid) == pid:  # still the group it leads (a reused PID would not be)
-                os.killpg(pid, signum)
+            # To the group's leader alone (a reused PID would lead no group): die_with_parent.py
+            # passes it to the whole group, so each process gets it once, not twice.
+            if os.getpgid(pid) == pid:
+                os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 

@@ -12,6 +12,7 @@ workers with it on a loaded machine). Its exit is the command's. Standard librar
 before any of the installer is importable.
 """
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -34,32 +35,36 @@ def _die_with_parent(parent: int) -> str | None:
 
 
 def _run(command: list[str]) -> int:
+    me = os.getpid()  # the child's check must name us, even if we are gone before it runs
     child = os.fork()
     if child == 0:
         try:
-            if _die_with_parent(os.getppid()) is None:  # this supervisor killed outright
+            if _die_with_parent(me) is None:  # this supervisor killed outright: the command dies too
                 os.execvp(command[0], command)
         except OSError as exc:
             print(f"{command[0]}: {exc}", file=sys.stderr)
         os._exit(127)
-    passed_on = False
+    passed_on: set[int] = set()
 
     def pass_on(signum: int, _frame: object) -> None:
-        nonlocal passed_on
-        if passed_on:  # the group's copy of our own signal, or a second one
+        if signum in passed_on:  # the group's copy of our own signal, or the same one again
             return
-        passed_on = True
+        passed_on.add(signum)
         if os.getpgrp() == os.getpid():  # our group (pexpect's new session): all of it
             os.killpg(os.getpid(), signum)
         else:  # started in someone else's group: the command alone, never theirs
             os.kill(child, signum)
 
     for signum in _ENDING:
-        signal.signal(signum, pass_on)
+        # One the spawner made us ignore stays ignored (pexpect ignores SIGHUP, and the hangup of
+        # a SIGKILLed installer's pty comes before the kernel's SIGTERM): the command ignores it too.
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, pass_on)
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):  # end as it ended, so the runner sees the same
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep their action
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         return 128 + sig
     return os.WEXITSTATUS(status)

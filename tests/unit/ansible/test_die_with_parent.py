@@ -28,6 +28,13 @@ def test_a_command_killed_by_a_signal_ends_it_by_that_signal(tmp_path: Path) -> 
     assert proc.returncode == -signal.SIGTERM, proc.stderr
 
 
+def test_a_command_killed_outright_ends_it_the_same_way(tmp_path: Path) -> None:
+    argv = die_with_parent_argv(["sh", "-c", "kill -KILL $$"], tmp_path / "child.pid")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_command_whose_installer_is_already_gone_never_starts(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     argv = die_with_parent_argv(["touch", str(marker)], tmp_path / "child.pid")
@@ -41,12 +48,13 @@ def test_a_sigkilled_parent_takes_the_command_and_its_children_with_it(tmp_path:
     pids = tmp_path / "pids"
     # the command and a child it leaves behind, each ignoring nothing; both write their PIDs
     command = ["sh", "-c", f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"]
-    # a parent that starts the command the way the runner does (a new session), then waits on it
+    # a parent that starts the command the way ansible-runner does (pexpect: a pty, a new session,
+    # SIGHUP ignored; the pty's hangup reaches the group before the kernel's SIGTERM), then waits
     parent_code = (
-        "import subprocess, sys; from pathlib import Path; "
+        "import pexpect; from pathlib import Path; "
         "from installer.ansible.runner import die_with_parent_argv; "
-        f"subprocess.run(die_with_parent_argv({command!r}, Path({str(tmp_path / 'child.pid')!r})), "
-        "start_new_session=True)"
+        f"argv = die_with_parent_argv({command!r}, Path({str(tmp_path / 'child.pid')!r})); "
+        "pexpect.spawn(argv[0], argv[1:], ignore_sighup=True).expect(pexpect.EOF, timeout=None)"
     )
     parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=Path(__file__).parents[3])
     started: list[int] = []
