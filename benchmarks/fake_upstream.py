@@ -268,7 +268,8 @@ async def models(request: web.Request) -> web.Response:
     )
 
 
-async def health(_: web.Request) -> web.Response:
+async def health(request: web.Request) -> web.Response:
+    request.app[STATS_KEY]["health_checks"] += 1
     return web.Response(text="")
 
 
@@ -285,6 +286,7 @@ def make_app(opts: argparse.Namespace) -> web.Application:
         "streams_completed": 0,
         "streams_aborted": 0,
         "last_body": None,
+        "health_checks": 0,
     }
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/v1/completions", generate)

@@ -87,7 +87,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             settings.stage_header.encode(), settings.canary_first_byte_timeout_s,
             settings.canary_answer_timeout_s,
         )
-        gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics)
+        gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics,
+                                       settings.health_deep_interval_s)
         tasks = [
             asyncio.create_task(gateway.health.run()),
             asyncio.create_task(gateway.keys.watch()),

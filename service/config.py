@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # Engines the operator took out of rotation (service/drain.py); None: never drained.
     drain_file: Path | None = None
     health_interval_s: Seconds = 5.0
+    # An idle engine in rotation is asked for a real token this often, and /health in between
+    # (service/health.py says why); at most health_interval_s makes every check a real request.
+    health_deep_interval_s: Seconds = 30.0
     # Each model's traffic split between its engines' stages (service/stages.py); None: every
     # request goes to the stable engines (a canary is reached only through stage_header).
     stages_file: Path | None = None

@@ -1,8 +1,15 @@
 """Engine readiness checks and the gateway's own probes (/livez, /readyz, /startupz).
 
-An engine's /health answers 200 even when generation then fails, so the check is a real
-one-token request. Successful client traffic counts as a passed check, so a busy engine is
-not probed at all; an idle one costs one token per interval.
+An engine's /health answers 200 even when generation then fails, so the check that admits an
+engine is a real one-token request. Successful client traffic counts as a passed check, so a
+busy engine is not probed at all.
+
+An idle engine that is in rotation gets the real request only every `deep_interval_s`, and
+vLLM's /health at every interval between: each generation wakes the engine's workers, which
+then spin on their queue for a second (vLLM's shared-memory broadcast), so a token every 5 s
+from each gateway kept an idle CPU engine at 40% of a core (docs/benchmarks.md). /health still
+catches an engine that died, froze or errored within an interval; one that answers /health but
+cannot generate is caught by the next real request, a client's or the probe's.
 """
 
 import asyncio
@@ -30,26 +37,39 @@ def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
 
 class HealthChecker:
     def __init__(
-        self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics
+        self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics,
+        deep_interval_s: float | None = None,
     ) -> None:
         self.router = router
         self.session = session
         self.interval_s = interval_s
+        # never more often than interval_s: every check is then a real request, as before
+        self.deep_interval_s = max(interval_s, deep_interval_s or interval_s)
         self.metrics = metrics
         self.started = asyncio.Event()  # set after the first round of checks
 
-    async def check(self, engine: Engine) -> None:
-        path, payload = _probe_request(engine)
+    def _deep(self, engine: Engine, now: float) -> bool:
+        """A real request: to admit an engine, or when its last one is deep_interval_s old."""
+        return not engine.healthy or now - engine.last_proven >= self.deep_interval_s
+
+    async def check(self, engine: Engine, deep: bool = True) -> None:
         timeout = aiohttp.ClientTimeout(total=max(self.interval_s, 10.0))
         try:
-            async with self.session.post(engine.url + path, json=payload, timeout=timeout) as resp:
+            if deep:
+                path, payload = _probe_request(engine)
+                request = self.session.post(engine.url + path, json=payload, timeout=timeout)
+            else:
+                request = self.session.get(engine.url + "/health", timeout=timeout)
+            async with request as resp:
                 await resp.read()
                 ok = resp.status == 200
                 reason = f"HTTP {resp.status}"
         except (aiohttp.ClientError, TimeoutError) as exc:
             ok, reason = False, type(exc).__name__
-        if ok:
+        if ok and deep:
             engine.mark_ok()
+        elif ok:
+            engine.mark_alive()
         else:
             if engine.healthy:
                 log.warning("engine %s failed its readiness check: %s", engine.name, reason)
@@ -64,7 +84,7 @@ class HealthChecker:
                 for e in self.router.engines
                 if not e.healthy or now - e.last_ok >= self.interval_s
             ]
-            await asyncio.gather(*(self.check(e) for e in due))
+            await asyncio.gather(*(self.check(e, self._deep(e, now)) for e in due))
             for e in self.router.engines:
                 self.metrics.engine_healthy.labels(e.name, e.model).set(int(self.router.ready(e)))
             self.started.set()

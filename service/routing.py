@@ -27,10 +27,16 @@ class Engine:
     outstanding: int = 0
     healthy: bool = False
     last_ok: float = 0.0  # monotonic time of the last passed check or successful request
+    last_proven: float = 0.0  # the same, counting only requests that generated (not /health)
 
     def mark_ok(self) -> None:
         self.healthy = True
-        self.last_ok = time.monotonic()
+        self.last_ok = self.last_proven = time.monotonic()
+
+    def mark_alive(self) -> None:
+        """/health answered: keeps an engine in rotation, but never admits one (see health.py)."""
+        if self.healthy:
+            self.last_ok = time.monotonic()
 
     def mark_failed(self) -> None:
         self.healthy = False
