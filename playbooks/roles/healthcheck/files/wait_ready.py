@@ -21,7 +21,9 @@ if url.startswith("https://"):
     CONTEXT = ssl.create_default_context(cafile=ca_file or None)
     if client_cert:
         CONTEXT.load_cert_chain(client_cert, client_key or None)
-MAX_RESTARTS = 2
+# A start that failed twice in a row fails the same way again (a bad flag, a model that does
+# not fit); one failure may be a passing one, so a single restart is waited for.
+MAX_RESTARTS = 1
 
 
 def unit_state() -> dict[str, str]:
