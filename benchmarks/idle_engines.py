@@ -48,9 +48,11 @@ def _set_mode(hosts: list[Target], originals: list[str], deep: int | None) -> No
             _ssh(t, "systemctl stop private-llm-gateway.socket private-llm-gateway.service")
             return
         body = text if deep is None else text + f"\nhealth_deep_interval_s: {deep}\n"
-        subprocess.run(t.ssh_argv(f"cat > {CONFIG} && systemctl restart private-llm-gateway.socket "
-                                  "private-llm-gateway.service"), input=body, text=True, check=True,
-                       capture_output=True)
+        # A lab host's systemd sometimes fails a start right after a stop (status 219/CGROUP, its
+        # container's cgroup), and starts it again at once: so the service is asked again.
+        restart = "systemctl restart private-llm-gateway.socket private-llm-gateway.service"
+        subprocess.run(t.ssh_argv(f"cat > {CONFIG} && {{ {restart} || {{ sleep 2; {restart}; }}; }}"),
+                       input=body, text=True, check=True, capture_output=True)
 
     with ThreadPoolExecutor(len(hosts)) as pool:
         list(pool.map(one, zip(hosts, originals, strict=True)))
