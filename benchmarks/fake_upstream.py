@@ -273,6 +273,12 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(text="")
 
 
+async def set_status(request: web.Request) -> web.Response:
+    """POST /_status {"status": N}: every generation from now on answers N (0: as asked)."""
+    request.app[OPTS_KEY].status = int((await request.json())["status"])
+    return web.Response(text="")
+
+
 async def stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATS_KEY])
 
@@ -296,6 +302,7 @@ def make_app(opts: argparse.Namespace) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/_stats", stats)
+    app.router.add_post("/_status", set_status)
     return app
 
 

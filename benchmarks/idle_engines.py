@@ -29,7 +29,9 @@ CONFIG = "/etc/private-llm/gateway.yml"
 TICKS = ("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
          "case \"$c\" in *vllm.entrypoints*|VLLM::*) awk '{s+=$14+$15} END {print s}' $p/stat;; esac; "
          "done | awk '{s+=$1} END {print s+0}'")
-MODES = {"real token every check": 5, "as shipped (real token every 30 s)": None, "gateways stopped": 0}
+# health_deep_interval_s per mode: at most the check interval makes every check a real request;
+# None: as the gateway ships; 0: the gateways stopped.
+MODES = {"real token every check": 0.001, "as shipped (real token every 30 s)": None, "gateways stopped": 0}
 
 
 def _ssh(t: Target, command: str) -> str:
@@ -41,7 +43,7 @@ def _on_all(hosts: list[Target], command: str) -> list[str]:
         return list(pool.map(lambda t: _ssh(t, command), hosts))
 
 
-def _set_mode(hosts: list[Target], originals: list[str], deep: int | None) -> None:
+def _set_mode(hosts: list[Target], originals: list[str], deep: float | None) -> None:
     def one(pair: tuple[Target, str]) -> None:
         t, text = pair
         if deep == 0:
@@ -63,12 +65,15 @@ def main() -> None:
     ap.add_argument("-i", "--inventory", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--settle", type=float, default=15.0, help="seconds after a gateway restart")
-    ap.add_argument("--window", type=float, default=30.0, help="seconds measured")
+    # several of the shipped 30 s cycles of real tokens, so a window is not all /health by chance
+    ap.add_argument("--window", type=float, default=90.0, help="seconds measured")
     args = ap.parse_args()
     hosts = targets(load_inventory(args.inventory))
     hz = os.sysconf("SC_CLK_TCK")
     originals = _on_all(hosts, f"cat {CONFIG}")
     assert not any("health_deep_interval_s" in o for o in originals), "a mode left over from a killed run"
+    active = _on_all(hosts, "systemctl is-active private-llm-gateway.service || true")
+    assert all(a.strip() == "active" for a in active), f"gateways not running (a killed run?): {active}"
     found: dict[str, list[float]] = {m: [] for m in MODES}
     try:
         for r in range(args.rounds):
@@ -76,17 +81,19 @@ def main() -> None:
             for mode in order:
                 _set_mode(hosts, originals, MODES[mode])
                 time.sleep(args.settle)
-                before = sum(int(x) for x in _on_all(hosts, TICKS))
+                before, t0 = sum(int(x) for x in _on_all(hosts, TICKS)), time.monotonic()
                 load = os.getloadavg()[0]
                 time.sleep(args.window)
-                used = (sum(int(x) for x in _on_all(hosts, TICKS)) - before) / hz / args.window
+                ticks = sum(int(x) for x in _on_all(hosts, TICKS)) - before
+                used = ticks / hz / (time.monotonic() - t0)
                 found[mode].append(round(used, 3))
                 print(f"round {r + 1}, {mode}: engines used {used:.2f} CPUs (load before {load:.1f})", flush=True)
     finally:
         _set_mode(hosts, originals, None)
     stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
     out = HERE / "results" / f"idle_engines-{stamp}"
-    result = {"hosts": len(hosts), "cpus": os.cpu_count(), "window_s": args.window, "stamp": stamp,
+    result = {"hosts": len(hosts), "cpus": os.cpu_count(), "window_s": args.window, "settle_s": args.settle,
+              "rounds": args.rounds, "stamp": stamp,
               "cpus_used_by_engines": found, "median": {m: statistics.median(v) for m, v in found.items()}}
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"# Idle engines, {len(hosts)} lab hosts, {os.cpu_count()} CPUs, {stamp} UTC", "",

@@ -7,9 +7,11 @@ busy engine is not probed at all.
 An idle engine that is in rotation gets the real request only every `deep_interval_s`, and
 vLLM's /health at every interval between: each generation wakes the engine's workers, which
 then spin on their queue for a second (vLLM's shared-memory broadcast), so a token every 5 s
-from each gateway kept an idle CPU engine at 40% of a core (docs/benchmarks.md). /health still
+from each gateway kept an idle CPU engine at 30-40% of a core (docs/benchmarks.md). /health still
 catches an engine that died, froze or errored within an interval; one that answers /health but
-cannot generate is caught by the next real request, a client's or the probe's.
+cannot generate (a wedged worker: /health does not reach the workers) is caught by the next real
+request: a client's that fails makes the next check a real one (Engine.suspect), and an idle
+engine gets one within deep_interval_s.
 """
 
 import asyncio
@@ -25,6 +27,7 @@ from service.metrics import Metrics
 from service.routing import Engine, Router
 
 log = logging.getLogger("service.health")
+HEALTH_TIMEOUT_S = 5.0
 
 
 def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
@@ -53,12 +56,15 @@ class HealthChecker:
         return not engine.healthy or now - engine.last_proven >= self.deep_interval_s
 
     async def check(self, engine: Engine, deep: bool = True) -> None:
-        timeout = aiohttp.ClientTimeout(total=max(self.interval_s, 10.0))
         try:
             if deep:
                 path, payload = _probe_request(engine)
+                timeout = aiohttp.ClientTimeout(total=max(self.interval_s, 10.0))
                 request = self.session.post(engine.url + path, json=payload, timeout=timeout)
             else:
+                # the API server's own answer, no engine work: a round (gather) of checks is not
+                # held up long by one hung engine
+                timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
                 request = self.session.get(engine.url + "/health", timeout=timeout)
             async with request as resp:
                 await resp.read()

@@ -334,8 +334,10 @@ class ProxyCall(Response):
         return {"type": "http.response.start", "status": status, "headers": headers}
 
     def _engine_error(self, engine: Engine, reason: str, down: bool) -> None:
-        """Count an engine's failure; if it looks down, route around it until a check passes."""
+        """Count an engine's failure; if it looks down, route around it until a check passes.
+        Either way its next check is a real request: /health would not see a failing generation."""
         self.up.metrics.upstream_errors.labels(engine.name, reason).inc()
+        engine.suspect()
         if down and engine.healthy:
             log.warning("engine %s taken out of rotation: %s", engine.name, reason)
             engine.mark_failed()
@@ -393,7 +395,10 @@ class ProxyCall(Response):
                 self._engine_error(engine, f"http_{resp.status}", resp.status in _UNHEALTHY_STATUS)
                 message = json.loads(normalize_error(resp.status, body))["error"]["message"]
                 raise _Retry(self._upstream_error(engine, message))
-            engine.mark_ok()
+            if resp.status < 300:
+                engine.mark_ok()
+            else:  # a client's 4xx: the engine answered, but generated nothing
+                engine.mark_alive()
             self.status = resp.status
             content_type = _content_type(resp)
             if resp.status == 200 and content_type.startswith(b"text/event-stream"):

@@ -27,7 +27,8 @@ class Engine:
     outstanding: int = 0
     healthy: bool = False
     last_ok: float = 0.0  # monotonic time of the last passed check or successful request
-    last_proven: float = 0.0  # the same, counting only requests that generated (not /health)
+    # the same, but only a real request answered 2xx counts (not /health, not a client's 4xx)
+    last_proven: float = 0.0
 
     def mark_ok(self) -> None:
         self.healthy = True
@@ -37,6 +38,10 @@ class Engine:
         """/health answered: keeps an engine in rotation, but never admits one (see health.py)."""
         if self.healthy:
             self.last_ok = time.monotonic()
+
+    def suspect(self) -> None:
+        """A request to it failed: its next check is a real request, not /health."""
+        self.last_proven = 0.0
 
     def mark_failed(self) -> None:
         self.healthy = False

@@ -1,10 +1,12 @@
 """The gateway's engine checks: an idle engine in rotation costs a real token only every
 health_deep_interval_s and /health in between; an engine is admitted only by a real request,
-so one that answers /health but cannot generate never takes traffic; a dead one leaves
-rotation within an interval either way."""
+so one that answers /health but cannot generate never takes traffic; a client's failed request
+makes the next check a real one, so an admitted engine that stops generating leaves rotation
+within an interval, not a deep interval; a dead one leaves within an interval either way."""
 
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -13,9 +15,9 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def _config(*upstreams: Any, deep_s: float) -> dict[str, Any]:
+def _config(*upstreams: Any, deep_s: float, interval_s: float = 0.5) -> dict[str, Any]:
     engines = [{"name": f"e{i}", "url": u.url, "model": "tiny"} for i, u in enumerate(upstreams)]
-    return {"allow_anonymous": True, "health_interval_s": 0.5, "health_deep_interval_s": deep_s,
+    return {"allow_anonymous": True, "health_interval_s": interval_s, "health_deep_interval_s": deep_s,
             "engines": engines}
 
 
@@ -23,14 +25,21 @@ def _ready(gateway: Any) -> dict[str, bool]:
     return httpx.get(gateway.url + "/readyz").json()["engines"]
 
 
+def _until(check: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until check() held; fails after timeout."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, what
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
 def test_an_idle_engine_gets_health_between_real_requests(start_upstream: Any, start_gateway: Any) -> None:
     sparse, every = start_upstream(), start_upstream()
     start_gateway(_config(sparse, deep_s=3.0))
     start_gateway(_config(every, deep_s=0.5))  # the deep interval at most the interval: all real
     before = sparse.stats(), every.stats()
-    # A check is due once the last passed one is an interval old, and the loop wakes every
-    # interval: about one check a second each.
-    time.sleep(6.2)
+    time.sleep(6.2)  # a check at each 0.5 s wake-up: about 12 each
     after = sparse.stats(), every.stats()
     real = [a["requests"] - b["requests"] for a, b in zip(after, before, strict=True)]
     health = [a["health_checks"] - b["health_checks"] for a, b in zip(after, before, strict=True)]
@@ -41,25 +50,40 @@ def test_an_idle_engine_gets_health_between_real_requests(start_upstream: Any, s
 def test_health_alone_never_admits_an_engine(start_upstream: Any, start_gateway: Any) -> None:
     broken = start_upstream("--status", "500")  # /health 200, every generation a 500
     good = start_upstream()
-    gateway = start_gateway(_config(broken, good, deep_s=30.0))
-    time.sleep(2)  # four intervals
-    assert _ready(gateway) == {"e0": False, "e1": True}
+    gateway = start_gateway(_config(broken, good, deep_s=30.0, interval_s=1.0))
+    _until(lambda: _ready(gateway)["e1"], 10, "the good engine was never admitted")
+    time.sleep(2)  # two more intervals
+    assert _ready(gateway)["e0"] is False
     assert broken.stats()["health_checks"] == 0  # not admitted: only real requests were tried
+
+
+def test_a_client_failure_makes_the_next_check_real(start_upstream: Any, start_gateway: Any) -> None:
+    """e0 is admitted, then fails every generation while /health still answers: with a real token
+    due only every 30 s, a client's request that fails on it (retried on e1) takes it out."""
+    flaky, good = start_upstream(), start_upstream()
+    # a ready window (3 intervals, 6 s) longer than the 4 s allowed below: only a check that
+    # failed, not a check that was never made, can take e0 out
+    gateway = start_gateway(_config(flaky, good, deep_s=30.0, interval_s=2.0))
+    _until(lambda: all(_ready(gateway).values()), 15, "both engines admitted")
+    httpx.post(flaky.url + "/_status", json={"status": 500})
+    time.sleep(3)  # /health checks pass meanwhile: e0 stays in rotation
+    assert _ready(gateway)["e0"] is True
+    for _ in range(4):  # least outstanding: some go to e0 first; each is retried on e1
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert httpx.post(gateway.url + "/v1/chat/completions", json=chat).status_code == 200
+    assert flaky.stats()["requests"] >= 1
+    _until(lambda: not _ready(gateway)["e0"], 4, "e0 stayed in rotation after its failures")
+    assert _ready(gateway)["e1"]
 
 
 def test_an_idle_engine_that_dies_leaves_rotation_within_an_interval(
     start_upstream: Any, start_gateway: Any
 ) -> None:
     doomed, good = start_upstream(), start_upstream()
-    gateway = start_gateway(_config(doomed, good, deep_s=30.0))
-    deadline = time.monotonic() + 5
-    while not all(_ready(gateway).values()):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    # ready window 6 s: leaving within 5 s is a failed /health check, not an expired window
+    gateway = start_gateway(_config(doomed, good, deep_s=30.0, interval_s=2.0))
+    _until(lambda: all(_ready(gateway).values()), 15, "both engines admitted")
     doomed.proc.send_signal(signal.SIGKILL)
     doomed.proc.wait()
-    killed = time.monotonic()
-    while _ready(gateway)["e0"]:
-        assert time.monotonic() - killed < 3, "a dead engine stayed in rotation"
-        time.sleep(0.05)
+    _until(lambda: not _ready(gateway)["e0"], 5, "a dead engine stayed in rotation")
     assert _ready(gateway)["e1"]

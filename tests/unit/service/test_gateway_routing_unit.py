@@ -46,3 +46,21 @@ def test_affinity() -> None:
     for session, engine in chosen.items():
         now = router.pick("m", session=session)
         assert now is not gone and (engine is gone or now is engine)  # only gone's sessions move
+
+
+def test_health_keeps_an_engine_ready_but_never_admits_one() -> None:
+    from service.health import HealthChecker
+
+    router = Router([EngineConfig(name="e0", url="http://h0:1", model="m")], 15)
+    checker = HealthChecker(router, None, 5.0, None, deep_interval_s=30.0)  # type: ignore[arg-type]
+    engine = router.engines[0]
+    engine.mark_alive()  # /health answered before any real request
+    assert not router.ready(engine) and checker._deep(engine, engine.last_ok)
+    engine.mark_ok()
+    proven = engine.last_proven
+    assert router.ready(engine) and not checker._deep(engine, proven + 29)
+    engine.mark_alive()
+    assert engine.last_proven == proven and engine.last_ok >= proven
+    assert checker._deep(engine, proven + 30)  # a real request once the last is 30 s old
+    engine.suspect()  # a client's request failed on it
+    assert router.ready(engine) and checker._deep(engine, proven + 1)
