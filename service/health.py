@@ -41,13 +41,13 @@ def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
 class HealthChecker:
     def __init__(
         self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics,
-        deep_interval_s: float | None = None,
+        deep_interval_s: float,
     ) -> None:
         self.router = router
         self.session = session
         self.interval_s = interval_s
         # never more often than interval_s: every check is then a real request, as before
-        self.deep_interval_s = max(interval_s, deep_interval_s or interval_s)
+        self.deep_interval_s = max(interval_s, deep_interval_s)
         self.metrics = metrics
         self.started = asyncio.Event()  # set after the first round of checks
 
