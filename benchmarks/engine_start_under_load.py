@@ -14,6 +14,7 @@ engine once per variant and round.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -61,29 +62,27 @@ print(round(time.monotonic() - t0, 1))
 
 
 def _restart_under(variant: str, first: Target, probe: list[str], urls: list[str], secret: str,
-                   ca_file: Path | None, model: str, warmup_s: float) -> tuple[float, int]:
-    """Seconds to the first answer after the restart, and the answers the load got meanwhile."""
+                   ca_file: Path | None, model: str, warmup_s: float) -> tuple[float, int, int]:
+    """Seconds to the first answer after the restart, and the answers the load got meanwhile and
+    the requests it saw fail (a restart without a drain fails those in flight to that engine)."""
     streams, whole, rps = VARIANTS[variant]
-    load = None
-    if streams or whole:
-        load = Load(urls, secret, model, ca_file, workers=streams, whole_workers=whole, max_rps=rps)
-        load.__enter__()
-        time.sleep(warmup_s)
-    try:
+    load = Load(urls, secret, model, ca_file, workers=streams, whole_workers=whole, max_rps=rps or 1.0)
+    with load if streams or whole else contextlib.nullcontext():
+        if streams or whole:
+            time.sleep(warmup_s)
         out = subprocess.run(first.ssh_argv(shlex.join(probe)), check=True, capture_output=True, text=True,
                              timeout=900).stdout
-    finally:
-        if load is not None:
-            load.__exit__(None)
-    return float(out.strip()), (load.ok if load else 0)
+    return float(out.strip()), load.ok, len(load.failed)
 
 
-def _write(found: dict[str, list[float]], answered: dict[str, list[int]], hosts: int, rounds: int) -> Path:
+def _write(found: dict[str, list[float]], answered: dict[str, list[int]], failed: dict[str, list[int]],
+           hosts: int, rounds: int) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
     out = HERE / "results" / f"engine_start_under_load-{stamp}"
     median = {v: statistics.median(s) for v, s in found.items()}
     result = {"hosts": hosts, "cpus": os.cpu_count(), "rounds": rounds, "stamp": stamp,
-              "seconds_to_first_answer": found, "answers_meanwhile": answered, "median": median}
+              "seconds_to_first_answer": found, "answers_meanwhile": answered, "failed_meanwhile": failed,
+              "median": median}
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"# Engine start under load, {hosts} lab hosts, {os.cpu_count()} CPUs, {stamp} UTC", "",
              "Seconds from `systemctl restart private-llm-engine` on the first host to its first answer,"
@@ -106,6 +105,7 @@ def main() -> None:
     probe = ["python3", "-c", PROBE, inv.hosts[0].address, str(inv.ports.engine), inv.model.served_name]
     found: dict[str, list[float]] = {v: [] for v in VARIANTS}
     answered: dict[str, list[int]] = {v: [] for v in VARIANTS}
+    failed: dict[str, list[int]] = {v: [] for v in VARIANTS}
     name = f"bench-start-{int(time.time())}"
     secret = keys.create(name, rpm=100_000)[1]
     keys_push.push(inv)
@@ -113,17 +113,18 @@ def main() -> None:
         for r in range(args.rounds):
             order = list(VARIANTS)[r % len(VARIANTS):] + list(VARIANTS)[:r % len(VARIANTS)]
             for variant in order:
-                took, ok = _restart_under(variant, first, probe, urls, secret, prove.ca_file(inv),
+                took, ok, bad = _restart_under(variant, first, probe, urls, secret, prove.ca_file(inv),
                                           inv.model.served_name, args.warmup)
                 found[variant].append(took)
                 answered[variant].append(ok)
+                failed[variant].append(bad)
                 print(f"round {r + 1}, {variant}: first answer {took:.1f} s after the restart "
-                      f"({ok} answers meanwhile)", flush=True)
+                      f"({ok} answers, {bad} failed meanwhile)", flush=True)
                 time.sleep(5)
     finally:
         keys.revoke(name)
         keys_push.push(inv)
-    print(f"written {_write(found, answered, len(inv.hosts), args.rounds)}.md/.json")
+    print(f"written {_write(found, answered, failed, len(inv.hosts), args.rounds)}.md/.json")
 
 
 if __name__ == "__main__":

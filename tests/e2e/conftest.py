@@ -107,13 +107,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # What the hosts' units said, attached to a failed test's report: CI keeps only pytest's output,
 # not the run logs, and a failure like "Restart engine" is undiagnosable without it.
-# The journal without the engines' access and throughput lines, which would fill the window; the
-# memory, and processes left stopped (a frozen engine that systemd could not kill in a container).
+# The journal without the engines' access and throughput lines and the gateways' answered (2xx)
+# requests, which would fill the window; the memory, and processes left stopped (a frozen engine that
+# systemd could not kill in a container).
 _JOURNAL = (
     "systemctl --no-pager --lines=0 status 'private-llm-*' 2>&1 | grep -E '●|Active:|Main PID:' ; "
     "free -m; ps -eo pid,stat,rss,args | awk '$2 ~ /^T/' | cut -c1-200; "
     "journalctl --no-pager -o short-monotonic -n 3000 -u 'private-llm-*' 2>&1 "
-    "| grep -vE '\"(GET|POST) /|loggers.py' | tail -n 60 | cut -c1-300"
+    "| grep -vE '\"(GET|POST) /|\"status\":2[0-9][0-9],|loggers.py' | tail -n 60 | cut -c1-300"
 )
 
 

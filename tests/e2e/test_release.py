@@ -19,8 +19,7 @@ revoked at the end.
     the gateway retries a canary attempt on stable until its first byte, and a whole answer's
     first byte is its end, while a stream already flowing from an engine that freezes has nobody
     left to finish it (no gateway can splice another engine's tokens into it);
-  - promote: a new release promoted to 100% under paced load (two streams and a whole answer at
-    a time, one request a second) retires stable with no failed request;
+  - promote: a new release promoted to 100% under load retires stable with no failed request;
     the engines then run the canary's setting and no canary unit is left.
 At the end the lab's own inventory is applied again (`installer up`), so the deployment is left
 as it was found.
@@ -66,7 +65,7 @@ CANARY_SEQS = 6
 # neither `systemctl kill` (EIO) nor the unit's cgroup file (absent) reaches them in a lab container.
 FREEZE = ('p=$(systemctl show -p MainPID --value {unit}); [ "$p" -gt 0 ] || exit 1; all=$p; '
           'while [ -n "$p" ]; do p=$(ps -o pid= --ppid "$(echo $p | tr " " ,)" | xargs); all="$all $p"; done; '
-          'kill -STOP $all; echo $all')
+          'kill -STOP $all && echo $all')
 # What a real host's systemd does with a stopped unit's cgroup: in a lab container its kill fails
 # (EIO), so the frozen processes would stay, stopped and holding their memory, for every later test.
 # Only those still stopped: a number the kernel gave to a new process is left alone.
@@ -210,11 +209,11 @@ def test_split_is_weighted_sticky_and_overridable(release_lab: dict, lab_hosts, 
     assert "canary" in proc.stdout and "50%" in proc.stdout
 
 
-def _load(release_lab: dict, streams: int = 8, whole: int = 2, max_rps: float = 25.0) -> Load:
+def _load(release_lab: dict, streams: int = 8, whole: int = 2) -> Load:
     """Load over many keys (callers), so both stages get their share of it."""
     inv, secrets = release_lab["inv"], release_lab["secrets"]
     return Load([f"{prove.gateway_base(inv, h.address)}/v1" for h in inv.hosts], secrets[0],
-                inv.model.served_name, prove.ca_file(inv), workers=streams, whole_workers=whole, max_rps=max_rps,
+                inv.model.served_name, prove.ca_file(inv), workers=streams, whole_workers=whole,
                 headers=lambda turn: {"Authorization": f"Bearer {secrets[turn * 7 % len(secrets)]}"})
 
 
@@ -244,9 +243,9 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
         if watch.poll() is None:
             watch.kill()
         reader.join(timeout=30)
-        for host in lab_hosts.hosts:
+        for host in lab_hosts.hosts:  # not host_run: its assertion would hide the test's own failure
             if frozen_pids.get(host.name):
-                host_run(lab_hosts, host, THAW.format(pids=frozen_pids[host.name]))
+                host_ssh(lab_hosts, host, THAW.format(pids=frozen_pids[host.name]))
     out = "".join(ln for _, ln in lines)
     assert watch.returncode == 0, out[-4000:]
     decided = [at for at, ln in lines if "rollback:" in ln]
@@ -275,10 +274,7 @@ def test_a_frozen_canary_is_rolled_back_within_the_window_and_no_client_fails(
 
 def test_promote_to_100_retires_stable_with_no_failed_request(release_lab: dict, lab_hosts, e2e_state: Path) -> None:
     _release(["start"], release_lab)
-    # Paced: on the lab's two shared cores an engine restarting while unpaced load flowed took
-    # about 115 s to its first answer, against 31-34 s at one request a second and 28-30 s with
-    # none (docs/benchmarks.md). Requests still span every step of the promotion.
-    with _load(release_lab, streams=2, whole=1, max_rps=1.0) as load:
+    with _load(release_lab) as load:
         time.sleep(5)
         _release(["promote"], release_lab)  # 50%
         _release(["promote"], release_lab)  # 100%, stable retired behind the canary
