@@ -367,8 +367,11 @@ def test_connections_count_against_the_cap_before_their_handshake(pki: PKI, tls_
                 ctx.wrap_socket(raw, server_hostname="localhost") as tls:
             return tls.version() or ""
 
-    # The readiness probes' connections may still be closing on the gateway's side.
-    _until(lambda: handshake_from("127.0.0.1"))
+    # The readiness probes' connections (from 127.0.0.1) may still be closing on the gateway's
+    # side; a handshake served from another address means its loop has run past their close.
+    # Not from 127.0.0.1 itself: that probe's own close could be counted after the stalled
+    # connections arrive, refusing one of them and leaving room for the one that must be refused.
+    _until(lambda: handshake_from("127.0.0.3"))
     stalled = [socket.create_connection(address, source_address=("127.0.0.1", 0)) for _ in range(cap)]
     try:
         start = time.monotonic()
