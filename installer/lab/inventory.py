@@ -81,6 +81,8 @@ def render(
         "  max_num_seqs: 8",
         "  # lab hosts share this machine's cores: pinning every engine to core 0 starves a restart",
         "  cpu_omp_threads_bind: nobind",
+        "  # the model in vLLM's engine-core process: a faster start, more tokens a second, less RAM",
+        "  cpu_inline_worker: true",
         "monitoring:",
         "  # a lab shows alerts within seconds (10 s `for:`, 5 s scrapes); production rides out blips",
         "  alert_profile: test",

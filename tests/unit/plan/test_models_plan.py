@@ -110,6 +110,20 @@ def test_one_entry_of_models_plans_what_model_does(tmp_path: Path) -> None:
     assert deployment_plan.build(listed).engine_commands() == deployment_plan.build(single).engine_commands()
 
 
+def test_an_inline_worker_reaches_each_engine_unit_its_model_asks_for(tmp_path: Path) -> None:
+    data = three_models(tmp_path).model_dump(mode="json", exclude_unset=True)
+    data["engine"]["cpu_inline_worker"] = True
+    data["models"][2]["engine"]["cpu_inline_worker"] = False  # the reranker keeps its worker process
+    p = deployment_plan.build(Inventory.model_validate(data))
+    line = "Environment=VLLM_ENABLE_V1_MULTIPROCESSING=0\n"
+    h1, h2 = files_of(tmp_path, p, "h1"), files_of(tmp_path, p, "h2")
+    assert line in h1["private-llm-engine"] and line in h1["private-llm-engine-emb"]
+    assert line in h2["private-llm-engine"] and line not in h2["private-llm-engine-rank"]
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in h1["engine.env"]  # each unit's own, not shared
+    default = files_of(tmp_path / "default", deployment_plan.build(three_models(tmp_path)), "h1")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in default["private-llm-engine"]
+
+
 def test_engine_ports_skip_other_services(tmp_path: Path) -> None:
     inv = three_models(tmp_path, ports={"engine": 9000, "gateway": 9001, "redis": 9002},
                        monitoring={"prometheus_port": 9004})
