@@ -19,8 +19,10 @@ from installer.paths import state_dir
 from service.keyfile import (
     KEY_NAME_PATTERN,
     QUOTAS_FILE_NAME,
+    ROLES_FILE_NAME,
     HostKey,
     HostKeyFile,
+    HostKeyRoles,
     HostQuota,
     HostQuotaFile,
     QuotaPeriod,
@@ -47,6 +49,8 @@ class KeyRecord(BaseModel):
     revoked: datetime | None = None
     quota_tokens: int | None = None
     quota_period: QuotaPeriod | None = None
+    # May send the release-stage header (a canary's testers; service/keyfile.py HostKeyRoles).
+    release_tester: bool = False
 
     def status(self, now: datetime) -> str:
         if self.revoked:
@@ -112,6 +116,7 @@ def create(
     expires: datetime | None = None,
     quota_tokens: int | None = None,
     quota_period: QuotaPeriod | None = None,
+    release_tester: bool = False,
     path: Path | None = None,
 ) -> tuple[KeyRecord, str]:
     """Add a key; returns its record and the secret, which exists nowhere else afterwards."""
@@ -142,6 +147,7 @@ def create(
         expires=expires,
         quota_tokens=quota_tokens,
         quota_period=quota_period,
+        release_tester=release_tester,
     )
     store.keys.append(record)
     save(store, path)
@@ -198,11 +204,20 @@ def render_quotas_file(store: KeyStore) -> str:
     return HostQuotaFile(quotas=list(quotas.values())).model_dump_json(indent=2) + "\n"
 
 
+def render_roles_file(store: KeyStore) -> str:
+    """The gateways' key_roles.json: the keys that may send the release-stage header, the
+    installer's probe key always (its release gates ask a stage by name)."""
+    testers = {PROBE_KEY_NAME} | {k.name for k in store.keys if not k.revoked and k.release_tester}
+    return HostKeyRoles(release_testers=sorted(testers)).model_dump_json(indent=2) + "\n"
+
+
 def write_hosts_file(dest: Path, store: KeyStore | None = None) -> None:
-    """Write the hosts' files (keys.json at dest, quotas.json beside it) atomically, so a
-    gateway watching them never reads half a file; quotas first, so the new keys come with them."""
+    """Write the hosts' files (keys.json at dest, quotas.json and key_roles.json beside it)
+    atomically, so a gateway watching them never reads half a file; keys last, so the new keys
+    come with their quotas and roles."""
     store = store or load()
     write_private(dest.with_name(QUOTAS_FILE_NAME), render_quotas_file(store))
+    write_private(dest.with_name(ROLES_FILE_NAME), render_roles_file(store))
     write_private(dest, render_hosts_file(store))
 
 

@@ -6,7 +6,7 @@ release.json is read and judged against this control machine's state, as `instal
 (revisions.py): a state that never made the revision a host runs (another folder, another
 machine, an empty one) would silently revoke every other key there. `--adopt` overrides.
 
-The files (quotas.json, then keys.json) are written beside the live ones and renamed over
+The files (quotas.json, key_roles.json, then keys.json) are written beside the live ones and renamed over
 them, owner and mode as the gateway role sets them; each gateway notices the change and
 reloads them without a restart. Then each gateway's /readyz must show the sha256 of the files
 just sent: a gateway that kept its old keys (a file it cannot read, a gateway too old to say
@@ -14,13 +14,10 @@ what it loaded) is named and the command fails, since a revoked key may still wo
 """
 
 import hashlib
-import json
 import shlex
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +31,7 @@ from installer.topology import HOST_LAYOUT, serving_hosts
 
 _DEST = f"{HOST_LAYOUT['pli_config_dir']}/keys.json"
 _QUOTAS_DEST = f"{HOST_LAYOUT['pli_config_dir']}/{keys.QUOTAS_FILE_NAME}"
+_ROLES_DEST = f"{HOST_LAYOUT['pli_config_dir']}/{keys.ROLES_FILE_NAME}"
 
 
 def _install(dest: str, source: str) -> str:
@@ -44,13 +42,14 @@ def _install(dest: str, source: str) -> str:
     )
 
 
-def _script(quotas: str) -> str:
+def _script(quotas: str, roles: str) -> str:
     """Only where the gateway role already made the config directory: a host not yet installed
-    gets the files with its first `installer up`. The quotas (names and numbers, no secret) are
-    in the command, the keys on stdin; quotas first, so reloaded keys find theirs."""
+    gets the files with its first `installer up`. The quotas and roles (names and numbers, no
+    secret) are in the command, the keys on stdin; keys last, so reloaded keys find theirs."""
     return (
         f"set -e; test -d {HOST_LAYOUT['pli_config_dir']} || exit 3; "
         + _install(_QUOTAS_DEST, "printf %s " + shlex.quote(quotas))
+        + _install(_ROLES_DEST, "printf %s " + shlex.quote(roles))
         + _install(_DEST, "cat")
     )
 
@@ -115,7 +114,8 @@ def send(checked: Checked, store: keys.KeyStore | None = None) -> list[str]:
     names of the hosts whose gateways did."""
     store = store or keys.load()
     content, quotas = keys.render_hosts_file(store), keys.render_quotas_file(store)
-    script = _script(quotas)
+    roles = keys.render_roles_file(store)
+    script = _script(quotas, roles)
     results = _parallel(
         checked.hosts, lambda h: (h.name, *_on_host(checked.inv, h, script, content.encode()))
     )
@@ -123,7 +123,8 @@ def send(checked: Checked, store: keys.KeyStore | None = None) -> list[str]:
         f"{name}: {'not installed yet' if rc == 3 else err or f'exit {rc}'}" for name, rc, _, err in results if rc != 0
     ]
     sent = [h for h in checked.hosts if h.name in {name for name, rc, _, _ in results if rc == 0}]
-    failed += confirm(checked.inv, sent, _sha(content), _sha(quotas))
+    want = {"keys_sha256": _sha(content), "quotas_sha256": _sha(quotas), "roles_sha256": _sha(roles)}
+    failed += confirm(checked.inv, sent, want)
     if failed:
         raise KeyPushError(
             "these gateways did not take the new key file: a revoked key may still work there",
@@ -137,26 +138,21 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _readyz(url: str, ctx: ssl.SSLContext | None) -> dict[str, object]:
-    try:
-        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
-            return dict(json.load(resp))
-    except urllib.error.HTTPError as exc:  # 503 (no ready engine) still carries the JSON body
-        return dict(json.load(exc))
-
-
-def _loaded(name: str, base: str, keys_sha: str, quotas_sha: str, ctx: ssl.SSLContext | None,
+def _loaded(name: str, base: str, want: dict[str, str], ctx: ssl.SSLContext | None, deployment: str,
             deadline: float) -> str | None:
-    """None once the gateway at `base` shows both digests; else why not, at the deadline."""
+    """None once the gateway at `base` shows the digests of `want`; else why not, at the
+    deadline. A gateway of a release before key roles has no roles_sha256 to show."""
+    from installer import prove
+
     why, matched = "no answer", 0
     while True:
         try:
-            body = _readyz(f"{base}/readyz", ctx)
+            body = prove.readyz(base, ctx, deployment)
         except (OSError, ValueError) as exc:
             body, why = {}, f"its gateway did not answer /readyz: {type(exc).__name__}: {exc}"
         if body and "keys_sha256" not in body:
             return f"{name}: its gateway does not report the key file it loaded (a release before this one)"
-        if body.get("keys_sha256") == keys_sha and body.get("quotas_sha256") == quotas_sha:
+        if all(body.get(k) == v for k, v in want.items() if k in body or k != "roles_sha256"):
             matched += 1
             if matched >= _CONFIRM_ANSWERS:
                 return None
@@ -170,7 +166,7 @@ def _loaded(name: str, base: str, keys_sha: str, quotas_sha: str, ctx: ssl.SSLCo
 
 
 def confirm_at(
-    bases: dict[str, str], keys_sha: str, quotas_sha: str, ctx: ssl.SSLContext | None,
+    bases: dict[str, str], want: dict[str, str], ctx: ssl.SSLContext | None, deployment: str = "",
     timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> list[str]:
     """'name: why' for each gateway (name -> base URL) that has not loaded the files of these
@@ -178,11 +174,11 @@ def confirm_at(
     deadline = time.monotonic() + timeout_s
     items = list(bases.items())
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
-        answers = list(pool.map(lambda nb: _loaded(nb[0], nb[1], keys_sha, quotas_sha, ctx, deadline), items))
+        answers = list(pool.map(lambda nb: _loaded(nb[0], nb[1], want, ctx, deployment, deadline), items))
     return [a for a in answers if a is not None]
 
 
-def confirm(inv: Inventory, hosts: list[Host], keys_sha: str, quotas_sha: str) -> list[str]:
+def confirm(inv: Inventory, hosts: list[Host], want: dict[str, str]) -> list[str]:
     """confirm_at for the hosts' gateways, reached as the deploy's proof reaches them."""
     if not hosts:
         return []
@@ -190,7 +186,7 @@ def confirm(inv: Inventory, hosts: list[Host], keys_sha: str, quotas_sha: str) -
 
     ca = prove.ca_file(inv)
     ctx = ssl.create_default_context(cafile=str(ca)) if ca else None
-    return confirm_at({h.name: prove.gateway_base(inv, h.address) for h in hosts}, keys_sha, quotas_sha, ctx)
+    return confirm_at({h.name: prove.gateway_base(inv, h.address) for h in hosts}, want, ctx, inv.deployment)
 
 
 def push(inv: Inventory, store: keys.KeyStore | None = None, *, adopt: bool = False) -> list[str]:

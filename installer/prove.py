@@ -146,6 +146,20 @@ def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: 
     return Proof(host, endpoint, True, f"{ask.done} via gateway in {latency:.0f} ms", latency)
 
 
+def readyz(base: str, ctx: ssl.SSLContext | None, deployment: str, timeout: float = 5) -> dict[str, Any]:
+    """A gateway's /readyz with its details (engines, outstanding requests, key file digests),
+    which it shows only to the scrape token's holder; a 503 still carries the body."""
+    from installer.metrics_token import token_file
+
+    token = token_file(deployment).read_text().strip() if token_file(deployment).is_file() else ""
+    req = urllib.request.Request(f"{base}/readyz", headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+            return dict(json.load(resp))
+    except urllib.error.HTTPError as exc:
+        return dict(json.load(exc))
+
+
 def gateway_base(inv: Inventory, address: str) -> str:
     """The URL clients use for a host's gateway, by the inventory's TLS setting."""
     scheme = "http" if inv.tls.mode == "off" else "https"

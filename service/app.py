@@ -21,11 +21,12 @@ from service.config import Settings
 from service.drain import DrainFile
 from service.engine_metrics import engine_metrics
 from service.errors import install_error_handlers
+from service.evidence import EvidenceCap
 from service.health import HealthChecker, probes
-from service.limits import Admission, AdmissionMiddleware, Limiter, LocalLimiter
+from service.limits import Admission, AdmissionMiddleware, BodyPolicy, Limiter, LocalLimiter
 from service.metrics import Metrics, scrape_registry
 from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
-from service.proxy import Upstream
+from service.proxy import Upstream, delivery_trace
 from service.routing import Router
 from service.scrape_auth import ScrapeToken
 from service.shared import SharedLimiter, SharedState
@@ -59,7 +60,11 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         usage=_ledger(settings, limiter, keys, metrics),
         metrics=metrics,
         # The cap is the gateway's: each worker takes its share.
-        admission=Admission(-(-limits.max_in_flight // workers)),
+        admission=Admission(
+            _share(limits.max_in_flight, workers),
+            _share(limits.max_in_flight_per_key or max(1, limits.max_in_flight // 4), workers),
+            _share(limits.max_body_bytes_in_flight, workers),
+        ),
         started_at=int(time.time()),
     )
     if settings.tls is not None:  # unreadable or mismatched files fail start-up, loudly
@@ -73,11 +78,13 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Engines' uvicorn closes idle connections after 5 s; keeping ours for less avoids
         # sending a request on a connection the engine is closing.
+        ev = settings.release_evidence
         connector = aiohttp.TCPConnector(
             limit=0, keepalive_timeout=4.0, ssl=gateway.client_ssl or True
         )
         session = aiohttp.ClientSession(
-            connector=connector, skip_auto_headers=("User-Agent",), auto_decompress=False
+            connector=connector, skip_auto_headers=("User-Agent",), auto_decompress=False,
+            trace_configs=[delivery_trace()],
         )
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=limits.connect_timeout_s, sock_read=limits.upstream_timeout_s
@@ -85,10 +92,11 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         gateway.upstream = Upstream(
             session, gateway.router, gateway.limiter, metrics, timeout, gateway.usage,
             settings.stage_header.encode(), settings.canary_first_byte_timeout_s,
-            settings.canary_answer_timeout_s,
+            settings.canary_answer_timeout_s, settings.first_byte_timeout_s, settings.answer_timeout_s,
+            EvidenceCap(ev.window_s, ev.per_key_floor, ev.per_key_share),
         )
         gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics,
-                                       settings.health_deep_interval_s)
+                                       settings.health_deep_interval_s, settings.engine_stall_s)
         tasks = [
             asyncio.create_task(gateway.health.run()),
             asyncio.create_task(gateway.keys.watch()),
@@ -133,6 +141,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.state.gateway = gateway
+    app.state.scrape_token = scrape_token  # /readyz's details need it (service/health.py)
     install_error_handlers(app)
     app.include_router(probes)
     app.include_router(api)
@@ -149,12 +158,18 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         AdmissionMiddleware,
         admission=gateway.admission,
         keys=gateway.keys,
-        max_body_bytes=limits.max_body_bytes,
-        body_timeout_s=limits.body_timeout_s,
+        body=BodyPolicy(limits.max_body_bytes, limits.body_timeout_s, limits.min_body_bytes_per_s,
+                        limits.body_rate_grace_s),
         metrics=metrics,
+        limiter=limiter,
     )
     app.add_middleware(AccessLogMiddleware, log=access_log, metrics=metrics)
     return app
+
+
+def _share(total: int, workers: int) -> int:
+    """A worker's share of a gateway-wide cap (rounded up: never 0)."""
+    return -(-total // workers)
 
 
 def _limiter(settings: Settings, metrics: Metrics, shared: SharedState | None) -> Limiter:

@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from pydantic import ValidationError
 
 from service.errors import GatewayError
-from service.keyfile import QUOTAS_FILE_NAME, HostKeyFile, HostQuotaFile
+from service.keyfile import QUOTAS_FILE_NAME, ROLES_FILE_NAME, HostKeyFile, HostKeyRoles, HostQuotaFile
 
 log = logging.getLogger("service.auth")
 
@@ -29,65 +29,81 @@ class ApiKey:
     expires: float | None = None  # epoch seconds
     quota_tokens: int | None = None  # per quota_period, across every gateway (service/usage.py)
     quota_period: str | None = None  # "day" or "month", UTC
+    release_tester: bool = False  # may send the stage header (key_roles.json)
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
 
 
-ANONYMOUS = ApiKey(name="anonymous", digest=b"")
+# No keys file: a lab or a test, where every caller is trusted alike.
+ANONYMOUS = ApiKey(name="anonymous", digest=b"", release_tester=True)
 
 
 def _unauthorized(message: str, code: str = "invalid_api_key") -> GatewayError:
     return GatewayError(401, message, "authentication_error", code, {"WWW-Authenticate": "Bearer"})
 
 
-_Stamp = tuple[tuple[int, int, int], tuple[int, int, int] | None]
+_FileStamp = tuple[int, int, int, int] | None  # None: no such file
+_Stamp = tuple[_FileStamp, ...]
 
 
 class KeyRing:
     """The keys a gateway accepts. `path=None` means anonymous access (explicitly configured).
 
-    Token quotas come from quotas.json beside the keys file (service/keyfile.py says why it is
-    apart); no such file means no quotas. `digests` are the sha256 of the two files as last
-    loaded: /readyz shows them so the control machine can tell that a pushed file was taken.
+    Token quotas come from quotas.json and roles from key_roles.json beside the keys file
+    (service/keyfile.py says why they are apart); a missing file means no quotas, no roles.
+    `digests` are the sha256 of the files as last loaded: the control machine reads them
+    (/readyz, with the scrape token) to tell that a pushed file was taken.
     """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._keys: tuple[ApiKey, ...] = ()
         self._stamp: _Stamp | None = None
-        self.digests: dict[str, str | None] = {"keys_sha256": None, "quotas_sha256": None}
+        self.digests: dict[str, str | None] = {"keys_sha256": None, "quotas_sha256": None, "roles_sha256": None}
         if path is not None:
             self._keys, self._stamp, self.digests = self._read(path)
 
     @staticmethod
-    def _stat(path: Path) -> tuple[int, int, int]:
-        st = path.stat()
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+    def _stat(path: Path) -> _FileStamp:
+        # ctime too: an edit that keeps size and mtime (touch -r) still changes it.
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
     @classmethod
     def _stamps(cls, path: Path) -> _Stamp:
-        quotas = path.with_name(QUOTAS_FILE_NAME)
+        return tuple(cls._stat(p) for p in (path, path.with_name(QUOTAS_FILE_NAME), path.with_name(ROLES_FILE_NAME)))
+
+    @staticmethod
+    def _optional(path: Path) -> bytes | None:
         try:
-            quota_stamp: tuple[int, int, int] | None = cls._stat(quotas)
+            return path.read_bytes()
         except FileNotFoundError:
-            quota_stamp = None
-        return cls._stat(path), quota_stamp
+            return None
 
     @classmethod
     def _read(cls, path: Path) -> tuple[tuple[ApiKey, ...], _Stamp, dict[str, str | None]]:
-        """Parse both files; raises OSError/ValueError so a bad file never replaces good keys."""
+        """Parse the files; raises OSError/ValueError so a bad file never replaces good keys."""
         stamp = cls._stamps(path)
+        if stamp[0] is None:
+            raise FileNotFoundError(f"no keys file {path}")
         raw = path.read_bytes()
         parsed = HostKeyFile.model_validate(json.loads(raw))
-        quota_raw: bytes | None = None
+        quota_raw = cls._optional(path.with_name(QUOTAS_FILE_NAME))
         quotas: dict[str, tuple[int, str]] = {}
-        if stamp[1] is not None:
-            quota_raw = path.with_name(QUOTAS_FILE_NAME).read_bytes()
+        if quota_raw is not None:
             quotas = {
                 q.name: (q.tokens, q.period)
                 for q in HostQuotaFile.model_validate(json.loads(quota_raw)).quotas
             }
+        roles_raw = cls._optional(path.with_name(ROLES_FILE_NAME))
+        testers = (
+            frozenset(HostKeyRoles.model_validate(json.loads(roles_raw)).release_testers)
+            if roles_raw is not None else frozenset()
+        )
         keys = tuple(
             ApiKey(
                 name=k.name,
@@ -98,17 +114,19 @@ class KeyRing:
                 expires=k.expires.timestamp() if k.expires else None,
                 quota_tokens=quotas[k.name][0] if k.name in quotas else None,
                 quota_period=quotas[k.name][1] if k.name in quotas else None,
+                release_tester=k.name in testers,
             )
             for k in parsed.keys
         )
         digests = {
             "keys_sha256": hashlib.sha256(raw).hexdigest(),
             "quotas_sha256": hashlib.sha256(quota_raw).hexdigest() if quota_raw is not None else None,
+            "roles_sha256": hashlib.sha256(roles_raw).hexdigest() if roles_raw is not None else None,
         }
         return keys, stamp, digests
 
     async def watch(self, interval: float = 1.0) -> None:
-        """Reload when either file's mtime/size/inode change; at most two stats per interval."""
+        """Reload when any of the files changes; three stats per interval."""
         if self.path is None:
             return
         path = self.path

@@ -50,6 +50,16 @@ class LimitsConfig(_Strict):
         default=10.0, description="until a request's headers are in, from the accept (TLS included) or its first byte"
     )
     body_timeout_s: Seconds = Field(default=30.0, description="until its whole body is in; 408")
+    # After a grace, a body slower than this on average is given up (408): a key trickling
+    # bodies would otherwise hold its slots for the whole body_timeout_s.
+    min_body_bytes_per_s: float = Field(default=16384, ge=0, description="0: no minimum rate")
+    body_rate_grace_s: Seconds = 5.0
+    # Bodies are held in memory while their requests run (and parsed, and re-encoded): the sum
+    # of their sizes is bounded, 503 above it; split between workers like max_in_flight.
+    max_body_bytes_in_flight: int = Field(default=128 * 1024 * 1024, ge=1024)
+    # One key's requests in flight on this gateway (split between workers); 429 above it,
+    # before the body is read. None: a quarter of max_in_flight.
+    max_in_flight_per_key: int | None = Field(default=None, ge=1)
     # Longer than the 5 s after which httpx (the openai client) drops an idle pooled connection,
     # so that clients give a connection up before the gateway closes it, never at the same time.
     keepalive_timeout_s: int = Field(default=8, ge=1, description="idle between two requests")
@@ -65,6 +75,15 @@ class LimitsConfig(_Strict):
     redis_url: str | None = Field(
         default=None, description="share per-key limits across gateways (redis://host:port/db)"
     )
+
+
+class EvidenceConfig(_Strict):
+    """One key's attempts on a (model, stage) count in a release's figures while it has fewer
+    than max(per_key_floor, per_key_share x the window's) in the current window."""
+
+    window_s: Seconds = 60.0
+    per_key_floor: int = Field(default=20, ge=1)
+    per_key_share: float = Field(default=0.25, gt=0, le=1)
 
 
 class TLSConfig(_Strict):
@@ -97,6 +116,17 @@ class Settings(BaseSettings):
     # An idle engine in rotation is asked for a real token this often, and /health in between
     # (service/health.py says why); at most health_interval_s makes every check a real request.
     health_deep_interval_s: Seconds = 30.0
+    # Every attempt's first byte (a whole answer's first byte is its end): past it, the
+    # attempt is given up and retried on another engine, as nothing was sent yet. Canaries
+    # have their own, shorter ones below.
+    first_byte_timeout_s: Seconds = 60.0
+    answer_timeout_s: Seconds = 300.0
+    # An engine with requests waiting for their first byte and none of its requests making
+    # progress (a first byte, an answer) for this long is wedged: out of rotation until a
+    # real request passes, and the waiting requests are retried elsewhere at once.
+    engine_stall_s: Seconds = 60.0
+    # Which attempts count in a release's figures (service/evidence.py).
+    release_evidence: EvidenceConfig = EvidenceConfig()
     # Each model's traffic split between its engines' stages (service/stages.py); None: every
     # request goes to the stable engines (a canary is reached only through stage_header).
     stages_file: Path | None = None

@@ -153,14 +153,19 @@ def guarded_protocol(
             if self._header_bytes == 0 and self._header_timer is None:
                 # The first byte after an idle keep-alive: the head is due from now on.
                 self._arm_head_timer(header_timeout_s)
-            super().data_received(data)
-            # Still in the head after this chunk: all of it was head. (A chunk that completes
-            # the head may carry body too; that one is not counted.)
             if self._header_bytes >= 0:
+                # Counted before httptools sees the chunk: it parses a whole head that arrives in
+                # one write, however large. The head ends at its blank line; a chunk without one
+                # is all head.
+                end = data.find(b"\r\n\r\n")
+                if self._header_bytes + (len(data) if end < 0 else end + 4) > MAX_HEADER_BYTES:
+                    if not self.transport.is_closing():
+                        self._head_too_large = True
+                        self.send_400_response("")
+                    return
+            super().data_received(data)
+            if self._header_bytes >= 0:  # still in the head after this chunk
                 self._header_bytes += len(data)
-                if self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
-                    self._head_too_large = True
-                    self.send_400_response("")
 
         def send_400_response(self, msg: str) -> None:
             # uvicorn's answer to a request it cannot parse, and ours to an oversized head.

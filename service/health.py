@@ -41,7 +41,7 @@ def _probe_request(engine: Engine) -> tuple[str, dict[str, Any]]:
 class HealthChecker:
     def __init__(
         self, router: Router, session: aiohttp.ClientSession, interval_s: float, metrics: Metrics,
-        deep_interval_s: float,
+        deep_interval_s: float, stall_s: float = 60.0,
     ) -> None:
         self.router = router
         self.session = session
@@ -49,6 +49,7 @@ class HealthChecker:
         # never more often than interval_s: every check is then a real request, as before
         self.deep_interval_s = max(interval_s, deep_interval_s)
         self.metrics = metrics
+        self.stall_s = stall_s
         self.started = asyncio.Event()  # set after the first round of checks
 
     def _deep(self, engine: Engine, now: float) -> bool:
@@ -82,9 +83,22 @@ class HealthChecker:
             engine.mark_failed()
             self.metrics.upstream_errors.labels(engine.name, "readiness").inc()
 
+    def take_out_stalled(self, now: float) -> None:
+        """A wedged engine answers /health, so only its requests tell: out of rotation until a
+        real request passes (its next check is one), and its waiting requests go elsewhere."""
+        for engine in self.router.engines:
+            if engine.healthy and engine.stalled(now, self.stall_s):
+                log.warning("engine %s taken out of rotation: %d request(s) had no first byte in %g s",
+                            engine.name, len(engine.waiting), self.stall_s)
+                engine.mark_failed()
+                engine.suspect()
+                self.metrics.upstream_errors.labels(engine.name, "stalled").inc()
+                engine.give_up_waiting()
+
     async def run(self) -> None:
         while True:
             now = time.monotonic()
+            self.take_out_stalled(now)
             due = [
                 e
                 for e in self.router.engines
@@ -107,19 +121,30 @@ async def livez() -> dict[str, str]:
 
 @probes.get("/readyz", summary="an engine passed a readiness check recently, and not draining")
 async def readyz(request: Request) -> JSONResponse:
+    """Public: the status only. The details (engine names, each one's outstanding requests,
+    the digests of the key files loaded) are for the control machine: they need the scrape
+    token, or, on a gateway with none, a loopback client."""
     gw = request.app.state.gateway
     engines = {e.name: gw.router.ready(e) for e in gw.router.engines}
     ready = not gw.admission.draining and any(engines.values())
     status = "ready" if ready else ("draining" if gw.admission.draining else "no ready engine")
-    # Requests each engine has from this gateway now: a rolling upgrade waits for 0 on the
-    # engines it drained before it restarts them.
-    outstanding = {e.name: gw.router.outstanding(e) for e in gw.router.engines}
-    # The key and quota files this process loaded: `installer keys` compares them with what
-    # it pushed, so a gateway that kept old keys (a revoked key still valid) is named.
-    return JSONResponse(
-        {"status": status, "engines": engines, "outstanding": outstanding, **gw.keys.digests},
-        status_code=200 if ready else 503,
-    )
+    body: dict[str, Any] = {"status": status}
+    if _may_see_details(request):
+        # Requests each engine has from this gateway now: a rolling upgrade waits for 0 on the
+        # engines it drained before it restarts them.
+        outstanding = {e.name: gw.router.outstanding(e) for e in gw.router.engines}
+        # The key files this process loaded: `installer keys` compares them with what it
+        # pushed, so a gateway that kept old keys (a revoked key still valid) is named.
+        body.update(engines=engines, outstanding=outstanding, **gw.keys.digests)
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def _may_see_details(request: Request) -> bool:
+    token = request.app.state.scrape_token
+    if token is not None:
+        return bool(token.allows(request.headers.get("authorization")))
+    client = request.client.host if request.client else ""
+    return client in ("127.0.0.1", "::1")
 
 
 @probes.get("/startupz", summary="start-up finished: keys loaded, first engine checks done")

@@ -11,7 +11,7 @@ nothing but pydantic so the control machine can use it without the gateway's dep
 
 import hashlib
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -68,3 +68,17 @@ class HostQuotaFile(BaseModel):
         if len(names) != len(set(names)):
             raise ValueError("one quota per key name")
         return self
+
+
+# Beside keys.json too, apart for the same reason as quotas.json: what a key may do beyond
+# calling the API. Today one right: sending the release-stage header (service/routing.py), which
+# reaches a canary whatever the split and is kept out of the release's figures. The installer's
+# probe key has it always; other keys only when created with `--release-tester`.
+ROLES_FILE_NAME = "key_roles.json"
+
+
+class HostKeyRoles(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    release_testers: list[Annotated[str, Field(pattern=KEY_NAME_PATTERN)]] = Field(default_factory=list)

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 
 class Limiter(Protocol):
-    async def reserve(self, key: ApiKey, tokens: int) -> float:
-        """Reserve a request and `tokens`; 0.0 if admitted, else seconds until it would be."""
+    async def reserve(self, key: ApiKey, tokens: int, requests: int = 1) -> float:
+        """Reserve `requests` (1, or 0 for tokens alone) and `tokens`; 0.0 if admitted, else
+        seconds until it would be."""
 
     async def adjust(self, key: ApiKey, tokens: int) -> None:
         """Give back `tokens` (negative: take more) once the real usage is known."""
@@ -51,15 +52,16 @@ def refill(bucket: Bucket, key: ApiKey, now: float) -> None:
         bucket.tokens = min(key.tpm, bucket.tokens + elapsed * key.tpm / 60)
 
 
-def take(bucket: Bucket, key: ApiKey, tokens: int) -> float:
-    """Take a request and `tokens` if both are there (0.0), else the seconds until they are."""
+def take(bucket: Bucket, key: ApiKey, tokens: int, requests: int = 1) -> float:
+    """Take `requests` (1 or 0) and `tokens` if both are there (0.0), else the seconds until
+    they are."""
     wait = 0.0
-    if key.rpm and bucket.requests < 1:
+    if requests and key.rpm and bucket.requests < 1:
         wait = (1 - bucket.requests) * 60 / key.rpm
     if key.tpm and bucket.tokens < tokens:
         wait = max(wait, (tokens - bucket.tokens) * 60 / key.tpm)
     if wait == 0.0:
-        bucket.requests -= 1
+        bucket.requests -= requests
         bucket.tokens -= tokens
     return wait
 
@@ -83,8 +85,8 @@ class LocalLimiter:
         refill(bucket, key, now)
         return bucket
 
-    async def reserve(self, key: ApiKey, tokens: int) -> float:
-        return take(self._refilled(key), key, tokens)
+    async def reserve(self, key: ApiKey, tokens: int, requests: int = 1) -> float:
+        return take(self._refilled(key), key, tokens, requests)
 
     async def adjust(self, key: ApiKey, tokens: int) -> None:
         if key.tpm:
@@ -94,16 +96,17 @@ class LocalLimiter:
         return None
 
 
-async def reserve_or_raise(limiter: Limiter, key: ApiKey, tokens: int) -> int:
-    """Reserve for one request or raise 429; returns the tokens reserved.
+async def reserve_or_raise(limiter: Limiter, key: ApiKey, tokens: int, requests: int = 1) -> int:
+    """Reserve `requests` (1: a request; 0: its tokens, the request being charged already) and
+    `tokens`, or raise 429; returns the tokens reserved.
 
     A request larger than the key's whole tpm reserves the full bucket instead of being
     refused forever; reconciliation then charges what it really used.
     """
-    if not key.rpm and not key.tpm:
+    if not (requests and key.rpm) and not (tokens and key.tpm):
         return 0
     tokens = min(tokens, key.tpm) if key.tpm else 0
-    wait = await limiter.reserve(key, tokens)
+    wait = await limiter.reserve(key, tokens, requests)
     if wait > 0:
         raise GatewayError(
             429,
@@ -117,11 +120,13 @@ async def reserve_or_raise(limiter: Limiter, key: ApiKey, tokens: int) -> int:
 
 
 def estimate_tokens(value: Any) -> int:
-    """Tokens in a prompt, estimated without a tokenizer: one per 3 characters of text (most
-    tokenizers average 3-4, so this errs high), exact for token ids, 64 per non-text part. It
-    only sizes the reservation; the engine's usage settles it."""
+    """Tokens in a prompt, estimated without a tokenizer: one per 3 characters of ASCII text
+    (most tokenizers average 3-4, so this errs high), one more per non-ASCII character (CJK
+    text is about one token a character: its 2 extra UTF-8 bytes count one), exact for token
+    ids, 64 per non-text part. It sizes the reservation; the engine's usage settles it."""
     if isinstance(value, str):
-        return len(value) // 3 + 1
+        extra = len(value.encode("utf-8", "surrogatepass")) - len(value)
+        return len(value) // 3 + (extra + 1) // 2 + 1
     if isinstance(value, int):
         return 1
     if isinstance(value, list):
@@ -157,37 +162,63 @@ def estimate_chat_tokens(messages: list[ChatMessage]) -> int:
 
 
 class Admission:
-    """Gateway-wide state that admits or refuses requests before any work is done."""
+    """Gateway-wide state that admits or refuses requests before any work is done: requests in
+    flight (all, and each key's) and the bytes of their bodies, held until they end."""
 
-    def __init__(self, max_in_flight: int) -> None:
+    def __init__(self, max_in_flight: int, max_per_key: int | None = None,
+                 max_body_bytes_in_flight: int | None = None) -> None:
         self.max_in_flight = max_in_flight
+        self.max_per_key = max_per_key or max_in_flight
+        self.max_body_bytes_in_flight = max_body_bytes_in_flight or (1 << 62)
         self.in_flight = 0
+        self.by_key: dict[str, int] = {}
+        self.body_bytes = 0
         self.draining = False
+
+
+@dataclass(frozen=True, slots=True)
+class BodyPolicy:
+    """How long a body may take: all of it within `timeout_s`, and, after `rate_grace_s`, at
+    least `min_rate` bytes a second on average (a trickle that would take the whole timeout
+    holds its slot, and its key's, for that long)."""
+
+    max_bytes: int
+    timeout_s: float
+    min_rate: float = 0.0
+    rate_grace_s: float = 5.0
+
+
+def _overloaded(message: str) -> GatewayError:
+    return GatewayError(503, message, "server_error", "overloaded", {"Retry-After": "1"})
 
 
 class AdmissionMiddleware:
     """For /v1/*, before any byte of the body is read: 503 while draining or saturated, 401
-    without a valid key. Then the body, under a size limit (413, on Content-Length first, then
-    while reading) and a deadline (408). A request counts as in flight (the cap, and what the
-    drain waits on) from the moment its body is being read, so slow senders are bounded by the
-    cap too. An answer given before the body was read closes the connection: the unread rest is
-    never read, and the connection cannot be held open by sending it."""
+    without a valid key, 429 when the key has its share of requests in flight or (POST) its
+    requests per minute are spent: a key's slow bodies can hold only its own slots, and a key
+    out of requests is refused before its body costs anything. Then the body, under a size
+    limit (413, on Content-Length first, then while reading), a deadline and a minimum rate
+    (408), and the gateway's budget of body bytes in flight (503). A request counts as in
+    flight (the cap, and what the drain waits on) from the moment its body is being read, so
+    slow senders are bounded by the cap too. An answer given before the body was read closes
+    the connection: the unread rest is never read, and the connection cannot be held open by
+    sending it."""
 
     def __init__(
         self,
         app: ASGIApp,
         admission: Admission,
         keys: KeyRing,
-        max_body_bytes: int,
-        body_timeout_s: float,
+        body: BodyPolicy,
         metrics: "Metrics",
+        limiter: Limiter | None = None,
     ) -> None:
         self.app = app
         self.admission = admission
         self.keys = keys
-        self.max_body = max_body_bytes
-        self.body_timeout_s = body_timeout_s
+        self.body = body
         self.metrics = metrics
+        self.limiter = limiter or LocalLimiter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -196,6 +227,8 @@ class AdmissionMiddleware:
         info: RequestInfo = scope["state"]["info"]
         try:
             key = self._admit(scope)
+            if scope["method"] == "POST" and key.rpm:
+                await reserve_or_raise(self.limiter, key, 0)
         except GatewayError as exc:
             await self._refuse(scope, send, info, exc)
             return
@@ -203,22 +236,20 @@ class AdmissionMiddleware:
         scope["state"]["key"] = key  # for the routes: the key is checked once
         adm = self.admission
         adm.in_flight += 1
+        adm.by_key[key.name] = adm.by_key.get(key.name, 0) + 1
         self.metrics.in_flight.set(adm.in_flight)
+        held = 0  # body bytes this request holds in the gateway's budget
         try:
             if scope["method"] == "POST":
                 try:
-                    async with asyncio.timeout(self.body_timeout_s):
-                        body = await self._read_body(scope, receive)
+                    body, held = await self._read_body(scope, receive)
                 except TimeoutError:
-                    late = GatewayError(
-                        408,
-                        f"The request body did not arrive within {self.body_timeout_s:g} s.",
-                        code="request_timeout",
-                    )
+                    late = GatewayError(408, self._late_message(), code="request_timeout")
                     await self._refuse(scope, send, info, late)
                     return
-                except GatewayError as exc:
-                    await self._refuse(scope, send, info, exc)
+                except _Refused as refused:
+                    held = refused.held
+                    await self._refuse(scope, send, info, refused.error)
                     return
                 if body is None:  # the client left; nobody to answer (logged as 499)
                     info.error = "client_disconnected"
@@ -226,8 +257,18 @@ class AdmissionMiddleware:
                 receive = _replay(body, receive)
             await self.app(scope, receive, send)
         finally:
+            adm.body_bytes -= held
             adm.in_flight -= 1
+            left = adm.by_key[key.name] - 1
+            if left:
+                adm.by_key[key.name] = left
+            else:
+                del adm.by_key[key.name]
             self.metrics.in_flight.set(adm.in_flight)
+
+    def _late_message(self) -> str:
+        rate = f", or slower than {self.body.min_rate:g} bytes/s" if self.body.min_rate else ""
+        return f"The request body did not arrive within {self.body.timeout_s:g} s{rate}."
 
     def _admit(self, scope: Scope) -> ApiKey:
         adm = self.admission
@@ -237,10 +278,18 @@ class AdmissionMiddleware:
                 {"Retry-After": "1"},
             )
         if adm.in_flight >= adm.max_in_flight:
+            raise _overloaded("The gateway is at capacity.")
+        key = self.keys.authenticate(header(scope, b"authorization"))
+        if adm.by_key.get(key.name, 0) >= adm.max_per_key:
             raise GatewayError(
-                503, "The gateway is at capacity.", "server_error", "overloaded", {"Retry-After": "1"}
+                429,
+                f"Key '{key.name}' has {adm.max_per_key} requests in flight on this gateway, its most; "
+                "retry when one ends.",
+                "rate_limit_error",
+                "too_many_in_flight",
+                {"Retry-After": "1"},
             )
-        return self.keys.authenticate(header(scope, b"authorization"))
+        return key
 
     async def _refuse(self, scope: Scope, send: Send, info: RequestInfo, exc: GatewayError) -> None:
         info.error = exc.code
@@ -248,27 +297,67 @@ class AdmissionMiddleware:
             exc.headers = {**(exc.headers or {}), "Connection": "close"}
         await send_error(send, exc)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body; None if the client left; 413 above the limit."""
+    def _hold(self, held: int, more: int) -> int:
+        """Take `more` bytes of the gateway's body budget (held: what this request has)."""
+        adm = self.admission
+        if adm.body_bytes + more > adm.max_body_bytes_in_flight:
+            raise _Refused(_overloaded("The gateway holds its most request bodies; retry shortly."), held)
+        adm.body_bytes += more
+        return held + more
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes | None, int]:
+        """The whole body (None if the client left) and the budget bytes it holds; 413 above
+        the limit, 503 past the budget, TimeoutError past the deadline or below the rate."""
+        policy = self.body
         too_large = GatewayError(
-            413, f"Request body is larger than {self.max_body} bytes.", code="request_too_large"
+            413, f"Request body is larger than {policy.max_bytes} bytes.", code="request_too_large"
         )
         length = header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
-            raise too_large
+        declared = int(length) if length is not None and length.isdigit() else None
+        if declared is not None and declared > policy.max_bytes:
+            raise _Refused(too_large, 0)
+        # What Content-Length announces is held up front: the budget refuses before the bytes come.
+        held = self._hold(0, declared) if declared else 0
         parts: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise too_large
-            parts.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(parts)
+        start = time.monotonic()
+        try:
+            while True:
+                message = await asyncio.wait_for(receive(), self._wait_for_next(start, size))
+                if message["type"] != "http.request":
+                    return None, held
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > policy.max_bytes:
+                    raise _Refused(too_large, held)
+                if size > held:
+                    held = self._hold(held, size - held)
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(parts), held
+        except _Refused as refused:
+            refused.held = max(refused.held, held)
+            raise
+        except BaseException:
+            self.admission.body_bytes -= held
+            raise
+
+    def _wait_for_next(self, start: float, size: int) -> float:
+        """Seconds the next chunk may take: to the deadline, or sooner to the moment the bytes
+        so far fall below the minimum rate."""
+        policy = self.body
+        elapsed = time.monotonic() - start
+        limit = policy.timeout_s
+        if policy.min_rate:
+            limit = min(limit, policy.rate_grace_s + size / policy.min_rate)
+        return max(0.0, limit - elapsed)
+
+
+class _Refused(Exception):
+    """A body refused after `held` bytes of the budget were taken (the caller gives them back)."""
+
+    def __init__(self, error: GatewayError, held: int) -> None:
+        self.error, self.held = error, held
 
 
 def header(scope: Scope, name: bytes) -> str | None:

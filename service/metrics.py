@@ -102,6 +102,14 @@ class Metrics:
             ["model", "stage", "outcome"],
             registry=r,
         )
+        # Attempts kept out of the figures above, by why (service/evidence.py).
+        self.unjudged_requests = Counter(
+            p + "unjudged_requests",
+            "engine attempts left out of the release figures, by model, stage, outcome and reason "
+            "(forced: the request named its stage; key_share: one key past its share of the window)",
+            ["model", "stage", "outcome", "reason"],
+            registry=r,
+        )
         self.stage_ttft = Histogram(
             p + "stage_ttft_seconds",
             "an attempt's start to its first response byte (a timed-out canary: the timeout; "

@@ -158,9 +158,13 @@ class OpenAIRoutes:
         completion_tokens = asked if asked is not None else gw.settings.limits.default_completion_reserve
         if ticket.completion_cap is not None:
             completion_tokens = ticket.completion_cap
-            raw = _capped(body, raw, ticket.completion_cap)
+            if ticket.completion_cap != asked:
+                raw = _capped(body, raw, ticket.completion_cap)
         try:
-            reserved = await reserve_or_raise(gw.limiter, key, prompt_tokens + completion_tokens * choices)
+            # The request itself was charged on its headers (AdmissionMiddleware): its tokens now.
+            reserved = await reserve_or_raise(
+                gw.limiter, key, prompt_tokens + completion_tokens * choices, requests=0
+            )
         except GatewayError:
             await gw.usage.release(key, ticket)
             raise

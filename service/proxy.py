@@ -25,8 +25,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from service.accesslog import RequestInfo
-from service.auth import ApiKey
+from service.auth import ANONYMOUS, ApiKey
 from service.errors import GatewayError, error_bytes, send_error
+from service.evidence import FORCED, KEY_SHARE, EvidenceCap
 from service.limits import Limiter
 from service.metrics import Metrics
 from service.routing import Engine, Router
@@ -62,6 +63,23 @@ class Upstream:
     stage_header: bytes = b"x-release-stage"  # lower case, as ASGI gives header names
     canary_first_byte_timeout_s: float = 10.0  # a streamed canary answer's first byte
     canary_answer_timeout_s: float = 120.0  # a whole canary answer (vLLM sends it all at once)
+    first_byte_timeout_s: float = 60.0  # any other streamed attempt's first byte
+    answer_timeout_s: float = 300.0  # any other whole answer
+    evidence: EvidenceCap = EvidenceCap(60.0, 20, 0.25)  # noqa: RUF009  (replaced per gateway)
+
+
+def delivery_trace() -> aiohttp.TraceConfig:
+    """Marks a relayed request delivered once its headers went out to the engine (the body
+    follows in the same write): from then on the engine may be working on it (_settle)."""
+    trace = aiohttp.TraceConfig()
+
+    async def sent(_session: aiohttp.ClientSession, ctx: Any, _params: Any) -> None:
+        call = ctx.trace_request_ctx
+        if isinstance(call, ProxyCall):
+            call.delivered = True
+
+    trace.on_request_headers_sent.append(sent)
+    return trace
 
 
 async def _chain(first: list[bytes], rest: Any) -> Any:
@@ -162,7 +180,8 @@ class ProxyCall(Response):
         self.events = 0  # a stream's data events relayed to the client: the floor of what it read
         self.background = None  # Starlette's Response attributes that FastAPI reads
         self.status_code = 200
-        self.asked_stage: str | None = None  # the stage header's value
+        self.asked_stage: str | None = None  # the stage header's value, if the key may send it
+        self.delivered = False  # the current attempt's request reached an engine
         # The attempt under way: a canary attempt's first-byte deadline (None: none), when it
         # started, its first byte, how it ended, and what its stream said so far.
         self.guard: asyncio.Timeout | None = None
@@ -173,9 +192,10 @@ class ProxyCall(Response):
         self.finishes: list[bytes] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        for name, value in scope["headers"]:
-            if name == self.up.stage_header:
-                self.asked_stage = value.decode("latin-1").strip().lower() or None
+        if self.key.release_tester:  # anyone else's header is ignored: it would steer the release
+            for name, value in scope["headers"]:
+                if name == self.up.stage_header:
+                    self.asked_stage = value.decode("latin-1").strip().lower() or None
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.create_task(self._watch(receive, task))
@@ -245,18 +265,19 @@ class ProxyCall(Response):
             ),
         )
 
-    async def _attempt(self, engine: Engine, send: Send, guarded: bool) -> None:
-        """One exchange, counted by stage; a guarded (canary) one has a deadline for its first
-        byte (a whole answer's first byte is its end) and is retried whatever fails before it."""
+    async def _attempt(self, engine: Engine, send: Send, canary_first: bool) -> None:
+        """One exchange, counted by stage, with a deadline for its first byte (a whole answer's
+        first byte is its end; a canary's is shorter) and retried whatever fails before it."""
         self.attempt_start, self.attempt_ttft, self.outcome = time.perf_counter(), None, "error"
-        self.said, self.finishes = False, []
-        limit = self._canary_deadline() if guarded else None
+        self.said, self.finishes, self.delivered = False, [], False
+        limit = self._canary_deadline() if canary_first else self._deadline()
         try:
             async with asyncio.timeout(limit) as guard:
-                self.guard = guard if guarded else None
+                self.guard = guard
+                engine.waiting[self] = (time.monotonic(), guard)
                 await self._exchange(engine, send)
         except TimeoutError:
-            if not (guarded and guard.expired()):
+            if not guard.expired() or self.attempt_ttft is not None:
                 raise
             self.attempt_ttft = limit
             self._engine_error(engine, "first_byte_timeout", down=False)
@@ -268,6 +289,7 @@ class ProxyCall(Response):
             ) from None
         finally:
             self.guard = None
+            engine.waiting.pop(self, None)
             if not self.disconnected:
                 self._count_attempt(engine)
             elif self.attempt_ttft is None:
@@ -277,24 +299,42 @@ class ProxyCall(Response):
                 self.outcome, self.attempt_ttft = "error", time.perf_counter() - self.attempt_start
                 self._count_attempt(engine)
 
+    def _deadline(self) -> float:
+        return self.up.first_byte_timeout_s if self.info.stream else self.up.answer_timeout_s
+
     def _canary_deadline(self) -> float:
         split = self.up.router.stages.split(self.model)
         if self.info.stream:
             return split.first_byte_timeout_s or self.up.canary_first_byte_timeout_s
         return split.answer_timeout_s or self.up.canary_answer_timeout_s
 
-    def _first_byte(self) -> None:
-        """The attempt's first byte is in: no deadline any more, and its TTFT."""
+    def _first_byte(self, engine: Engine) -> None:
+        """The attempt's first byte is in: no deadline any more, its TTFT, and the engine is
+        making progress."""
         if self.guard is not None:
             self.guard.reschedule(None)
         self.attempt_ttft = time.perf_counter() - self.attempt_start
+        engine.waiting.pop(self, None)
+        engine.last_progress = time.monotonic()
 
     def _count_attempt(self, engine: Engine) -> None:
         m, labels = self.up.metrics, (self.model, engine.stage)
+        unjudged = self._unjudged(engine)
+        if unjudged is not None:
+            m.unjudged_requests.labels(*labels, self.outcome, unjudged).inc()
+            return
         m.stage_requests.labels(*labels, self.outcome).inc()
         if self.attempt_ttft is not None:
             m.stage_ttft.labels(*labels).observe(self.attempt_ttft)
         m.stage_seconds.labels(*labels).observe(time.perf_counter() - self.attempt_start)
+
+    def _unjudged(self, engine: Engine) -> str | None:
+        """Why this attempt is left out of the release figures, if it is (service/evidence.py)."""
+        if self.asked_stage is not None:
+            return FORCED
+        if self.key is not ANONYMOUS and not self.up.evidence.admit(self.model, engine.stage, self.key.name):
+            return KEY_SHARE
+        return None
 
     def _judge(self, engine: Engine, status: int) -> str:
         """error for a 5xx, client_error for a 4xx (relayed: another engine would say the same,
@@ -346,8 +386,8 @@ class ProxyCall(Response):
         self._engine_error(engine, "timeout", down=False)
         message = f"Engine '{engine.name}' did not answer in time."
         error = GatewayError(504, message, "server_error", "upstream_timeout")
-        if self.guard is not None:
-            raise _Retry(error)  # a canary's: stable answers instead
+        if self.attempt_ttft is None:
+            raise _Retry(error)  # nothing was sent: another engine answers instead
         await self._fail(send, error)
 
     async def _fail(self, send: Send, error: GatewayError) -> None:
@@ -364,6 +404,7 @@ class ProxyCall(Response):
                 headers=self.headers_out,
                 timeout=up.timeout,
                 allow_redirects=False,  # an engine does not redirect; if it does, that is a fault
+                trace_request_ctx=self,
             )
         except aiohttp.SocketTimeoutError:
             # The engine accepted the request and is slow: retrying would double its load.
@@ -392,6 +433,7 @@ class ProxyCall(Response):
                     body = await resp.read()
                 except (aiohttp.ClientError, TimeoutError):
                     body = b""
+                engine.last_progress = time.monotonic()  # it answers, if not well
                 self._engine_error(engine, f"http_{resp.status}", resp.status in _UNHEALTHY_STATUS)
                 message = json.loads(normalize_error(resp.status, body))["error"]["message"]
                 raise _Retry(self._upstream_error(engine, message))
@@ -429,7 +471,7 @@ class ProxyCall(Response):
             # Nothing was sent yet, so another engine may still answer.
             self._engine_error(engine, "body_broken", down=True)
             raise _Retry(self._upstream_error(engine, "the answer broke off")) from exc
-        self._first_byte()
+        self._first_byte(engine)
         self.info.ttft_s = time.perf_counter() - self.info.start
         if resp.status == 200:
             self._account(self._tail_usage(data))
@@ -450,9 +492,9 @@ class ProxyCall(Response):
         ttft, itl = metrics.ttft.labels(self.model), metrics.itl.labels(self.model)
         chunks = resp.content.iter_any()
         first: list[bytes] = []
-        if self.guard is not None:
-            # A canary's stream starts to the client only with its first bytes: until then
-            # it may still be given up and retried on stable.
+        if self.attempt_ttft is None:
+            # A stream starts to the client only with its first bytes: until then it may still
+            # be given up and retried on another engine (a canary's: on stable).
             try:
                 first.append(await chunks.__anext__())
             except StopAsyncIteration:
@@ -461,7 +503,7 @@ class ProxyCall(Response):
             except aiohttp.ClientError as exc:
                 self._engine_error(engine, "stream_broken", down=True)
                 raise _Retry(self._upstream_error(engine, "the stream broke off")) from exc
-            self._first_byte()
+            self._first_byte(engine)
         await send(self._start(200, content_type, engine, (b"cache-control", b"no-cache")))
         judge = engine.task == "generate" and self.path.endswith("completions")
         pending = b""
@@ -483,7 +525,7 @@ class ProxyCall(Response):
                     info.ttft_s = now - info.start
                     ttft.observe(info.ttft_s)
                     if self.attempt_ttft is None:
-                        self._first_byte()
+                        self._first_byte(engine)
                 last = now
                 if judge:
                     self.said = self.said or _OUTPUT.search(block) is not None
@@ -594,8 +636,15 @@ class ProxyCall(Response):
             prompt = self.ticket.prompt_estimate if self.ticket is not None else 0
             completion, cut = self.events, True
             used = prompt + completion
+        elif info.ttft_s is None and self.disconnected and self.delivered:
+            # The client left before the first byte, but the engine had the request: it read the
+            # prompt (and maybe more) until the dropped connection aborted it. Charged the
+            # prompt's estimate and recorded as cut.
+            prompt = self.ticket.prompt_estimate if self.ticket is not None else 0
+            completion, cut = 0, True
+            used = prompt
         elif info.ttft_s is None:
-            used = 0  # nothing reached the client: charge nothing
+            used = 0  # nothing reached the client, nor the engine: charge nothing
         else:
             used = None  # an answer without usage: keep the reservation
         if self.reserved and used is not None and used != self.reserved:

@@ -32,9 +32,10 @@ if rpm > 0 then r = math.min(rpm, r + dt * rpm / 60) end
 if tpm > 0 then tk = math.min(tpm, tk + dt * tpm / 60) end
 local wait = 0
 if ARGV[4] == 'reserve' then
-  if rpm > 0 and r < 1 then wait = (1 - r) * 60 / rpm end
+  local req = tonumber(ARGV[5])
+  if req > 0 and rpm > 0 and r < 1 then wait = (1 - r) * 60 / rpm end
   if tpm > 0 and tk < n then wait = math.max(wait, (n - tk) * 60 / tpm) end
-  if wait == 0 then r = r - 1; tk = tk - n end
+  if wait == 0 then r = r - req; tk = tk - n end
 elseif tpm > 0 then
   tk = math.min(tpm, tk + n)
 end
@@ -67,9 +68,9 @@ class RedisLimiter:
         self._metrics = metrics
         self._last_warning = 0.0
 
-    async def _run(self, key: ApiKey, tokens: int, mode: str) -> float:
+    async def _run(self, key: ApiKey, tokens: int, mode: str, requests: int = 0) -> float:
         try:
-            args: list[int | str] = [key.rpm or 0, key.tpm or 0, tokens, mode]
+            args: list[int | str] = [key.rpm or 0, key.tpm or 0, tokens, mode, requests]
             return float(await self._script(keys=[f"pli:limit:{key.name}"], args=args))
         except (RedisError, OSError) as exc:
             self._metrics.limiter_errors.inc()
@@ -83,8 +84,8 @@ class RedisLimiter:
         """The connection pool, shared with the usage ledger (service/redis_usage.py)."""
         return self._redis
 
-    async def reserve(self, key: ApiKey, tokens: int) -> float:
-        return await self._run(key, tokens, "reserve")
+    async def reserve(self, key: ApiKey, tokens: int, requests: int = 1) -> float:
+        return await self._run(key, tokens, "reserve", requests)
 
     async def adjust(self, key: ApiKey, tokens: int) -> None:
         if key.tpm:

@@ -103,9 +103,9 @@ class RedisLedger:
         if not int(ok):
             raise quota_error(key, int(used), resets, now, prompt + (want >= 0) * choices)
         ticket.quota_key, ticket.reserved = counter, prompt + int(cap) * choices
-        # The request is sent with max_tokens = cap where the quota made it smaller than asked
-        # (or than the default reserve, for one that set none: its generation must stop there).
-        if int(cap) < (want or self._default_reserve) and want >= 0:
+        # Always sent with max_tokens = the reservation, whether or not it set one: a request
+        # sent uncapped could generate up to the model's context and charge past the quota.
+        if want >= 0:
             ticket.completion_cap = int(cap)
         return ticket
 

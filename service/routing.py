@@ -3,11 +3,12 @@ caller's sticky bucket against the model's canary weight), then among the stage'
 engines of the model, fewest outstanding requests first, or pinned by a session header
 (rendezvous hashing, so losing one engine moves only its sessions)."""
 
+import asyncio
 import hashlib
 import itertools
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from service.config import EngineConfig
 from service.drain import DrainFile
@@ -29,6 +30,23 @@ class Engine:
     last_ok: float = 0.0  # monotonic time of the last passed check or successful request
     # the same, but only a real request answered 2xx counts (not /health, not a client's 4xx)
     last_proven: float = 0.0
+    # Attempts on it waiting for their first byte (the attempt -> when it started, its deadline),
+    # and when it last made progress (a first byte, an answer of any status): what tells a
+    # wedged engine, which still answers /health, from a busy one (stalled()).
+    waiting: dict[Any, tuple[float, asyncio.Timeout]] = field(default_factory=dict)
+    last_progress: float = 0.0
+
+    def stalled(self, now: float, stall_s: float) -> bool:
+        """Requests have waited past stall_s for a first byte, and none made progress since."""
+        if not self.waiting:
+            return False
+        oldest = min(start for start, _ in self.waiting.values())
+        return now - oldest > stall_s and now - self.last_progress > stall_s
+
+    def give_up_waiting(self) -> None:
+        """Expire the waiting attempts' deadlines now: each is retried on another engine."""
+        for _start, guard in list(self.waiting.values()):
+            guard.reschedule(asyncio.get_running_loop().time())
 
     def mark_ok(self) -> None:
         self.healthy = True

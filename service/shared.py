@@ -111,8 +111,8 @@ class SharedLimiter:
     def __init__(self, state: SharedState) -> None:
         self.state = state
 
-    async def reserve(self, key: ApiKey, tokens: int) -> float:
-        return self.state.update(key, lambda bucket: take(bucket, key, tokens))
+    async def reserve(self, key: ApiKey, tokens: int, requests: int = 1) -> float:
+        return self.state.update(key, lambda bucket: take(bucket, key, tokens, requests))
 
     async def adjust(self, key: ApiKey, tokens: int) -> None:
         if key.tpm:

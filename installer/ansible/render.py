@@ -113,6 +113,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
         # Apart from keys.json, whose schema earlier gateways read (service/keyfile.py); from
         # the key store, as the flows take keys_json from it.
         "gateway_quotas_json": keys.render_quotas_file(keys.load()),
+        "gateway_key_roles_json": keys.render_roles_file(keys.load()),
         "gateway_max_in_flight": inv.gateway.max_in_flight,
         "gateway_max_body_bytes": inv.gateway.max_body_bytes,
         "gateway_max_connections_per_client": inv.gateway.max_connections_per_client,

@@ -85,6 +85,10 @@ def create_cmd(
     ] = None,
     quota_tokens: QuotaTokensOpt = None,
     quota_period: QuotaPeriodOpt = None,
+    release_tester: Annotated[
+        bool,
+        typer.Option(help="May send the X-Release-Stage header to reach a canary (kept out of its verdict)."),
+    ] = False,
     inventory: InventoryOpt = None,
     adopt: AdoptOpt = False,
 ) -> None:
@@ -99,6 +103,7 @@ def create_cmd(
         expires=keys.parse_expiry(expires) if expires else None,
         quota_tokens=quota_tokens,
         quota_period=quota_period,
+        release_tester=release_tester,
     )
     console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
     # Plain print, no markup or wrapping, so it can be copied or piped exactly.

@@ -12,8 +12,6 @@ import shlex
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,12 +81,7 @@ def _context(inv: Inventory) -> ssl.SSLContext | None:
 def _readyz(inv: Inventory, host: Host, ctx: ssl.SSLContext | None) -> dict[str, Any]:
     from installer import prove
 
-    url = f"{prove.gateway_base(inv, host.address)}/readyz"
-    try:
-        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
-            return dict(json.load(resp))
-    except urllib.error.HTTPError as exc:  # 503 still carries the JSON body
-        return dict(json.load(exc))
+    return prove.readyz(prove.gateway_base(inv, host.address), ctx, inv.deployment)
 
 
 def wait_idle(inv: Inventory, names: list[str], timeout_s: float) -> float:

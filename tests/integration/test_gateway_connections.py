@@ -331,3 +331,85 @@ def test_pooled_clients_give_connections_up_before_the_gateway_does(
     # The gateway keeps an idle connection well past the clients' expiry, so that they never
     # send on one it is closing at that very moment.
     assert closed_after >= expiry + 2, closed_after
+
+
+def _trickle_body(address: tuple[str, int], secret: str, length: int = 1000) -> socket.socket:
+    """A POST whose body has started and is not coming: it holds its request slot."""
+    sock = socket.create_connection(address)
+    sock.sendall(_post_head("/v1/chat/completions", length, secret) + b"{")
+    return sock
+
+
+def test_one_key_with_slow_bodies_cannot_hold_the_gateway(
+    start_upstream: Any, start_gateway: Any, keys: Any
+) -> None:
+    """A key limited to 3 requests a minute held all 256 slots by trickling bodies, and every
+    other key got 503 for 30 s. Now its rate and its share of the slots are charged on the
+    headers, before the body; a body below the minimum rate is cut; bodies' bytes are bounded."""
+    upstream = start_upstream()
+    slow = keys.create("slow", rpm=3)
+    greedy = keys.create("greedy")
+    fair = keys.create("fair")
+    gateway = start_gateway({
+        "keys_file": str(keys.hosts_file),
+        "limits": {"max_in_flight": 16, "max_in_flight_per_key": 4, "body_timeout_s": 30,
+                   "min_body_bytes_per_s": 0, "max_body_bytes_in_flight": 300_000},
+        "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+    })
+    address = _address(gateway)
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    def answer(sock: socket.socket) -> bytes:
+        return _until_closed(sock, SLACK_S)[1]
+
+    held: list[socket.socket] = []
+    try:
+        # rpm=3: the fourth is refused on its headers, its body never read
+        held += [_trickle_body(address, slow) for _ in range(3)]
+        time.sleep(0.3)
+        extra = _trickle_body(address, slow)
+        got = answer(extra)
+        extra.close()
+        assert _status(got) == b"429" and b"rate_limit_exceeded" in got, got
+        # no rate limit, but 4 in flight at most
+        held += [_trickle_body(address, greedy) for _ in range(4)]
+        time.sleep(0.3)
+        fifth = _trickle_body(address, greedy)
+        got = answer(fifth)
+        fifth.close()
+        assert _status(got) == b"429" and b"too_many_in_flight" in got, got
+        # the others are served meanwhile
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=chat, timeout=10,
+                          headers={"Authorization": f"Bearer {fair}"})
+        assert resp.status_code == 200, resp.text
+        # bodies announced past the budget of bytes in flight: 503 before they are read
+        big = _trickle_body(address, fair, 200_000)
+        held.append(big)
+        time.sleep(0.3)
+        bigger = _trickle_body(address, fair, 200_000)
+        got = answer(bigger)
+        bigger.close()
+        assert _status(got) == b"503" and b"request bodies" in got, got
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_body_below_the_minimum_rate_is_cut_before_its_deadline(gateway_and_key: Callable[..., tuple[Any, str]]) -> None:
+    gateway, secret = gateway_and_key(body_timeout_s=30, min_body_bytes_per_s=1000, body_rate_grace_s=0.5)
+    with socket.create_connection(_address(gateway)) as sock:
+        sock.sendall(_post_head("/v1/chat/completions", 100_000, secret) + b"{")
+        # 20 bytes every 0.2 s: 100 bytes a second, a tenth of the minimum
+        seconds, answer = _until_closed(sock, 10, trickle=b"                    ")
+    assert _status(answer) == b"408", answer
+    assert seconds < 0.5 + SLACK_S + 1, seconds  # the grace and a little, not the 30 s deadline
+
+
+def test_a_huge_head_in_one_write_is_refused(gateway_and_key: Callable[..., tuple[Any, str]]) -> None:
+    """The head was counted after httptools parsed the chunk: a whole 100 KiB head in one write
+    went through the 64 KiB cap."""
+    gateway, _ = gateway_and_key()
+    with socket.create_connection(_address(gateway)) as sock:
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: gw\r\nX-Filler: " + b"a" * 100_000 + b"\r\n\r\n")
+        _, answer = _until_closed(sock, SLACK_S)
+    assert _status(answer) == b"431", answer[:200]

@@ -7,6 +7,7 @@ within an interval, not a deep interval; a dead one leaves within an interval ei
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -87,3 +88,57 @@ def test_an_idle_engine_that_dies_leaves_rotation_within_an_interval(
     doomed.proc.wait()
     _until(lambda: not _ready(gateway)["e0"], 5, "a dead engine stayed in rotation")
     assert _ready(gateway)["e1"]
+
+
+def _chat(stream: bool) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": stream}
+
+
+def test_a_wedged_engine_is_taken_out_and_its_requests_go_elsewhere(start_upstream: Any, start_gateway: Any) -> None:
+    """An engine that answers /health (and here even the completion probe) but never answers a
+    chat stayed in rotation for 41.8 s, its 16 requests still waiting at 55 s. Now one whose
+    requests wait past engine_stall_s with no progress is taken out of rotation, and the
+    waiting requests are retried on another engine at once, before their own deadline."""
+    wedged = start_upstream("--chat-fake", '{"stall_s": 600}')
+    good = start_upstream()
+    gateway = start_gateway({**_config(wedged, good, deep_s=60), "engine_stall_s": 1.5,
+                             "first_byte_timeout_s": 60, "answer_timeout_s": 60})
+    _until(lambda: all(_ready(gateway).values()), 10, "both engines admitted")
+
+    def ask(n: int) -> tuple[int, float]:
+        start = time.monotonic()
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=_chat(n % 2 == 1), timeout=60)
+        return resp.status_code, time.monotonic() - start
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(ask, range(16)))
+    assert {status for status, _ in answers} == {200}, answers
+    # the stall (1.5 s), a health interval to notice it, and the retry; not the 60 s deadline
+    assert max(seconds for _, seconds in answers) < 10, answers
+    assert httpx.get(gateway.url + "/readyz").json()["status"] == "ready"
+
+
+def test_every_attempt_has_a_first_byte_deadline(start_upstream: Any, start_gateway: Any) -> None:
+    """Only canaries had one: a stable engine silent before its first byte held its requests
+    for the upstream timeout (600 s). Now the attempt is given up and retried elsewhere."""
+    silent = start_upstream("--chat-fake", '{"stall_s": 600}')
+    good = start_upstream()
+    gateway = start_gateway({**_config(silent, good, deep_s=60), "engine_stall_s": 600,
+                             "first_byte_timeout_s": 1, "answer_timeout_s": 1})
+    _until(lambda: all(_ready(gateway).values()), 10, "both engines admitted")
+    for n in range(4):
+        start = time.monotonic()
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=_chat(n % 2 == 1), timeout=30)
+        assert resp.status_code == 200 and time.monotonic() - start < 6, resp.text
+
+
+def test_readyz_shows_details_only_to_the_scrape_token(start_upstream: Any, start_gateway: Any, scrape_token: Any) -> None:
+    """Public /readyz listed engine names, outstanding counts and key file digests."""
+    upstream = start_upstream()
+    gateway = start_gateway({**_config(upstream, deep_s=60), "metrics_token_file": str(scrape_token.file)})
+    public = httpx.get(gateway.url + "/readyz")
+    assert public.status_code == 200 and public.json() == {"status": "ready"}
+    wrong = httpx.get(gateway.url + "/readyz", headers={"Authorization": "Bearer nope"})
+    assert wrong.json() == {"status": "ready"}
+    full = httpx.get(gateway.url + "/readyz", headers=scrape_token.headers).json()
+    assert full["engines"] == {"e0": True} and full["outstanding"] == {"e0": 0} and "keys_sha256" in full

@@ -35,15 +35,16 @@ def test_a_gateway_confirms_the_files_it_loaded_and_one_that_kept_the_old_keys_i
     # a revocation and a quota, pushed: confirmed once the gateway reloaded both
     keys.create("budget", quota_tokens=100, quota_period="day")
     keys.revoke("team")
-    want = (_sha(keys.hosts_file), _sha(quotas_file))
-    assert confirm_at({"gw": gateway.url}, *want, None, timeout_s=20) == []
+    roles_file = keys.hosts_file.with_name("key_roles.json")
+    want = {"keys_sha256": _sha(keys.hosts_file), "quotas_sha256": _sha(quotas_file), "roles_sha256": _sha(roles_file)}
+    assert confirm_at({"gw": gateway.url}, want, None, timeout_s=20) == []
     # a file the gateway cannot read: it keeps the previous keys, and says so on /readyz
     quotas_file.write_text('{"version": 1, "quotas": [{"name": "budget"}]}')
-    assert confirm_at({"gw": gateway.url}, *want[:1], _sha(quotas_file), None, timeout_s=3) == [
+    assert confirm_at({"gw": gateway.url}, {**want, "quotas_sha256": _sha(quotas_file)}, None, timeout_s=3) == [
         "gw: its gateway still serves the previous key file (its journal says why it did not load the new one)"
     ]
     installer_keys.write_hosts_file(keys.hosts_file, installer_keys.load(keys.store))
-    assert confirm_at({"gw": gateway.url}, *want, None, timeout_s=20) == []
+    assert confirm_at({"gw": gateway.url}, want, None, timeout_s=20) == []
 
 
 @pytest.fixture
@@ -71,7 +72,8 @@ def older_gateway() -> Iterator[str]:
 
 
 def test_a_gateway_that_cannot_say_what_it_loaded_or_does_not_answer_is_named(older_gateway: str) -> None:
-    assert confirm_at({"old": older_gateway, "gone": "http://127.0.0.1:9"}, "a" * 64, "b" * 64, None,
+    assert confirm_at({"old": older_gateway, "gone": "http://127.0.0.1:9"},
+                      {"keys_sha256": "a" * 64, "quotas_sha256": "b" * 64}, None,
                       timeout_s=1) == [
         "old: its gateway does not report the key file it loaded (a release before this one)",
         "gone: its gateway did not answer /readyz: URLError: <urlopen error [Errno 111] Connection refused>",

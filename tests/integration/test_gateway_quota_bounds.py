@@ -41,7 +41,7 @@ def test_a_stream_cut_by_its_client_is_charged_and_recorded_for_what_it_read(
 ) -> None:
     _, gateway, name, secret = _setup(start_upstream, start_gateway, keys, redis_url, 1_000_000, "month")
     body = {"model": "tiny", "messages": [{"role": "user", "content": "write a long story"}], "stream": True,
-            "x_fake": {"chunks": 5000, "delay_ms": 2}}  # no max_tokens: 1024 reserved
+            "max_tokens": 4000, "x_fake": {"chunks": 5000, "delay_ms": 2}}
     read = 0
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=30,
                       headers={"Authorization": f"Bearer {secret}"}) as resp:
@@ -58,8 +58,8 @@ def test_a_stream_cut_by_its_client_is_charged_and_recorded_for_what_it_read(
     [row] = [r for r in rows(usage_report(config), ("key",)) if r["key"] == name]
     assert row["requests"] == 1 and row["cut_requests"] == 1
     assert row["completion_tokens"] >= read
-    # charged what it read, beyond the reservation it was admitted with
-    assert _quota_used(config, name) == row["prompt_tokens"] + row["completion_tokens"] > 1024 + row["prompt_tokens"]
+    # charged what it read, not the reservation it was admitted with
+    assert _quota_used(config, name) == row["prompt_tokens"] + row["completion_tokens"] < 4000
 
 
 def test_an_engine_refusal_is_charged_nothing(
@@ -110,3 +110,62 @@ def test_concurrent_requests_never_reserve_more_than_the_quota(
     assert resp.status_code == 200, resp.text
     sent = json.loads(httpx.get(upstream.url + "/_stats").json()["last_body"])
     assert sent["n"] == 3 and sent["max_tokens"] == (100 - (len("hi") // 3 + 1 + 4)) // 3
+
+
+def test_requests_without_max_tokens_are_capped_to_the_reservation(
+    start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """A request that sets no max_tokens is sent with max_tokens = its reservation: uncapped, one
+    request was charged 5,005 tokens of a 2,000-token quota, and 20 at once 3,976."""
+    upstream, gateway, name, secret = _setup(start_upstream, start_gateway, keys, redis_url, 2000)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}],
+            "x_fake": {"chunks": 5000}}  # the engine would generate 5,000 tokens if let
+    resp = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {secret}"})
+    assert resp.status_code == 200, resp.text
+    sent = json.loads(upstream.stats()["last_body"])
+    assert sent["max_tokens"] == 1024  # the default reserve, what the quota reserved
+    config = tmp_path / "gateway-0.yaml"
+    assert _quota_used(config, name) <= 2000
+
+    other = f"q-{secrets.token_hex(3)}"
+    other_secret = keys.create(other, quota_tokens=2000, quota_period="day")
+    time.sleep(1.5)  # the gateway reloads its keys each second
+
+    def post(n: int) -> httpx.Response:
+        return httpx.post(gateway.url + "/v1/chat/completions", json={**body, "stream": n % 2 == 1}, timeout=60,
+                          headers={"Authorization": f"Bearer {other_secret}"})
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(post, range(20)))
+    assert {r.status_code for r in answers} == {200, 429}, {r.status_code for r in answers}
+    [row] = [r for r in rows(usage_report(config), ("key",)) if r["key"] == other]
+    # the fake engine counts a prompt below the gateway's estimate: not a token over
+    assert row["prompt_tokens"] + row["completion_tokens"] == _quota_used(config, other) <= 2000
+
+
+def test_a_client_that_leaves_before_the_first_byte_is_charged_the_prompt(
+    start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """The engine had the request (prefill, maybe decode) when the client left: the prompt's
+    estimate is charged and the request recorded as cut, not free."""
+    _, gateway, name, secret = _setup(start_upstream, start_gateway, keys, redis_url, 1_000_000, "month")
+    prompt = "tell me everything " * 30
+    for stream in (False, True):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 50,
+                "stream": stream, "x_fake": {"stall_s": 5}}
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=0.8,
+                       headers={"Authorization": f"Bearer {secret}"})
+    config = tmp_path / "gateway-0.yaml"
+    deadline = time.monotonic() + 20
+    while True:
+        found = [r for r in rows(usage_report(config), ("key",)) if r["key"] == name]
+        if found and found[0]["requests"] == 2:
+            break
+        assert time.monotonic() < deadline, f"the abandoned requests were not recorded: {found}"
+        time.sleep(0.2)
+    [row] = found
+    estimate = len(prompt) // 3 + 1 + 4
+    assert row["cut_requests"] == 2 and row["prompt_tokens"] == 2 * estimate and row["completion_tokens"] == 0
+    assert _quota_used(config, name) == 2 * estimate

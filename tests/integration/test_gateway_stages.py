@@ -7,6 +7,7 @@ answer) in the metrics the release watch reads."""
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ def _stage_counts(gateway: Any, scrape_token: Any) -> dict[tuple[str, str], floa
                 continue
             if sample.name == "pli_gateway_stage_requests_total":
                 counts[(labels["stage"], labels["outcome"])] = sample.value
+            elif sample.name == "pli_gateway_unjudged_requests_total":  # "forced:canary", "key_share:stable"
+                counts[(f"{labels['reason']}:{labels['stage']}", labels["outcome"])] = sample.value
             elif sample.name in ("pli_gateway_stage_ttft_seconds_count", "pli_gateway_stage_ttft_seconds_sum"):
                 counts[(labels["stage"], sample.name.rsplit("_", 1)[1])] = sample.value
             elif sample.name == "pli_gateway_stage_request_duration_seconds_count":
@@ -155,9 +158,11 @@ def test_split_stickiness_header_override_and_bad_output(
     def added(key: tuple[str, str]) -> float:
         return after.get(key, 0) - before.get(key, 0)
 
-    assert added(("canary", "bad_output")) == 3 and added(("canary", "ok")) == 1
+    # Forced (the header named the stage): judged, but kept out of the release's figures.
+    assert added(("forced:canary", "bad_output")) == 3 and added(("forced:canary", "ok")) == 1
+    assert added(("canary", "bad_output")) == 0 and added(("canary", "ok")) == 0
     assert added(("stable", "ok")) == 1 and added(("stable", "bad_output")) == 0
-    assert added(("canary", "error")) == 0 and added(("canary", "count")) == 4
+    assert added(("canary", "error")) == 0 and added(("canary", "count")) == 0
 
 
 def test_whole_canary_answers_have_their_own_deadline_and_failures_are_judged(
@@ -203,3 +208,54 @@ def test_whole_canary_answers_have_their_own_deadline_and_failures_are_judged(
     assert grew[("canary", "client_error")] == 1 and grew[("canary", "error")] == 2, grew
     assert ("canary", "ok") not in grew and ("stable", "ok") not in grew, grew
     assert 0.4 < grew[("canary", "sum")] < 1.5, grew  # the 4xx, the 5xx and the client's 0.5 s wait
+
+
+def test_only_release_testers_steer_and_no_key_outweighs_the_others(
+    start_upstream: Any, start_gateway: Any, scrape_token: Any, keys: Any, tmp_path: Path
+) -> None:
+    """Any key holder could send the stage header: 25 forced 4xx on a healthy canary rolled it
+    back, 200 forced good answers advanced a failing one. Now the header is honoured for release
+    testers only, forced attempts are counted apart, and one key's share of a window's evidence
+    is capped."""
+    stable, canary = start_upstream(), start_upstream()
+    stages = tmp_path / "stages.json"
+    _write_stages(stages, 0)  # everyone on stable: only the header reaches the canary
+    user = keys.create("user")
+    tester = keys.create("tester", release_tester=True)
+    gateway = start_gateway({
+        "keys_file": str(keys.hosts_file), "metrics_token_file": str(scrape_token.file),
+        "stages_file": str(stages),
+        "release_evidence": {"window_s": 600, "per_key_floor": 5, "per_key_share": 0.25},
+        "engines": [
+            {"name": "s1", "url": stable.url, "model": "tiny"},
+            {"name": "s1-canary", "url": canary.url, "model": "tiny", "stage": "canary"},
+        ],
+    })
+
+    def ask(secret: str, stage: str | None = None, **body: Any) -> httpx.Response:
+        headers = {**CLOSE, "Authorization": f"Bearer {secret}", **({"X-Release-Stage": stage} if stage else {})}
+        return httpx.post(gateway.url + "/v1/chat/completions", json=_chat(**body), headers=headers, timeout=30)
+
+    # A plain key's header is ignored: stable answers, and it counts as stable's evidence.
+    refused = [ask(user, "canary", x_fake={"status": 400}) for _ in range(3)]
+    assert {r.headers["x-release-stage"] for r in refused} == {"stable"}
+    # A tester reaches the canary; its attempts are not the canary's figures.
+    assert ask(tester, "canary").headers["x-release-stage"] == "canary"
+    for _ in range(4):
+        assert ask(tester, "canary", x_fake={"status": 400}).status_code == 400
+    counts = _stage_counts(gateway, scrape_token)
+    assert not [k for k in counts if k[0] == "canary"], counts
+    assert counts[("forced:canary", "ok")] == 1 and counts[("forced:canary", "client_error")] == 4
+    assert counts[("stable", "client_error")] == 3
+
+    # One key's attempts past max(5, 25% of the window's) are left out of the evidence.
+    other = keys.create("other")
+    time.sleep(1.5)  # the gateway reloads its keys each second
+    for _ in range(20):
+        assert ask(user).status_code == 200
+    for _ in range(4):
+        assert ask(other).status_code == 200
+    counts = _stage_counts(gateway, scrape_token)
+    judged_user = 5  # 3 client errors above, then 2 more: the floor
+    assert counts[("stable", "ok")] == judged_user - 3 + 4, counts
+    assert counts[("key_share:stable", "ok")] == 20 - (judged_user - 3), counts

@@ -44,6 +44,7 @@ def test_quotas_go_to_their_own_file_and_keys_json_stays_readable_by_older_gatew
     assert ring.digests == {
         "keys_sha256": hashlib.sha256(hosts_file.read_bytes()).hexdigest(),
         "quotas_sha256": hashlib.sha256((hosts_file.parent / "quotas.json").read_bytes()).hexdigest(),
+        "roles_sha256": hashlib.sha256((hosts_file.parent / "key_roles.json").read_bytes()).hexdigest(),
     }
 
 

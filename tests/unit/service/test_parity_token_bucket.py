@@ -35,7 +35,9 @@ T0 = 1_700_000_000  # seconds on both clocks at the first step
 @dataclass(frozen=True)
 class Step:
     at_us: int  # microseconds after T0
-    op: str  # "reserve" (through reserve_or_raise, as the gateway does) or "adjust"
+    # "reserve" (a request and its tokens, through reserve_or_raise as the gateway does), "tokens"
+    # (tokens alone: the request was charged on its headers) or "adjust"
+    op: str
     tokens: int
 
 
@@ -67,9 +69,12 @@ STEPS = {
         Step(30_000_000, "reserve", 450), Step(30_000_001, "adjust", -300), Step(44_444_444, "reserve", 10),
         Step(89_999_999, "reserve", 200), Step(90_000_000, "adjust", 120), Step(90_000_001, "reserve", 700),
         Step(1_000_000_000, "reserve", 500), Step(1_000_000_001, "reserve", 0),
+        # requests spent, tokens left: tokens alone still pass; then tokens spent too
+        Step(1_000_000_002, "reserve", 0), Step(1_000_000_003, "tokens", 300), Step(1_000_000_004, "tokens", 300),
     ],
     "odd": [
-        Step(i * 1_111_111, "reserve" if i % 4 else "adjust", (i * 97) % 400 - (150 if i % 4 == 0 else 0))
+        Step(i * 1_111_111, ("adjust", "reserve", "tokens", "reserve")[i % 4],
+             (i * 97) % 400 - (150 if i % 4 == 0 else 0))
         for i in range(40)
     ],
 }
@@ -93,8 +98,8 @@ class Recording:
         self.inner = inner
         self.wait = 0.0
 
-    async def reserve(self, key: ApiKey, tokens: int) -> float:
-        self.wait = await self.inner.reserve(key, tokens)
+    async def reserve(self, key: ApiKey, tokens: int, requests: int = 1) -> float:
+        self.wait = await self.inner.reserve(key, tokens, requests)
         return self.wait
 
     async def adjust(self, key: ApiKey, tokens: int) -> None:
@@ -115,7 +120,7 @@ async def _step(limiter: Recording, key: ApiKey, step: Step) -> tuple[float, Ref
         await limiter.adjust(key, step.tokens)
         return 0.0, None
     try:
-        await reserve_or_raise(limiter, key, step.tokens)
+        await reserve_or_raise(limiter, key, step.tokens, requests=0 if step.op == "tokens" else 1)
     except GatewayError as exc:
         return limiter.wait, (exc.status, exc.headers, str(exc))
     return limiter.wait, None
