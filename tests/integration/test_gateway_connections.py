@@ -395,7 +395,9 @@ def test_one_key_with_slow_bodies_cannot_hold_the_gateway(
             sock.close()
 
 
-def test_a_body_below_the_minimum_rate_is_cut_before_its_deadline(gateway_and_key: Callable[..., tuple[Any, str]]) -> None:
+def test_a_body_below_the_minimum_rate_is_cut_before_its_deadline(
+    gateway_and_key: Callable[..., tuple[Any, str]],
+) -> None:
     gateway, secret = gateway_and_key(body_timeout_s=30, min_body_bytes_per_s=1000, body_rate_grace_s=0.5)
     with socket.create_connection(_address(gateway)) as sock:
         sock.sendall(_post_head("/v1/chat/completions", 100_000, secret) + b"{")

@@ -132,7 +132,9 @@ def test_every_attempt_has_a_first_byte_deadline(start_upstream: Any, start_gate
         assert resp.status_code == 200 and time.monotonic() - start < 6, resp.text
 
 
-def test_readyz_shows_details_only_to_the_scrape_token(start_upstream: Any, start_gateway: Any, scrape_token: Any) -> None:
+def test_readyz_shows_details_only_to_the_scrape_token(
+    start_upstream: Any, start_gateway: Any, scrape_token: Any
+) -> None:
     """Public /readyz listed engine names, outstanding counts and key file digests."""
     upstream = start_upstream()
     gateway = start_gateway({**_config(upstream, deep_s=60), "metrics_token_file": str(scrape_token.file)})
