@@ -157,7 +157,10 @@ def readyz(base: str, ctx: ssl.SSLContext | None, deployment: str, timeout: floa
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
             return dict(json.load(resp))
     except urllib.error.HTTPError as exc:
-        return dict(json.load(exc))
+        try:
+            return dict(json.load(exc))
+        except ValueError:  # not the gateway's JSON (a proxy's page)
+            return {"status": f"HTTP {exc.code}", "engines": {}}
 
 
 def gateway_base(inv: Inventory, address: str) -> str:

@@ -1,28 +1,13 @@
 """The `ready` column: each host's gateway, asked now (/readyz), says whether that host's
 engines are ready. Over HTTPS verified with the deployment's CA, as `installer up` proves it."""
 
-import json
 import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from installer import prove
 from installer.status.model import Column, Context, Row
-
-
-def readyz(base: str, timeout_s: float, tls: ssl.SSLContext | None) -> dict[str, Any]:
-    """The gateway's /readyz body ({"status", "engines": {name: bool}}); 503 bodies count too."""
-    try:
-        with urllib.request.urlopen(f"{base}/readyz", timeout=timeout_s, context=tls) as resp:
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        try:
-            return json.load(exc)
-        except ValueError:
-            return {"status": f"HTTP {exc.code}", "engines": {}}
 
 
 def _yes_no(ready: bool) -> str:
@@ -46,7 +31,7 @@ class ReadinessCollector:
         def ask(address: str) -> tuple[str, dict[str, Any] | str]:
             base = prove.gateway_base(inv, address)
             try:
-                return address, readyz(base, ctx.timeout_s, tls)
+                return address, prove.readyz(base, tls, inv.deployment, ctx.timeout_s)
             except (OSError, ValueError) as exc:
                 return address, prove.tls_problem(exc, base, ca) or f"gateway unreachable: {exc}"
 

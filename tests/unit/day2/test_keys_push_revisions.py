@@ -57,8 +57,9 @@ class _Hosts:
         self.quotas[host] = script
         return subprocess.CompletedProcess(argv, 0, b"", b"")
 
-    def confirm(self, inv: Any, hosts: list[Any], keys_sha: str, quotas_sha: str) -> list[str]:
+    def confirm(self, inv: Any, hosts: list[Any], want: dict[str, str]) -> list[str]:
         assert {h.name for h in hosts} <= set(self.written)
+        assert set(want) == {"keys_sha256", "quotas_sha256", "roles_sha256"}
         return [f"{h.name}: {self.not_taken[h.name]}" for h in hosts if h.name in self.not_taken]
 
 
