@@ -226,13 +226,12 @@ class AdmissionMiddleware:
             return
         info: RequestInfo = scope["state"]["info"]
         try:
-            key = self._admit(scope)
+            key = self._admit(scope, info)
             if scope["method"] == "POST" and key.rpm:
                 await reserve_or_raise(self.limiter, key, 0)
         except GatewayError as exc:
             await self._refuse(scope, send, info, exc)
             return
-        info.key_name = key.name
         scope["state"]["key"] = key  # for the routes: the key is checked once
         adm = self.admission
         adm.in_flight += 1
@@ -270,7 +269,7 @@ class AdmissionMiddleware:
         rate = f", or slower than {self.body.min_rate:g} bytes/s" if self.body.min_rate else ""
         return f"The request body did not arrive within {self.body.timeout_s:g} s{rate}."
 
-    def _admit(self, scope: Scope) -> ApiKey:
+    def _admit(self, scope: Scope, info: RequestInfo) -> ApiKey:
         adm = self.admission
         if adm.draining:
             raise GatewayError(
@@ -280,6 +279,7 @@ class AdmissionMiddleware:
         if adm.in_flight >= adm.max_in_flight:
             raise _overloaded("The gateway is at capacity.")
         key = self.keys.authenticate(header(scope, b"authorization"))
+        info.key_name = key.name  # its refusals below are counted against it
         if adm.by_key.get(key.name, 0) >= adm.max_per_key:
             raise GatewayError(
                 429,
