@@ -63,10 +63,10 @@ MANAGED_FILES = (
     "/etc/redis/redis.conf",
     "/etc/modprobe.d/private-llm-*",
 )
-# The weights, file by file by size, mtime, inode, mode and owner: hundreds of GB are too much to
-# hash on every `up`; the model role verifies their checksums when it copies them.
+# The weights, file by file by size, mtime, ctime, inode, mode and owner: hundreds of GB are too
+# much to hash on every `up`; the model role verifies their checksums when it copies them.
 STAT_FILE_TREES = (f"{_STATE}/models",)
-# Releases (venvs) and tarball installs, by path, size, mode, owner and mtime (converged_probe).
+# Releases (venvs) and tarball installs, by path, size, mode, owner, mtime and ctime (converged_probe).
 STAT_TREES = (f"{_ROOT}/releases/*", f"{_ROOT}/monitoring")
 LISTINGS = (f"{_ROOT}/releases", HOST_BUNDLES)  # what the release role keeps, no more
 UNIT_PATTERNS = ("private-llm-*",)
@@ -217,7 +217,7 @@ def describe_drift(key: str, recorded: str | None, found: str | None) -> str:
     if kind == "stat":
         parts = [
             f"{f} {_field(recorded, f)} -> {_field(found, f)}"
-            for f in ("size", "mtime", "inode", "mode", "owner") if _field(recorded, f) != _field(found, f)
+            for f in ("size", "mtime", "ctime", "inode", "mode", "owner") if _field(recorded, f) != _field(found, f)
         ]
         return f"{name}: {', '.join(parts) or f'{recorded} became {found}'}"
     if kind == "unit":

@@ -42,12 +42,17 @@ def _describe(path: str) -> str:
 
 
 def _stat(path: str) -> str:
-    """A weights file without reading it: a copy or an edit changes its size, mtime or inode."""
+    """A weights file without reading it: a copy or an edit changes its size, mtime, ctime or
+    inode. ctime because mtime is the user's to set (`touch -r` after an in-place edit) and ctime
+    is not: any write, chmod, chown, link or utime moves it to now. Nothing the installer does
+    after the record moves it (deploy.up records after configure and the proof request), and
+    reading the weights, as an engine does, leaves it alone."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         return f"link -> {os.readlink(path)}"
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
-    return f"{kind} size={st.st_size if kind == 'file' else 0} mtime={st.st_mtime_ns} inode={st.st_ino} {_owner(st)}"
+    size = st.st_size if kind == "file" else 0
+    return f"{kind} size={size} mtime={st.st_mtime_ns} ctime={st.st_ctime_ns} inode={st.st_ino} {_owner(st)}"
 
 
 def _tree(entries: dict[str, str], kind: str, root: str, describe: Callable[[str], str]) -> None:
@@ -68,16 +73,22 @@ def _walk(root: str) -> list[str]:
 
 
 def _stat_digest(root: str) -> str:
-    """A large tree (a release's environments) by path, size, mode, owner and mtime: a venv of
-    tens of thousands of files is too slow to hash on every run, and an edit changes its mtime."""
+    """A large tree (a release's environments) by path, size, mode, owner, mtime and ctime: a
+    venv of tens of thousands of files is too slow to hash on every run, and an edit changes its
+    ctime even when its mtime is set back (_stat says why that is safe to record)."""
     h = hashlib.sha256()
     n = 0
     for path in _walk(root):
-        st = os.lstat(path)
-        target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
-        h.update(f"{path}\0{st.st_mode}\0{st.st_uid}\0{st.st_gid}\0{st.st_size}\0{st.st_mtime_ns}\0{target}\n".encode())
+        h.update(_stat_line(path).encode())
         n += 1
     return f"{n} entries, {h.hexdigest()}"
+
+
+def _stat_line(path: str) -> str:
+    st = os.lstat(path)
+    target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
+    fields = (path, st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ctime_ns, target)
+    return "\0".join(map(str, fields)) + "\n"
 
 
 def _units(names: list[str], patterns: list[str]) -> dict[str, str]:

@@ -171,3 +171,47 @@ def test_every_model_folder_and_a_canarys_are_in_the_record(tmp_path: Path) -> N
     assert f"{models}/tiny-chat.canary/model.safetensors: missing (stat)" in said
     assert f"{models}/tiny-rerank: new (stat), not there after the last full configure" in said
     assert not [d for d in said if d.startswith(f"{models}/tiny-chat/")]
+
+
+def _edit_in_place_keeping_size_and_mtime(path: Path, data: bytes) -> None:
+    """What `touch -r` after an edit leaves: same inode, same size, the old mtime back."""
+    before = path.stat()
+    assert len(data) == before.st_size
+    with path.open("r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_a_weights_file_edited_with_its_size_and_mtime_kept_is_drift(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    (models / "m").mkdir(parents=True)
+    weights = models / "m" / "model.safetensors"
+    weights.write_bytes(b"w" * 4096)
+    ours = {"stat_file_trees": [str(models)]}
+    before = _probe(ours)
+    _edit_in_place_keeping_size_and_mtime(weights, b"x" * 4096)
+    [said] = converged.compare(before, _probe(ours))
+    assert said.startswith(f"{weights}: ctime ")
+
+
+def test_a_venv_file_edited_with_its_size_and_mtime_kept_is_drift(tmp_path: Path) -> None:
+    spec = _host(tmp_path)
+    before = _probe(spec)
+    _edit_in_place_keeping_size_and_mtime(tmp_path / "releases" / "r-1" / "venv" / "mod.py", b"x = 9\n")
+    [said] = converged.compare(before, _probe(spec))
+    assert said.startswith(f"{tmp_path}/releases/r-1: files changed under it")
+
+
+def test_reading_the_weights_and_the_venv_is_no_drift(tmp_path: Path) -> None:
+    """An engine reads its weights and imports from its venv between two `up`s: neither moves
+    the ctime the record keeps."""
+    spec = {**_host(tmp_path), "stat_file_trees": [str(tmp_path / "models")]}
+    (tmp_path / "models").mkdir()
+    weights = tmp_path / "models" / "model.safetensors"
+    weights.write_bytes(b"w" * 4096)
+    before = _probe(spec)
+    for path in (weights, tmp_path / "releases" / "r-1" / "venv" / "mod.py"):
+        path.read_bytes()
+    assert converged.compare(before, _probe(spec)) == []
