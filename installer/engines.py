@@ -19,7 +19,8 @@ GPU_SHARE_MAX) and each model's weights must fit its share; layouts that do not 
 
 `vllm_argv` is the only writer of engine flags: the deployment plan (installer/plan.py) calls
 it for every engine, `installer plan` prints what it returns, and the engine role templates it
-into the unit as given.
+into the unit as given. Every flag it writes is listed in installer/inventory/engine_flags.py,
+which the inventory's extra_args may not set (the loader refuses them at their file:line).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from installer.gpu import matrix, planner, tuner
-from installer.inventory import Engine, Host, Inventory, ServedModel
+from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags
 from installer.topology import HOST_LAYOUT, cross_host
 
 UNIT = "private-llm-engine"
@@ -194,7 +195,8 @@ def vllm_argv(
 ) -> list[str]:
     """Every flag one engine gets: the model, its name and address, its port, the tuner's flags
     (or the model's sizing when untuned), its task's runner, eager mode on CPUs, TLS on the
-    network, and the model's extra_args last, so they can override anything before them.
+    network, and the model's extra_args last (the loader refused those that would override a
+    flag written here: engine_flags.OWNED).
     `served`: the model (default the primary); `model_dir`: its weights' folder (default its own)."""
     layout = HOST_LAYOUT
     on_network = cross_host(inv)
@@ -217,7 +219,19 @@ def vllm_argv(
         argv += ["--ssl-certfile", f"{tls_dir}/server.pem", "--ssl-keyfile", f"{tls_dir}/server.key",
                  "--ssl-ca-certs", f"{tls_dir}/ca.pem", "--ssl-cert-reqs", "2",
                  "--ssl-ciphers", TLS_CIPHERS, "--enable-ssl-refresh"]
+    _check_classified(argv)
     return argv + list(served.engine.extra_args)
+
+
+def _check_classified(argv: list[str]) -> None:
+    """Stop at a flag written here (or by the tuner) that engine_flags does not list: extra_args
+    could then override it unseen. A bug, so a traceback, never an inventory's fault."""
+    stray = engine_flags.unclassified(argv)
+    if stray:
+        raise RuntimeError(
+            f"vllm_argv writes {', '.join(stray)}, which installer/inventory/engine_flags.py does not "
+            "list: add it to WRITTEN (extra_args may not set it) or LEFT_TO_EXTRA_ARGS"
+        )
 
 
 def canary_dir(stable: ServedModel, canary: ServedModel) -> str:
@@ -398,7 +412,7 @@ def _model_loc(inv: Inventory, key: str) -> str:
 
 
 def _share(argv: tuple[str, ...]) -> float:
-    """The engine's --gpu-memory-utilization (the last one: extra_args may repeat it)."""
+    """The engine's --gpu-memory-utilization (the last one, as vLLM reads it)."""
     shares = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--gpu-memory-utilization"]
     return float(shares[-1]) if shares else 0.9  # vLLM's own default
 

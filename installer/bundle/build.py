@@ -50,6 +50,7 @@ from installer.bundle.manifest import (
     CHECKSUMS,
     MANIFEST,
     META_FILES,
+    SBOM,
     SIGNATURE,
     FileEntry,
     Manifest,
@@ -423,6 +424,55 @@ def read_meta(path: Path) -> tuple[bytes, bytes | None]:
     return found[MANIFEST], found.get(SIGNATURE)
 
 
+def read_member(path: Path, name: str) -> bytes | None:
+    """One file of a bundle tar or directory, by its path in the bundle; None when it has none.
+    A tar is read for its headers only, up to that member (seekable: skipped members are not read)."""
+    if path.is_dir():
+        f = path / name
+        return f.read_bytes() if f.is_file() else None
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                if member.name.removeprefix("./") == name and member.isfile():
+                    fh = tar.extractfile(member)
+                    return fh.read() if fh else None
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"{path} is not a readable bundle tar: {exc}") from exc
+    return None
+
+
+def sbom_bytes(path: Path, man: Manifest) -> bytes | None:
+    """The bundle's SBOM as its signed manifest lists it (its sha256 checked); None for a bundle
+    built before bundles carried one."""
+    entry = next((f for f in man.files if f.path == SBOM), None)
+    if entry is None:
+        return None
+    data = read_member(path, SBOM)
+    if data is None:
+        raise BundleError(f"{path}: its manifest lists {SBOM} and the bundle lacks it",
+                          ["copy the bundle again from the original, or rebuild it"])
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise BundleError(f"{path}: {SBOM} does not match the manifest's sha256 (changed or corrupted)",
+                          ["copy the bundle again from the original, or rebuild it"])
+    return data
+
+
+def _check_sbom_covers(path: Path, man: Manifest) -> None:
+    """Refuse a bundle whose signed SBOM leaves out (or misdescribes) a file it carries: a scanner
+    reading the SBOM would never see that wheel or package, and the signature vouches for it."""
+    data = sbom_bytes(path, man)
+    if data is None:
+        return  # built before bundles carried an SBOM: nothing claims to describe it
+    problems = sbom.coverage_problems(sbom.parse(data, path), man)
+    if problems:
+        raise BundleError(
+            f"bundle {path}: its SBOM ({SBOM}) does not describe what the bundle carries "
+            f"({len(problems)} problem(s)); do not pass it on: its bill of materials is wrong",
+            [*problems[:20], "rebuild it with `installer bundle build`, which writes the SBOM from the "
+                             "files it carries"],
+        )
+
+
 def _copy_hashing(src, dst: Path | None) -> tuple[int, str]:
     digest, size = hashlib.sha256(), 0
     out = dst.open("wb") if dst is not None else None
@@ -506,15 +556,18 @@ def _check_tar(
 
 
 def check_bundle(path: Path, trust: sign.Trust) -> tuple[Manifest, sign.SignatureCheck]:
-    """Verify a bundle tar or directory in place (signature, then every byte); extract nothing."""
+    """Verify a bundle tar or directory in place (signature, then every byte, then that its SBOM
+    describes every file it should); extract nothing."""
     if not path.exists():
         raise BundleError(f"bundle {path} does not exist; build one with `installer bundle build`")
     manifest_bytes, sig = read_meta(path)
     check = sign.check_signature(manifest_bytes, sig, trust, str(path))
     if path.is_dir():
-        return verify(path, manifest_bytes), check
-    man = parse(manifest_bytes, path / MANIFEST)
-    _check_tar(path, man, manifest_bytes, sig, dest=None)
+        man = verify(path, manifest_bytes)
+    else:
+        man = parse(manifest_bytes, path / MANIFEST)
+        _check_tar(path, man, manifest_bytes, sig, dest=None)
+    _check_sbom_covers(path, man)
     return man, check
 
 

@@ -6,14 +6,16 @@ with its version, sha256, licence where the package states one, and a package UR
 before the manifest, so manifest.json lists it and the bundle's signature covers it.
 
 Each component's bom-ref is its path in the bundle (unique, and what a reader checks against the
-manifest). The SBOM is derived from the other files, so it is not part of the release identity
-(manifest.DERIVED_FILES).
+manifest: `bundle verify` refuses an SBOM that leaves out a file it should name, or names one with
+other bytes, name or version, `coverage_problems`). The SBOM is derived from the other files, so it
+is not part of the release identity (manifest.DERIVED_FILES).
 """
 
 from __future__ import annotations
 
 import email.parser
 import hashlib
+import json
 import uuid
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -32,7 +34,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from installer import __version__
 from installer.bundle import deb_licence, monitoring_tarballs
-from installer.bundle.manifest import SBOM, FileEntry
+from installer.bundle.manifest import SBOM, FileEntry, Manifest
 from installer.errors import BundleError, InstallerError
 from installer.inventory import targets as os_targets
 
@@ -207,6 +209,72 @@ def write(
     out = root / SBOM
     out.write_text(build(root, files, versions, packages, model_name, groups))
     return out
+
+
+def parse(data: bytes, where: Path) -> dict[str, Any]:
+    """A bundle's SBOM bytes as a JSON document, or BundleError saying it is none."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise BundleError(f"{where}: {SBOM} is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise BundleError(f"{where}: {SBOM} is not a CycloneDX document")
+    return doc
+
+
+def must_list(path: str) -> bool:
+    """Whether the SBOM names this bundle file, from its path alone: what _components lists (the
+    wheels, the .debs of every target, the tools, Terraform's files, the monitoring tarballs and
+    every weights file), not the installer's own lists, indexes and playbooks."""
+    top, _, rest = path.partition("/")
+    if top == "wheels":
+        return path.endswith(".whl")
+    if top in ("debs", "targets"):
+        return path.endswith(".deb")
+    if top == monitoring_tarballs.BUNDLE_DIR:
+        return path.endswith(".tar.gz")
+    if top == "models":
+        return "/" in rest  # models/<folder>/<file>; models/<folder>.sha256 is the installer's list
+    return top in ("tools", "terraform", "model") and bool(rest)
+
+
+def _identity(path: str, man: Manifest) -> tuple[str, str] | None:
+    """(name, version) a wheel's or .deb's component must carry, as build() derives them; None
+    for the other files, whose names the SBOM takes from elsewhere (the bundle's own lists)."""
+    if path.startswith("wheels/") and path.endswith(".whl"):
+        try:
+            dist, version, _build, _tags = parse_wheel_filename(Path(path).name)
+        except InvalidWheelFilename:
+            return None  # build() refuses such a file; a by-hand bundle still gets path and sha256 checked
+        return str(dist), str(version)
+    if path.endswith(".deb"):
+        return _deb_fields(path, man.packages)
+    return None
+
+
+def _file_problem(f: FileEntry, listed: Entry | None, man: Manifest) -> str | None:
+    if listed is None:
+        return f"{f.path}: carried, but not in the SBOM"
+    if listed.sha256 != f.sha256:
+        return f"{f.path}: the SBOM has sha256 {listed.sha256[:12] or '(none)'}, the file {f.sha256[:12]}"
+    want = _identity(f.path, man)
+    if want is not None and (listed.name, listed.version) != want:
+        return f"{f.path}: the SBOM names {listed.name} {listed.version}, the file is {want[0]} {want[1]}"
+    return None
+
+
+def coverage_problems(doc: dict[str, Any], man: Manifest) -> list[str]:
+    """Where the SBOM `doc` does not describe what the manifest `man` carries, one line per file:
+    a file it should name and does not (matched by path, its bom-ref), one it names with other
+    bytes, or a wheel or .deb under another name or version; and a component of no carried file."""
+    listed = {e.path: e for e in entries(doc)}
+    problems = [
+        problem for f in man.files if must_list(f.path)
+        if (problem := _file_problem(f, listed.get(f.path), man)) is not None
+    ]
+    carried = {f.path for f in man.files}
+    problems += [f"{path}: in the SBOM, but not carried" for path in sorted(listed.keys() - carried)]
+    return problems
 
 
 def entries(doc: dict[str, Any]) -> list[Entry]:

@@ -227,21 +227,57 @@ def sbom_cmd(
     console.print(f"{len(rows)} components")
 
 
+def _signature_json(check: sign.SignatureCheck) -> dict[str, object]:
+    return {"verified": check.trusted_key is not None, "key_id": check.key_id,
+            "trusted_key": None if check.trusted_key is None else str(check.trusted_key),
+            "problem": check.insecure_reason}
+
+
+def _warn_unverified(full: sbom_read.Diff, paths: dict[str, Path], on_stderr: bool) -> None:
+    """Say, before anything else, which side's origin was not established: its figures may be
+    anyone's, so the comparison must not read as one of signed bundles."""
+    for side, reason in full.unverified:
+        if on_stderr:  # stdout is the JSON document
+            typer.echo(f"INSECURE: {side} bundle {paths[side]}: {reason}; compared only because of --insecure",
+                       err=True)
+            continue
+        console.print(f"[bold red on yellow] INSECURE [/] [bold red]{side} bundle {paths[side]}: {reason}[/]")
+    if full.unverified and not on_stderr:
+        console.print(
+            "[bold red]           --insecure: this comparison is of bundles whose origin is NOT verified; "
+            "it says nothing about what a signed bundle holds.[/]"
+        )
+
+
 @bundle_app.command("diff")
 def diff_cmd(
     old: Annotated[Path, typer.Argument(help="The bundle the hosts run now.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="The bundle to upgrade to.", show_default=False)],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    trusted_key: TrustedKeysOpt = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Compare an unsigned or untrusted bundle anyway; the output marks it INSECURE. Unsafe.",
+        ),
+    ] = False,
 ) -> None:
-    """What an upgrade from OLD to NEW changes: components, files, and bytes sent to each host."""
-    full = sbom_read.diff(old, new)
+    """What an upgrade from OLD to NEW changes: components, files, and bytes sent to each host.
+
+    Both bundles' signatures are checked first, as `bundle verify` checks them."""
+    full = sbom_read.diff(old, new, sign.Trust(tuple(trusted_key or ()), insecure))
     d = full.bundle
+    paths = {"old": old, "new": new}
+    _warn_unverified(full, paths, on_stderr=as_json)
     if as_json:
         print(
             json.dumps(
                 {
                     "old": {"bundle_id": d.old.bundle_id, "release_id": d.old.release_id},
                     "new": {"bundle_id": d.new.bundle_id, "release_id": d.new.release_id},
+                    "signatures": {"old": _signature_json(full.old_signature),
+                                   "new": _signature_json(full.new_signature)},
                     "components": [c.__dict__ for c in d.components],
                     "files": {
                         "added": len(d.added_files),
@@ -257,6 +293,9 @@ def diff_cmd(
         )
         return
     console.print(f"{old} ({d.old.bundle_id[:12]}) -> {new} ({d.new.bundle_id[:12]})")
+    for side, check in (("old", full.old_signature), ("new", full.new_signature)):
+        if check.trusted_key is not None:
+            console.print(f"{side}: [green]{check.describe}[/]")
     sign_of = {"added": "[green]+[/]", "removed": "[red]-[/]", "changed": "[yellow]~[/]"}
     rows = [
         [
@@ -303,3 +342,6 @@ def diff_cmd(
             f"release {d.old.release_id} -> {d.new.release_id}: hosts build a new release "
             "from the bundle and restart its services"
         )
+    if full.unverified:  # again at the end, where a long table leaves the reader
+        sides = " and ".join(f"{side} ({paths[side]})" for side, _ in full.unverified)
+        console.print(f"[bold red on yellow] INSECURE [/] [bold red]not verified: {sides}[/]")

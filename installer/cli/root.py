@@ -1,7 +1,8 @@
 """The root of the `installer` command: the typer app every command module registers on, the
 options they share, the --state-dir option (installer.paths: `--state-dir`, or next to the
 command's --inventory), `run_up`, which both `up` and `plan` (in check mode) print with, and
-`audited`, which appends each run of a command that changes the deployment to its audit trail.
+`audited`, which appends each run of a command that changes the deployment to its audit trail
+(as it starts, and as it ends).
 
 Command modules import this module and nothing else of installer.cli, so no command depends on
 another one (pyproject.toml, [tool.importlinter]).
@@ -137,34 +138,41 @@ def _argv(ctx: typer.Context) -> list[str]:
 
 @contextmanager
 def audited(command: str, argv: list[str], inventory: Path | None) -> Iterator[None]:
-    """Append one audit entry when the block ends: ok, or failed with the error's first line."""
+    """Append a `started` entry before the block runs, so a command killed mid-way (SIGKILL, a
+    lost machine) still leaves a trace, and one more when it ends: ok, or failed with the error's
+    first line. Both carry the same run id. If the start cannot be recorded the command does not
+    run: nothing may change the deployment unrecorded."""
+    run = audit.new_run_id()
+    audit.append(audit.new_entry(command, argv, inventory, None, run=run, started=True))
     try:
         yield
     except typer.Exit as exc:
         code = exc.exit_code
-        _record(command, argv, inventory, None if code == 0 else f"exit code {code}", failing=code != 0)
+        _record(command, argv, inventory, run, None if code == 0 else f"exit code {code}", failing=code != 0)
         raise
     except typer.Abort:
-        _record(command, argv, inventory, "aborted", failing=True)
+        _record(command, argv, inventory, run, "aborted", failing=True)
         raise
     except KeyboardInterrupt:
-        _record(command, argv, inventory, "interrupted", failing=True)
+        _record(command, argv, inventory, run, "interrupted", failing=True)
         raise
     except SystemExit as exc:  # SIGTERM while Ansible ran (procs.ChildGroup stops the installer so)
         code = exc.code if isinstance(exc.code, int) else 1
-        _record(command, argv, inventory, None if code == 0 else f"terminated (exit code {code})", failing=code != 0)
+        error = None if code == 0 else f"terminated (exit code {code})"
+        _record(command, argv, inventory, run, error, failing=code != 0)
         raise
     except Exception as exc:
-        _record(command, argv, inventory, exc, failing=True)
+        _record(command, argv, inventory, run, exc, failing=True)
         raise
-    _record(command, argv, inventory, None, failing=False)
+    _record(command, argv, inventory, run, None, failing=False)
 
 
 def _record(
-    command: str, argv: list[str], inventory: Path | None, error: BaseException | str | None, failing: bool
+    command: str, argv: list[str], inventory: Path | None, run: str, error: BaseException | str | None,
+    failing: bool,
 ) -> None:
     try:
-        audit.append(audit.new_entry(command, argv, inventory, error))
+        audit.append(audit.new_entry(command, argv, inventory, error, run=run))
     except (audit.AuditError, OSError) as exc:
         if not failing:
             raise

@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from installer.errors import InventoryError
+from installer.inventory import engine_flags
 from installer.inventory.models import MODEL_FORM, Inventory, duplicate_hosts
 from installer.inventory.source import Loc, Source, dotted
 
@@ -171,6 +172,21 @@ def _check_consistency(inv: Inventory) -> Iterator[str]:
             yield f"{inv.where(*loc)}: {path} does not exist; fix the path"
     if inv.cloud is not None:
         yield from _check_public_key(inv.cloud.ssh_public_key, inv.where("cloud", "ssh_public_key"))
+    yield from _check_extra_args(inv)
+
+
+def _check_extra_args(inv: Inventory) -> Iterator[str]:
+    """extra_args items, top level and each model's, that vLLM would read as a flag the installer
+    writes itself (engine_flags). Here, not in the model, so a revision recorded before this
+    check still loads for a rollback; every inventory file a user gives passes through here."""
+    # the top-level engine as written (with models:, inv.engine is the primary's merge)
+    sections: list[tuple[Loc, list[str]]] = [(("engine",), (inv._engine_defaults or inv.engine).extra_args)]
+    sections += [(("models", i, "engine"), m.engine.extra_args or []) for i, m in enumerate(inv.models or [])]
+    for loc, items in sections:
+        for j, item in enumerate(items):
+            problem = engine_flags.problem(item)
+            if problem is not None:
+                yield f"{inv.where(*loc, 'extra_args', j)}: {problem}"
 
 
 def _check_public_key(path: Path, where: str) -> Iterator[str]:

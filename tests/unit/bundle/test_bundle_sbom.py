@@ -15,7 +15,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from typer.testing import CliRunner
 
 from installer.bundle import build, sbom, sbom_read, sign
-from installer.bundle.manifest import MANIFEST, SBOM, Manifest
+from installer.bundle.manifest import CHECKSUMS, MANIFEST, SBOM, SIGNATURE, Manifest, scan
 from installer.cli import _register, app
 from installer.errors import BundleError
 from tests.support.bundles import make_bundle, wheel
@@ -162,13 +162,13 @@ def test_cli_sbom_refuses_an_unsigned_bundle_and_one_built_before_sboms(cli: Cli
     assert f"has no {SBOM}" in str(out.exception)
 
 
-def test_cli_diff_shows_sbom_component_changes(cli: CliRunner, env: Path) -> None:
-    _bundle(env / "old", None)
+def test_cli_diff_shows_sbom_component_changes(cli: CliRunner, env: Path, key: Path) -> None:
+    _bundle(env / "old", key)
     build.write_tar(env / "old", env / "old.tar")
     newer = {k: v for k, v in FILES.items() if k not in ("wheels/demo-1.0-py3-none-any.whl", JQ)}
     newer["wheels/demo-1.1-py3-none-any.whl"] = wheel("demo", "1.1", ["License-Expression: MIT"])
     newer["wheels/fresh-0.1-py3-none-any.whl"] = wheel("fresh", "0.1", [])
-    _bundle(env / "new", None, newer)
+    _bundle(env / "new", key, newer)
 
     out = cli.invoke(app, ["bundle", "diff", "--json", str(env / "old.tar"), str(env / "new")])
     assert out.exit_code == 0, out.output
@@ -184,7 +184,7 @@ def test_cli_diff_shows_sbom_component_changes(cli: CliRunner, env: Path) -> Non
     assert "SBOM component changes" in out.output
     assert any("demo" in line and "1.0" in line and "1.1" in line for line in out.output.splitlines())
 
-    make_bundle(env / "presbom", None)
+    make_bundle(env / "presbom", key)
     out = cli.invoke(app, ["bundle", "diff", str(env / "presbom"), str(env / "new")])
     assert out.exit_code == 0 and "SBOM: not compared" in out.output
 
@@ -228,3 +228,99 @@ def test_a_deb_licence_comes_from_its_machine_readable_copyright_file(env: Path)
     listed = {e.name: e.licence for e in sbom.entries(_doc(env / "b"))}
     assert listed == {"curl": "curl", "jq": "", "uv": ""}  # free-text copyright: no licence claimed
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str((env / "b" / SBOM).read_text()) is None
+
+
+def _resign(root: Path, key: Path | None) -> None:
+    """The manifest, checksum list and signature made again over the directory as it is now, the
+    SBOM left as it was: a bundle whose every byte verifies, signed, with that SBOM in it."""
+    man = Manifest({"os": "debian-12"}, {"demo": "1.0", "uv": "0.13.9"}, PACKAGES, scan(root))
+    (root / MANIFEST).write_text(man.to_json())
+    (root / CHECKSUMS).write_text(man.checksums_text())
+    if key is not None:
+        (root / SIGNATURE).write_bytes(sign.signature_for((root / MANIFEST).read_bytes(), sign.load_private_key(key)))
+
+
+def test_verify_passes_a_bundle_whose_sbom_names_every_carried_file(env: Path, key: Path) -> None:
+    # every kind of file the SBOM lists, and some it does not: sbom.must_list agrees with the writer
+    trust = sign.Trust((), insecure=False)
+    _bundle(env / "b", key)
+    build.write_tar(env / "b", env / "b.tar")
+    for bundle in (env / "b", env / "b.tar"):
+        build.check_bundle(bundle, trust)
+    make_bundle(env / "presbom", key)  # built before bundles carried an SBOM: nothing to cover
+    build.check_bundle(env / "presbom", trust)
+
+
+def test_verify_refuses_a_signed_sbom_that_leaves_out_a_carried_wheel(env: Path, key: Path) -> None:
+    _bundle(env / "b", key)
+    (env / "b" / "wheels/extra-2.0-py3-none-any.whl").write_bytes(wheel("extra", "2.0", []))
+    _resign(env / "b", key)  # the wheel is carried, listed in the signed manifest, not in the SBOM
+    build.write_tar(env / "b", env / "b.tar")
+    trust = sign.Trust((), insecure=False)
+    for bundle in (env / "b", env / "b.tar"):
+        with pytest.raises(BundleError, match=r"its SBOM \(sbom\.cdx\.json\) does not describe") as refused:
+            build.check_bundle(bundle, trust)
+        assert refused.value.details[0] == "wheels/extra-2.0-py3-none-any.whl: carried, but not in the SBOM"
+
+
+def test_verify_refuses_an_sbom_that_misnames_a_wheel_or_lists_what_is_not_carried(env: Path, key: Path) -> None:
+    _bundle(env / "b", key)
+    doc = _doc(env / "b")
+    wheel_of = next(c for c in doc["components"] if c["bom-ref"] == "wheels/demo-1.0-py3-none-any.whl")
+    wheel_of["version"] = "9.9"  # a scanner would look up demo 9.9's advisories, not 1.0's
+    gone = next(c for c in doc["components"] if c["bom-ref"] == CURL)
+    gone["bom-ref"] = "targets/debian-12/debs/curl_7.0_amd64.deb"
+    gone["properties"] = [{"name": sbom.PATH_PROPERTY, "value": gone["bom-ref"]}]
+    (env / "b" / SBOM).write_text(json.dumps(doc))
+    _resign(env / "b", key)
+    with pytest.raises(BundleError) as refused:
+        build.check_bundle(env / "b", sign.Trust((), insecure=False))
+    assert refused.value.details[:3] == [
+        f"{CURL}: carried, but not in the SBOM",
+        "wheels/demo-1.0-py3-none-any.whl: the SBOM names demo 9.9, the file is demo 1.0",
+        "targets/debian-12/debs/curl_7.0_amd64.deb: in the SBOM, but not carried",
+    ]
+
+
+def test_cli_diff_refuses_unsigned_and_untrusted_bundles_unless_insecure(cli: CliRunner, env: Path) -> None:
+    sign.keygen()
+    other = sign.keygen(env / "elsewhere", "other").private_key  # a key nobody here trusts
+    _bundle(env / "old", other)
+    _bundle(env / "new", None)
+
+    out = cli.invoke(app, ["bundle", "diff", str(env / "old"), str(env / "new")])
+    assert out.exit_code != 0
+    assert f"refusing bundle {env / 'old'}: the bundle is signed by key" in str(out.exception)
+    out = cli.invoke(app, ["bundle", "diff", "--trusted-key", str(env / "elsewhere" / "other.pub"),
+                           str(env / "old"), str(env / "new")])
+    assert out.exit_code != 0
+    assert f"refusing bundle {env / 'new'}: the bundle is not signed" in str(out.exception)
+
+    out = cli.invoke(app, ["bundle", "diff", "--insecure", str(env / "old"), str(env / "new")])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())  # as read, whatever the terminal's width wrapped
+    signer = sign.key_id(sign.load_private_key(other).public_key())
+    assert text.startswith(
+        f"INSECURE old bundle {env / 'old'}: the bundle is signed by key {signer}, "
+        f"which is not one of the trusted keys INSECURE new bundle {env / 'new'}: the bundle is not signed"
+    )
+    assert "--insecure: this comparison is of bundles whose origin is NOT verified" in text
+    assert text.endswith(f"INSECURE not verified: old ({env / 'old'}) and new ({env / 'new'})")
+
+    out = cli.invoke(app, ["bundle", "diff", "--json", "--insecure", str(env / "old"), str(env / "new")])
+    assert out.exit_code == 0, out.output
+    signatures = json.loads(out.stdout)["signatures"]
+    assert (signatures["old"]["verified"], signatures["new"]["verified"]) == (False, False)
+    assert "the bundle is not signed" in signatures["new"]["problem"]
+    assert f"INSECURE: new bundle {env / 'new'}: the bundle is not signed" in out.stderr
+
+
+def test_cli_diff_of_trusted_bundles_says_who_signed_each(cli: CliRunner, env: Path, key: Path) -> None:
+    _bundle(env / "old", key)
+    _bundle(env / "new", key, {**FILES, "tools/uv": b"a newer uv"})
+    out = cli.invoke(app, ["bundle", "diff", str(env / "old"), str(env / "new")])
+    assert out.exit_code == 0, out.output
+    assert "INSECURE" not in out.output
+    assert f"old: signed by trusted key {sign.key_id(sign.load_private_key(key).public_key())}" in out.output
+    out = cli.invoke(app, ["bundle", "diff", "--json", str(env / "old"), str(env / "new")])
+    assert json.loads(out.stdout)["signatures"]["new"]["verified"] is True and out.stderr == ""
