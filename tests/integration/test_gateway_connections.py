@@ -359,36 +359,29 @@ def test_one_key_with_slow_bodies_cannot_hold_the_gateway(
     address = _address(gateway)
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
-    def answer(sock: socket.socket) -> bytes:
-        return _until_closed(sock, SLACK_S)[1]
+    def refused(secret: str, length: int = 1000) -> bytes:
+        """What the gateway answers one more trickled body (after those held are counted)."""
+        time.sleep(0.3)
+        with _trickle_body(address, secret, length) as sock:
+            return _until_closed(sock, SLACK_S)[1]
 
     held: list[socket.socket] = []
     try:
         # rpm=3: the fourth is refused on its headers, its body never read
         held += [_trickle_body(address, slow) for _ in range(3)]
-        time.sleep(0.3)
-        extra = _trickle_body(address, slow)
-        got = answer(extra)
-        extra.close()
+        got = refused(slow)
         assert _status(got) == b"429" and b"rate_limit_exceeded" in got, got
         # no rate limit, but 4 in flight at most
         held += [_trickle_body(address, greedy) for _ in range(4)]
-        time.sleep(0.3)
-        fifth = _trickle_body(address, greedy)
-        got = answer(fifth)
-        fifth.close()
+        got = refused(greedy)
         assert _status(got) == b"429" and b"too_many_in_flight" in got, got
         # the others are served meanwhile
         resp = httpx.post(gateway.url + "/v1/chat/completions", json=chat, timeout=10,
                           headers={"Authorization": f"Bearer {fair}"})
         assert resp.status_code == 200, resp.text
         # bodies announced past the budget of bytes in flight: 503 before they are read
-        big = _trickle_body(address, fair, 200_000)
-        held.append(big)
-        time.sleep(0.3)
-        bigger = _trickle_body(address, fair, 200_000)
-        got = answer(bigger)
-        bigger.close()
+        held.append(_trickle_body(address, fair, 200_000))
+        got = refused(fair, 200_000)
         assert _status(got) == b"503" and b"request bodies" in got, got
     finally:
         for sock in held:
