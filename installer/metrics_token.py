@@ -12,9 +12,11 @@ from pathlib import Path
 from installer.files import write_private
 from installer.paths import state_dir
 
+TOKEN_FOLDER = "metrics"  # under the state folder
+
 
 def token_file(deployment: str) -> Path:
-    return state_dir() / "metrics" / f"{deployment}.token"
+    return state_dir() / TOKEN_FOLDER / f"{deployment}.token"
 
 
 def ensure_token(deployment: str) -> Path:

@@ -11,6 +11,7 @@ recomputing them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -33,6 +34,8 @@ class Upstream:
     model: str
     task: str = "generate"
     stage: str = "stable"
+    # its --max-model-len: the gateway keeps a max_tokens it sets itself within the context
+    max_model_len: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,14 @@ def _primary(inv: Inventory, key: str) -> bool:
     return inv.served_models()[0].name == key
 
 
+def _max_model_len(argv: tuple[str, ...]) -> int | None:
+    """The engine's --max-model-len (vllm_argv writes it once; extra_args may not repeat it)."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--max-model-len" and value.isdigit():
+            return int(value)
+    return None
+
+
 def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> DeploymentPlan:
     """The plan of this inventory: every model's engines on its hosts. Raises tuner.TuneError
     when the models do not fit the GPUs the inventory describes (or their engines' ports run
@@ -200,7 +211,7 @@ def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> 
     _check_engine_names(inv, hosts)
     by_name = {h.name: h for h in hosts}
     upstreams = tuple(
-        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage)
+        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage, _max_model_len(e.argv))
         for host in serving_hosts(inv)
         for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
     )

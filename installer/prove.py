@@ -149,9 +149,12 @@ def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: 
 def readyz(base: str, ctx: ssl.SSLContext | None, deployment: str, timeout: float = 5) -> dict[str, Any]:
     """A gateway's /readyz with its details (engines, outstanding requests, key file digests),
     which it shows only to the scrape token's holder; a 503 still carries the body."""
-    from installer.metrics_token import token_file
+    from installer.metrics_token import TOKEN_FOLDER
+    from installer.paths import resolve_state_dir
 
-    token = token_file(deployment).read_text().strip() if token_file(deployment).is_file() else ""
+    # Looked up, not made: `installer status` reads and must leave no empty state folder behind.
+    path = resolve_state_dir()[0] / TOKEN_FOLDER / f"{deployment}.token"
+    token = path.read_text().strip() if path.is_file() else ""
     req = urllib.request.Request(f"{base}/readyz", headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:

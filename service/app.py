@@ -62,8 +62,10 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         # The cap is the gateway's: each worker takes its share.
         admission=Admission(
             _share(limits.max_in_flight, workers),
-            _share(limits.max_in_flight_per_key or max(1, limits.max_in_flight // 4), workers),
-            _share(limits.max_body_bytes_in_flight, workers),
+            _share(limits.max_in_flight_per_key or max(1, limits.max_in_flight * 3 // 4), workers),
+            # a worker's share still admits one largest body, whichever worker gets it
+            max(_share(limits.max_body_bytes_in_flight, workers), limits.max_body_bytes),
+            limits.max_body_bytes,
         ),
         started_at=int(time.time()),
     )

@@ -39,6 +39,9 @@ class EngineConfig(_Strict):
     # Engines of one model in two stages run two revisions of it side by side (a gray release,
     # service/stages.py): the stages file splits the model's traffic between them.
     stage: str = Field(default="stable", pattern=r"^[a-z][a-z0-9-]{0,31}$")
+    # The engine's context (--max-model-len): a max_tokens the gateway sets for a request that
+    # set none (a quota's cap) stays within it, or vLLM would refuse the request (400).
+    max_model_len: int | None = Field(default=None, ge=1)
 
 
 class LimitsConfig(_Strict):
@@ -55,10 +58,11 @@ class LimitsConfig(_Strict):
     min_body_bytes_per_s: float = Field(default=16384, ge=0, description="0: no minimum rate")
     body_rate_grace_s: Seconds = 5.0
     # Bodies are held in memory while their requests run (and parsed, and re-encoded): the sum
-    # of their sizes is bounded, 503 above it; split between workers like max_in_flight.
+    # of their sizes is bounded, 503 above it; split between workers like max_in_flight (each
+    # worker's share at least max_body_bytes), one key holding at most a quarter of a share.
     max_body_bytes_in_flight: int = Field(default=128 * 1024 * 1024, ge=1024)
     # One key's requests in flight on this gateway (split between workers); 429 above it,
-    # before the body is read. None: a quarter of max_in_flight.
+    # before the body is read. None: three quarters of max_in_flight (the others keep a quarter).
     max_in_flight_per_key: int | None = Field(default=None, ge=1)
     # Longer than the 5 s after which httpx (the openai client) drops an idle pooled connection,
     # so that clients give a connection up before the gateway closes it, never at the same time.
@@ -121,10 +125,10 @@ class Settings(BaseSettings):
     # have their own, shorter ones below.
     first_byte_timeout_s: Seconds = 60.0
     answer_timeout_s: Seconds = 300.0
-    # An engine with requests waiting for their first byte and none of its requests making
-    # progress (a first byte, an answer) for this long is wedged: out of rotation until a
+    # An engine with streamed requests waiting for their first byte and none of its requests
+    # making progress (a stream's event, an answer) for this long is wedged: out of rotation until a
     # real request passes, and the waiting requests are retried elsewhere at once.
-    engine_stall_s: Seconds = 60.0
+    engine_stall_s: Seconds = 30.0  # shorter than first_byte_timeout_s: found before each deadline
     # Which attempts count in a release's figures (service/evidence.py).
     release_evidence: EvidenceConfig = EvidenceConfig()
     # Each model's traffic split between its engines' stages (service/stages.py); None: every

@@ -121,6 +121,7 @@ def guarded_protocol(
         _client: str | None = None  # None: not admitted, none of uvicorn's state was set up
         _header_timer: asyncio.TimerHandle | None = None
         _header_bytes = -1  # bytes of the request head so far; -1: not waiting for one
+        _head_tail = b""  # the head's last 3 bytes so far: its blank line may span two chunks
         _head_too_large = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -157,8 +158,11 @@ def guarded_protocol(
                 # Counted before httptools sees the chunk: it parses a whole head that arrives in
                 # one write, however large. The head ends at its blank line; a chunk without one
                 # is all head.
-                end = data.find(b"\r\n\r\n")
-                if self._header_bytes + (len(data) if end < 0 else end + 4) > MAX_HEADER_BYTES:
+                tail = self._head_tail if self._header_bytes > 0 else b""
+                end = (tail + data).find(b"\r\n\r\n")
+                head = len(data) if end < 0 else max(0, end + 4 - len(tail))
+                self._head_tail = (tail + data)[-3:]
+                if self._header_bytes + head > MAX_HEADER_BYTES:
                     if not self.transport.is_closing():
                         self._head_too_large = True
                         self.send_400_response("")

@@ -87,28 +87,32 @@ class HealthChecker:
         """A wedged engine answers /health, so only its requests tell: out of rotation until a
         real request passes (its next check is one), and its waiting requests go elsewhere."""
         for engine in self.router.engines:
-            if engine.healthy and engine.stalled(now, self.stall_s):
+            if not engine.stalled(now, self.stall_s):
+                continue
+            if engine.healthy:  # (one its checks took out already still holds waiting requests)
                 log.warning("engine %s taken out of rotation: %d request(s) had no first byte in %g s",
                             engine.name, len(engine.waiting), self.stall_s)
                 engine.mark_failed()
                 engine.suspect()
                 self.metrics.upstream_errors.labels(engine.name, "stalled").inc()
-                engine.give_up_waiting()
+            engine.give_up_waiting()
 
     async def run(self) -> None:
         while True:
-            now = time.monotonic()
-            self.take_out_stalled(now)
-            due = [
-                e
-                for e in self.router.engines
-                if not e.healthy or now - e.last_ok >= self.interval_s
-            ]
-            await asyncio.gather(*(self.check(e, self._deep(e, now)) for e in due))
-            for e in self.router.engines:
-                self.metrics.engine_healthy.labels(e.name, e.model).set(int(self.router.ready(e)))
+            try:
+                await self._round()
+            except Exception:  # a round's bug must not end every later check of this worker
+                log.exception("a round of engine checks failed")
             self.started.set()
             await asyncio.sleep(self.interval_s)
+
+    async def _round(self) -> None:
+        now = time.monotonic()
+        self.take_out_stalled(now)
+        due = [e for e in self.router.engines if not e.healthy or now - e.last_ok >= self.interval_s]
+        await asyncio.gather(*(self.check(e, self._deep(e, now)) for e in due))
+        for e in self.router.engines:
+            self.metrics.engine_healthy.labels(e.name, e.model).set(int(self.router.ready(e)))
 
 
 probes = APIRouter(tags=["probes"])

@@ -166,14 +166,37 @@ class Admission:
     flight (all, and each key's) and the bytes of their bodies, held until they end."""
 
     def __init__(self, max_in_flight: int, max_per_key: int | None = None,
-                 max_body_bytes_in_flight: int | None = None) -> None:
+                 max_body_bytes_in_flight: int | None = None, max_body_bytes: int = 0) -> None:
         self.max_in_flight = max_in_flight
         self.max_per_key = max_per_key or max_in_flight
         self.max_body_bytes_in_flight = max_body_bytes_in_flight or (1 << 62)
+        # One key may hold a quarter of the bodies' budget (or one largest body): its slow
+        # senders cannot take all of it.
+        self.max_body_bytes_per_key = max(self.max_body_bytes_in_flight // 4, max_body_bytes)
         self.in_flight = 0
         self.by_key: dict[str, int] = {}
         self.body_bytes = 0
+        self.key_bytes: dict[str, int] = {}
         self.draining = False
+
+    def take_bytes(self, key: str, more: int) -> bool:
+        """Hold `more` bytes of bodies for `key`, if the budget and its share allow."""
+        had = self.key_bytes.get(key, 0)
+        if self.body_bytes + more > self.max_body_bytes_in_flight or had + more > self.max_body_bytes_per_key:
+            return False
+        self.body_bytes += more
+        self.key_bytes[key] = had + more
+        return True
+
+    def give_bytes(self, key: str, held: int) -> None:
+        if not held:
+            return
+        self.body_bytes -= held
+        left = self.key_bytes[key] - held
+        if left:
+            self.key_bytes[key] = left
+        else:
+            del self.key_bytes[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,21 +250,27 @@ class AdmissionMiddleware:
         info: RequestInfo = scope["state"]["info"]
         try:
             key = self._admit(scope, info)
-            if scope["method"] == "POST" and key.rpm:
-                await reserve_or_raise(self.limiter, key, 0)
         except GatewayError as exc:
             await self._refuse(scope, send, info, exc)
             return
         scope["state"]["key"] = key  # for the routes: the key is checked once
         adm = self.admission
+        # The slots are taken before anything is awaited: requests arriving together cannot all
+        # pass the caps' checks first.
         adm.in_flight += 1
         adm.by_key[key.name] = adm.by_key.get(key.name, 0) + 1
         self.metrics.in_flight.set(adm.in_flight)
         held = 0  # body bytes this request holds in the gateway's budget
         try:
+            if scope["method"] == "POST" and key.rpm:
+                try:
+                    await reserve_or_raise(self.limiter, key, 0)
+                except GatewayError as exc:
+                    await self._refuse(scope, send, info, exc)
+                    return
             if scope["method"] == "POST":
                 try:
-                    body, held = await self._read_body(scope, receive)
+                    body, held = await self._read_body(scope, receive, key.name)
                 except TimeoutError:
                     late = GatewayError(408, self._late_message(), code="request_timeout")
                     await self._refuse(scope, send, info, late)
@@ -256,7 +285,7 @@ class AdmissionMiddleware:
                 receive = _replay(body, receive)
             await self.app(scope, receive, send)
         finally:
-            adm.body_bytes -= held
+            adm.give_bytes(key.name, held)
             adm.in_flight -= 1
             left = adm.by_key[key.name] - 1
             if left:
@@ -297,15 +326,13 @@ class AdmissionMiddleware:
             exc.headers = {**(exc.headers or {}), "Connection": "close"}
         await send_error(send, exc)
 
-    def _hold(self, held: int, more: int) -> int:
+    def _hold(self, key: str, held: int, more: int) -> int:
         """Take `more` bytes of the gateway's body budget (held: what this request has)."""
-        adm = self.admission
-        if adm.body_bytes + more > adm.max_body_bytes_in_flight:
+        if not self.admission.take_bytes(key, more):
             raise _Refused(_overloaded("The gateway holds its most request bodies; retry shortly."), held)
-        adm.body_bytes += more
         return held + more
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes | None, int]:
+    async def _read_body(self, scope: Scope, receive: Receive, key: str) -> tuple[bytes | None, int]:
         """The whole body (None if the client left) and the budget bytes it holds; 413 above
         the limit, 503 past the budget, TimeoutError past the deadline or below the rate."""
         policy = self.body
@@ -317,7 +344,7 @@ class AdmissionMiddleware:
         if declared is not None and declared > policy.max_bytes:
             raise _Refused(too_large, 0)
         # What Content-Length announces is held up front: the budget refuses before the bytes come.
-        held = self._hold(0, declared) if declared else 0
+        held = self._hold(key, 0, declared) if declared else 0
         parts: list[bytes] = []
         size = 0
         start = time.monotonic()
@@ -331,7 +358,7 @@ class AdmissionMiddleware:
                 if size > policy.max_bytes:
                     raise _Refused(too_large, held)
                 if size > held:
-                    held = self._hold(held, size - held)
+                    held = self._hold(key, held, size - held)
                 parts.append(chunk)
                 if not message.get("more_body", False):
                     return b"".join(parts), held
@@ -339,7 +366,7 @@ class AdmissionMiddleware:
             refused.held = max(refused.held, held)
             raise
         except BaseException:
-            self.admission.body_bytes -= held
+            self.admission.give_bytes(key, held)
             raise
 
     def _wait_for_next(self, start: float, size: int) -> float:

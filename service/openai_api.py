@@ -157,9 +157,14 @@ class OpenAIRoutes:
         ticket = await gw.usage.admit(key, prompt_tokens, asked, choices)
         completion_tokens = asked if asked is not None else gw.settings.limits.default_completion_reserve
         if ticket.completion_cap is not None:
-            completion_tokens = ticket.completion_cap
-            if ticket.completion_cap != asked:
-                raw = _capped(body, raw, ticket.completion_cap)
+            cap = completion_tokens = ticket.completion_cap
+            context = gw.router.context.get(model)
+            if asked is None and context is not None:
+                # The client set no max_tokens, so vLLM would have fit the answer in the context
+                # itself; the one the gateway sets must fit too, or vLLM refuses the request.
+                cap = max(1, min(cap, context - prompt_tokens))
+            if cap != asked:
+                raw = _capped(body, raw, cap)
         try:
             # The request itself was charged on its headers (AdmissionMiddleware): its tokens now.
             reserved = await reserve_or_raise(

@@ -274,7 +274,10 @@ class ProxyCall(Response):
         try:
             async with asyncio.timeout(limit) as guard:
                 self.guard = guard
-                engine.waiting[self] = (time.monotonic(), guard)
+                if self.info.stream:
+                    # Whole answers are slow by nature (their first byte is their end): only
+                    # streams' first bytes tell a wedged engine (Engine.stalled).
+                    engine.waiting[self] = (time.monotonic(), guard)
                 await self._exchange(engine, send)
         except TimeoutError:
             if not guard.expired() or self.attempt_ttft is not None:
@@ -407,7 +410,7 @@ class ProxyCall(Response):
                 trace_request_ctx=self,
             )
         except aiohttp.SocketTimeoutError:
-            # The engine accepted the request and is slow: retrying would double its load.
+            # No response headers within the upstream timeout: before a first byte, retried.
             await self._timed_out(engine, send)
             return
         except aiohttp.ClientConnectionError as exc:
@@ -519,6 +522,7 @@ class ProxyCall(Response):
                     continue
                 block, pending = data[: cut + 2], data[cut + 2 :]
                 now = time.perf_counter()
+                engine.last_progress = time.monotonic()  # a busy engine's streams keep it moving
                 if last:
                     itl.observe(now - last)
                 else:

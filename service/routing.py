@@ -30,8 +30,9 @@ class Engine:
     last_ok: float = 0.0  # monotonic time of the last passed check or successful request
     # the same, but only a real request answered 2xx counts (not /health, not a client's 4xx)
     last_proven: float = 0.0
-    # Attempts on it waiting for their first byte (the attempt -> when it started, its deadline),
-    # and when it last made progress (a first byte, an answer of any status): what tells a
+    # Streamed attempts on it waiting for their first byte (the attempt -> when it started, its
+    # deadline), and when it last made progress (an event of any stream, a whole answer, an
+    # answer of any status): what tells a
     # wedged engine, which still answers /health, from a busy one (stalled()).
     waiting: dict[Any, tuple[float, asyncio.Timeout]] = field(default_factory=dict)
     last_progress: float = 0.0
@@ -44,9 +45,12 @@ class Engine:
         return now - oldest > stall_s and now - self.last_progress > stall_s
 
     def give_up_waiting(self) -> None:
-        """Expire the waiting attempts' deadlines now: each is retried on another engine."""
+        """Expire the waiting attempts' deadlines now: each is retried on another engine. (One
+        whose deadline is expiring already is retried anyway; it may not be rescheduled.)"""
+        now = asyncio.get_running_loop().time()
         for _start, guard in list(self.waiting.values()):
-            guard.reschedule(asyncio.get_running_loop().time())
+            if not guard.expired():
+                guard.reschedule(now)
 
     def mark_ok(self) -> None:
         self.healthy = True
@@ -83,6 +87,11 @@ class Router:
         self.by_model: dict[str, list[Engine]] = {}
         for engine in self.engines:
             self.by_model.setdefault(engine.model, []).append(engine)
+        # Each model's context: the smallest --max-model-len of its engines that say one.
+        self.context: dict[str, int] = {}
+        for config in engines:
+            if config.max_model_len is not None:
+                self.context[config.model] = min(config.max_model_len, self.context.get(config.model, 1 << 62))
         self._turn = itertools.count()
 
     def ready(self, engine: Engine) -> bool:

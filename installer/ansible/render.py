@@ -106,7 +106,8 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
         # Each gateway routes to the engine on its own host, which stays on loopback.
         # with each engine's task (the routes that reach it) and stage (a gray release's split)
         "gateway_engines": [
-            {"name": u.name, "url": u.url, "model": u.model, "task": u.task, "stage": u.stage}
+            {"name": u.name, "url": u.url, "model": u.model, "task": u.task, "stage": u.stage,
+             "max_model_len": u.max_model_len}
             for u in plan.upstreams
         ],
         "gateway_keys_json": keys_json,

@@ -78,10 +78,18 @@ def _context(inv: Inventory) -> ssl.SSLContext | None:
     return ssl.create_default_context(cafile=str(ca)) if ca else None
 
 
+_NO_DETAILS = "its /readyz shows no engines (it refused this machine's scrape token: run `installer up`)"
+
+
 def _readyz(inv: Inventory, host: Host, ctx: ssl.SSLContext | None) -> dict[str, Any]:
+    """The gateway's /readyz with its details; ValueError without them: an answer that says
+    nothing of the engines must never read as "none outstanding"."""
     from installer import prove
 
-    return prove.readyz(prove.gateway_base(inv, host.address), ctx, inv.deployment)
+    body = prove.readyz(prove.gateway_base(inv, host.address), ctx, inv.deployment)
+    if "engines" not in body:  # the details come together, or not at all
+        raise ValueError(_NO_DETAILS)
+    return body
 
 
 def wait_idle(inv: Inventory, names: list[str], timeout_s: float) -> float:

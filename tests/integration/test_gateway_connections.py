@@ -350,10 +350,11 @@ def test_one_key_with_slow_bodies_cannot_hold_the_gateway(
     slow = keys.create("slow", rpm=3)
     greedy = keys.create("greedy")
     fair = keys.create("fair")
+    other = keys.create("other")
     gateway = start_gateway({
         "keys_file": str(keys.hosts_file),
         "limits": {"max_in_flight": 16, "max_in_flight_per_key": 4, "body_timeout_s": 30,
-                   "min_body_bytes_per_s": 0, "max_body_bytes_in_flight": 300_000},
+                   "min_body_bytes_per_s": 0, "max_body_bytes_in_flight": 300_000, "max_body_bytes": 250_000},
         "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
     })
     address = _address(gateway)
@@ -379,10 +380,16 @@ def test_one_key_with_slow_bodies_cannot_hold_the_gateway(
         resp = httpx.post(gateway.url + "/v1/chat/completions", json=chat, timeout=10,
                           headers={"Authorization": f"Bearer {fair}"})
         assert resp.status_code == 200, resp.text
-        # bodies announced past the budget of bytes in flight: 503 before they are read
+        # bodies announced past a key's share of the bytes in flight (one largest body here), or
+        # past the gateway's budget: 503 before they are read
         held.append(_trickle_body(address, fair, 200_000))
         got = refused(fair, 200_000)
         assert _status(got) == b"503" and b"request bodies" in got, got
+        got = refused(other, 200_000)
+        assert _status(got) == b"503" and b"request bodies" in got, got
+        held.append(_trickle_body(address, other, 50_000))  # within both: held
+        time.sleep(0.3)
+        assert _until_closed(held[-1], 0.5)[0] == float("inf")
     finally:
         for sock in held:
             sock.close()

@@ -169,3 +169,24 @@ def test_a_client_that_leaves_before_the_first_byte_is_charged_the_prompt(
     estimate = len(prompt) // 3 + 1 + 4
     assert row["cut_requests"] == 2 and row["prompt_tokens"] == 2 * estimate and row["completion_tokens"] == 0
     assert _quota_used(config, name) == 2 * estimate
+
+
+def test_the_max_tokens_the_gateway_sets_fits_the_engines_context(
+    start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str
+) -> None:
+    """vLLM refuses (400) a request whose prompt plus max_tokens passes its context: a cap the
+    client never asked for must leave room for the prompt; one the client set is theirs."""
+    upstream = start_upstream(model="tiny")
+    secret = keys.create(f"q-{secrets.token_hex(3)}", quota_tokens=100_000, quota_period="day")
+    gateway = start_gateway({
+        "keys_file": str(keys.hosts_file), "limits": {"redis_url": redis_url},
+        "engines": [{"name": "e", "url": upstream.url, "model": "tiny", "max_model_len": 600}],
+    })
+    prompt = "word " * 300  # 1,500 characters: 501 estimated, + 4 for the message
+    for asked, sent in ((None, 600 - 505), (50, 50)):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}],
+                **({"max_tokens": asked} if asked else {})}
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30,
+                          headers={"Authorization": f"Bearer {secret}"})
+        assert resp.status_code == 200, resp.text
+        assert json.loads(upstream.stats()["last_body"])["max_tokens"] == sent

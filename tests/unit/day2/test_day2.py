@@ -304,7 +304,7 @@ def readyz(tmp_path: Path) -> Iterator[tuple[Path, list[dict]]]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = json.dumps(answers.pop(0) if len(answers) > 1 else answers[0]).encode()
-            self.send_response(200 if any(json.loads(body)["engines"].values()) else 503)
+            self.send_response(200 if any(json.loads(body).get("engines", {}).values()) else 503)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -413,3 +413,17 @@ def test_without_a_monitoring_group_the_first_host_monitors_and_nothing_else_run
     fake, log = _roll_setup(state, monkeypatch)
     assert rolling.roll(revisions.get("demo", 3), log).success
     assert [e for e in fake.events if e.startswith("configure")] == ["configure rev3 a", "configure rev3 b"]
+
+
+def test_a_readyz_without_details_is_never_read_as_drained(readyz: tuple[Path, list[dict]],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gateway shows its engines only to the scrape token: an answer without them (the token
+    refused) says nothing of what is outstanding, so the wait goes on and says why."""
+    path, answers = readyz
+    monkeypatch.setattr(drain, "REREAD_S", 0)
+    monkeypatch.setattr(drain, "POLL_S", 0.01)
+    inv = load_inventory(path)
+    answers[:] = [{"status": "ready"}]
+    with pytest.raises(drain.DrainError) as err:
+        drain.wait_idle(inv, ["a"], timeout_s=0.2)
+    assert any("scrape token" in d for d in err.value.details), err.value.details

@@ -134,7 +134,8 @@ def test_engine_ports_skip_other_services(tmp_path: Path) -> None:
 def test_render_gives_the_gateways_task_and_stage_and_the_model_role_every_folder(tmp_path: Path) -> None:
     p = deployment_plan.build(three_models(tmp_path))
     variables = rendered_vars(p, "h1")
-    assert variables["gateway_engines"][1] == {
+    embed = variables["gateway_engines"][1]
+    assert {k: v for k, v in embed.items() if k != "max_model_len"} == {
         "name": "h1-emb", "url": "https://10.0.0.1:8001", "model": "org/tiny-embed", "task": "embed", "stage": "stable"
     }
     assert variables["models"] == [
@@ -150,6 +151,9 @@ def test_render_gives_the_gateways_task_and_stage_and_the_model_role_every_folde
     assert {k: instance[k] for k in ("model_key", "served_name", "task", "stage", "model_dir")} == {
         "model_key": "emb", "served_name": "org/tiny-embed", "task": "embed", "stage": "stable",
         "model_dir": "org--tiny-embed"}
+    # the gateway keeps a max_tokens it sets within the engine's context
+    argv = instance["argv"]
+    assert embed["max_model_len"] == int(argv[argv.index("--max-model-len") + 1])
     # the health check waits until its gateway routes to each of them, by the gateway's names
     assert variables["healthcheck_engines"] == ["h1", "h1-emb"]
     assert set(variables["healthcheck_engines"]) <= {e["name"] for e in variables["gateway_engines"]}

@@ -64,3 +64,39 @@ def test_health_keeps_an_engine_ready_but_never_admits_one() -> None:
     assert checker._deep(engine, proven + 30)  # a real request once the last is 30 s old
     engine.suspect()  # a client's request failed on it
     assert router.ready(engine) and checker._deep(engine, proven + 1)
+
+
+
+class _Guard:
+    """An asyncio.Timeout's two methods give_up_waiting uses; an expiring one refuses a reschedule
+    with RuntimeError, as asyncio's does."""
+
+    def __init__(self, expired: bool) -> None:
+        self._expired = expired
+        self.when_set: float | None = None
+
+    def expired(self) -> bool:
+        return self._expired
+
+    def reschedule(self, when: float) -> None:
+        if self._expired:
+            raise RuntimeError("Cannot change state of expiring Timeout")
+        self.when_set = when
+
+
+def test_giving_up_waiting_attempts_skips_a_deadline_expiring_already() -> None:
+    """The health task may run between a deadline's expiry and its attempt's wake-up: rescheduling
+    that Timeout would raise and end the worker's checks."""
+    import asyncio
+
+    from service.routing import Engine
+
+    engine = Engine("e", "http://127.0.0.1:1", "m", "generate")
+    late, live = _Guard(expired=True), _Guard(expired=False)
+    engine.waiting.update({"late": (0.0, late), "live": (0.0, live)})  # type: ignore[dict-item]
+
+    async def run() -> None:
+        engine.give_up_waiting()
+
+    asyncio.run(run())
+    assert live.when_set is not None and late.when_set is None
