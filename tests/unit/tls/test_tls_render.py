@@ -38,7 +38,8 @@ def test_one_host_keeps_its_engine_and_its_redis_on_loopback_and_serves_https(tm
     p = deployment_plan.build(inv)
     gv = render.group_vars(p, MAN, "{}")
     assert gv["gateway_engines"] == [
-        {"name": "h1", "url": "http://127.0.0.1:8000", "model": "tiny", "task": "generate", "stage": "stable"}
+        {"name": "h1", "url": "http://127.0.0.1:8000", "model": "tiny", "task": "generate", "stage": "stable",
+         "max_model_len": 4096}
     ]
     assert gv["pli_tls_enabled"] is True and gv["pli_gateway_scheme"] == "https"
     assert gv["pli_tls_dir"] == "/etc/private-llm/tls"
