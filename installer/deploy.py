@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer import converged, gpu_checks, keys, redis_auth, revisions, tls
+from installer import converged, gpu_checks, keys, revisions, secret_files, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle.manifest import Manifest
@@ -17,6 +17,7 @@ from installer.day2 import uninstall
 from installer.errors import AnsibleError
 from installer.gpu import doctor as gpu_doctor
 from installer.inventory import Inventory
+from installer.plan import DeploymentPlan
 from installer.prepare import Reporter, prepare, timed
 from installer.prove import Proof, gateway_base, prove
 from installer.runlog import RunLog
@@ -53,6 +54,7 @@ class UpResult:
     # "full": Ansible ran, for `full_reasons`; "check": --check
     configure: str = "full"
     full_reasons: list[str] = field(default_factory=list)
+    deployment_plan: DeploymentPlan | None = None  # the one the command built (prepare)
 
     @property
     def changed(self) -> int:
@@ -122,9 +124,10 @@ def up(
         insecure=insecure, check=check, adopt=adopt, on_runlog=on_runlog,
     )
     inv, man, log = p.inv, p.manifest, p.log
-    result = UpResult(inv, man, p.built, log.dir)
+    result = UpResult(inv, man, p.built, log.dir, deployment_plan=p.deployment_plan)
     revision = (
-        None if check else revisions.next_revision(inv, man, p.root, p.playbooks_dir, above=p.adopted_above)
+        None if check else revisions.next_revision(inv, man, p.root, p.playbooks_dir, above=p.adopted_above,
+                                                    deployment_plan=p.deployment_plan)
     )
     if prune and not check:
         with timed(log, reporter, "prune"):
@@ -147,8 +150,7 @@ def up(
         reporter.note(line)
         log.log(line)
     deployment_plan = p.deployment_plan
-    if deployment_plan.redis is not None:
-        redis_auth.ensure_password(inv.deployment)  # the roles read it with a file lookup
+    secret_files.prepare(deployment_plan)  # the roles read them with file lookups
     inv_dir = render.write(
         deployment_plan, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
     )

@@ -6,13 +6,13 @@ are usable, and that the model fits, so `validate` refuses whatever `up` would r
 touches a host.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from installer import plan
 from installer.bundle import layout as bundle_layout
 from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
-from installer.inventory import Inventory
+from installer.inventory import Inventory, ServedModel
 from installer.tls import check as tls_check
 
 
@@ -62,10 +62,11 @@ def _named_files(inv: Inventory) -> Iterator[str]:
         yield f"{inv.where(*loc)}: {problem}"
 
 
-def check_inventory(inv: Inventory) -> None:
-    """Raise InventoryError (settings that contradict each other or name unusable files, with
-    file:line) or tuner.TuneError (the model does not fit the GPUs the inventory describes)."""
+def check_inventory(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> plan.DeploymentPlan:
+    """The inventory's plan, built once it passed every cross-check. Raises InventoryError
+    (settings that contradict each other or name unusable files, with file:line) or
+    tuner.TuneError (the model does not fit the GPUs the inventory describes)."""
     problems = [*_parallel(inv), *_named_files(inv)]
     if problems:
         raise InventoryError(f"{len(problems)} problem(s) in the inventory", problems)
-    plan.build(inv)
+    return plan.build(inv, canaries)

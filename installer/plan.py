@@ -75,6 +75,9 @@ class DeploymentPlan:
     # Every model's engines per stage (stable, then canaries), with its weights' folder.
     models: tuple[ModelEngines, ...] = ()
     layout: Mapping[str, str] = field(default_factory=lambda: MappingProxyType(dict(HOST_LAYOUT)))
+    # which GPUs the engines are laid out for, and where that came from (preflight's probe, the
+    # inventory's gpu section); "cpu" or "not known yet" otherwise
+    hardware: str = ""
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -194,14 +197,31 @@ def _max_model_len(argv: tuple[str, ...]) -> int | None:
     return None
 
 
-def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> DeploymentPlan:
+def hardware_of(inv: Inventory, probed: bool) -> str:
+    """What the plan says of the hosts' GPUs. One source, in this order: what preflight probed
+    (`up`, `upgrade`: preflight_gpu fills gpu.type/count from it), what the inventory declares
+    (gpu.type, gpu.count), else none yet (the engines are laid out at preflight). The cloud
+    section's GPU type sizes only `installer plan`'s fit table before the machines exist."""
+    if inv.engine.device != "gpu":
+        return "cpu"
+    g = inv.gpu
+    if g.type is None or g.count is None:
+        return "not known yet: laid out at preflight from the GPUs the hosts report"
+    source = "probed by preflight" if probed else "declared: gpu.type, gpu.count"
+    return f"{g.count} x {g.type} per serving host ({source})"
+
+
+def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None, *, probed: bool = False) -> DeploymentPlan:
     """The plan of this inventory: every model's engines on its hosts. Raises tuner.TuneError
     when the models do not fit the GPUs the inventory describes (or their engines' ports run
     into another service's), InventoryError when two engines get one name (hosts `h1` and
     `h1-emb` with model emb on h1) or a canary's weights folder is another model's.
 
     `canaries` (model name -> the new revision's spec, installer/release/): each runs beside
-    that model's stable engines, which stay as `inv` says, on the same hosts, as stage canary."""
+    that model's stable engines, which stay as `inv` says, on the same hosts, as stage canary.
+    `probed`: the inventory's gpu.type/count are preflight's findings (hardware_of).
+
+    Each command builds its plan once and passes it down (tests/unit/plan/test_plan_once.py)."""
     tuned = engines.tuned(inv)
     models = engines.layout(inv, tuned, canaries)
     _check_canary_dirs(models)
@@ -219,13 +239,20 @@ def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> 
     net = cross_host(inv)  # one serving host: Redis on loopback for its own gateway, where TLS adds nothing
     redis = None if rh is None else RedisPlan(rh.name, rh.address if net else "127.0.0.1", inv.ports.redis,
                                               net and inv.tls.mode != "off")
-    return DeploymentPlan(inv, hosts, cross_host(inv), upstreams, redis, tuned, models=tuple(models))
+    return DeploymentPlan(inv, hosts, cross_host(inv), upstreams, redis, tuned, models=tuple(models),
+                          hardware=hardware_of(inv, probed))
 
 
-def engine_commands_before_preflight(inv: Inventory) -> list[tuple[str, str, tuple[str, ...]]] | None:
-    """What `installer plan` can promise before any host is probed: every engine's (host, unit,
-    argv). None for a GPU inventory without gpu.type/gpu.count: `up` lays those engines out at
+def plan_before_preflight(inv: Inventory) -> DeploymentPlan | None:
+    """What `installer plan` can promise before any host is probed (machines not made yet).
+    None for a GPU inventory without gpu.type/gpu.count: `up` lays those engines out at
     preflight, from the GPUs the hosts report."""
     if inv.engine.device == "gpu" and engines.declared_hardware(inv) is None:
         return None
-    return build(inv).engine_commands()
+    return build(inv)
+
+
+def engine_commands_before_preflight(inv: Inventory) -> list[tuple[str, str, tuple[str, ...]]] | None:
+    """Every engine's (host, unit, argv) of plan_before_preflight."""
+    found = plan_before_preflight(inv)
+    return None if found is None else found.engine_commands()

@@ -9,8 +9,8 @@ reads nvidia-smi, the /dev/nvidia* nodes and NVIDIA display devices in sysfs. Fr
   nvidia_driver role installs;
 - declared gpu.type/gpu.count that the host contradicts are refused, naming both;
 - `with_probed_hardware` fills gpu.type/gpu.count from the probe when the inventory leaves them
-  out, so engines are laid out for the GPUs the hosts have, and refuses a model that does not fit
-  them (installer/gpu/tuner.py through installer/engines.py).
+  out, so engines are laid out for the GPUs the hosts have; `plan_probed` builds the plan for
+  them and refuses a model that does not fit (installer/gpu/tuner.py through installer/engines.py).
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from installer import engines
 from installer.errors import PreflightError
 from installer.gpu import matrix
 from installer.gpu.tuner import TuneError
 from installer.inventory import Inventory
+
+T = TypeVar("T")
 
 # Lines of `key=value`, appended to preflight's probe. nvidia-smi's rows are joined with ';'
 # (GPU names hold no ';') because the probe's parser keeps one value per key.
@@ -182,8 +184,8 @@ def with_probed_hardware(
     inv: Inventory, facts: Mapping[str, Mapping[str, str]], note: Callable[[str], None] = lambda _m: None
 ) -> Inventory:
     """The inventory the deployment is laid out with: gpu.type/gpu.count as declared, or as the
-    serving hosts' probes show them when left out. The model must fit them (TuneError refused
-    here, before any host changes). `facts`: preflight's facts per host name."""
+    serving hosts' probes show them when left out (the same object when nothing was filled in).
+    `facts`: preflight's facts per host name. plan_probed() then builds its plan."""
     if inv.engine.device != "gpu" or (inv.gpu.type is not None and inv.gpu.count is not None):
         return inv
     seen: dict[tuple[str, int], list[str]] = {}
@@ -208,14 +210,20 @@ def with_probed_hardware(
         "type": inv.gpu.type or probed.key,
         "count": inv.gpu.count or count,
     })
-    laid_out = inv.model_copy(update={"gpu": gpu})
+    note(f"GPUs from the hosts: {gpu.count}x {probed.name} per serving host (gpu.type {gpu.type})")
+    return inv.model_copy(update={"gpu": gpu})
+
+
+def plan_probed(laid_out: Inventory, build: Callable[[Inventory], T]) -> T:
+    """`build(laid_out)` for an inventory with_probed_hardware filled in: a model that does not
+    fit the probed GPUs is refused as preflight's finding, before any host changes."""
     try:
-        engines.tuned(laid_out)
+        return build(laid_out)
     except TuneError as exc:
+        gpu = laid_out.gpu
+        name = matrix.GPU_TYPES[gpu.type].name if gpu.type in matrix.GPU_TYPES else gpu.type
         raise PreflightError(
-            f"the model does not fit the hosts' GPUs ({gpu.count}x {probed.name}, probed): {exc}; "
+            f"the model does not fit the hosts' GPUs ({gpu.count}x {name}, probed): {exc}; "
             "no host was changed",
             exc.details,
         ) from None
-    note(f"GPUs from the hosts: {gpu.count}x {probed.name} per serving host (gpu.type {gpu.type})")
-    return laid_out

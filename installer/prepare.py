@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -144,7 +145,10 @@ def prepare(
     `inventory`: used instead of the file's, and `canaries`: carried in the bundle beside it
     (a gray release's start passes the stable revision's inventory and the canary's spec)."""
     inv = inventory if inventory is not None else load_inventory(inventory_path)
-    inventory_checks.check_inventory(inv)  # what `validate` checks; the model must fit the GPUs
+    # what `validate` checks, the model's fit to the GPUs included; the command's one plan, built
+    # again only from an inventory that provisioning or preflight filled in
+    validated = inv
+    deployment_plan = inventory_checks.check_inventory(inv, canaries)
     if command in ("up", "upgrade") and not check:
         revisions.refuse_during_release(inv.deployment, command)  # it would undo the canary
     log = RunLog(command, inv.deployment)
@@ -196,10 +200,14 @@ def prepare(
         adopted_above = _refuse_unknown_revisions(inv, reports, adopt, reporter, log)
         # Engines are laid out for the GPUs the hosts have when the inventory does not declare
         # them (a model that does not fit them stops here, before any host changes).
-        inv = preflight_gpu.with_probed_hardware(inv, {r.name: r.facts for r in reports}, reporter.note)
+        laid_out = preflight_gpu.with_probed_hardware(inv, {r.name: r.facts for r in reports}, reporter.note)
+        if laid_out is not inv:
+            build = partial(plan.build, canaries=canaries, probed=True)
+            inv, deployment_plan = laid_out, preflight_gpu.plan_probed(laid_out, build)
+        elif inv is not validated:  # provisioned: the cloud's hosts and addresses
+            deployment_plan = plan.build(inv, canaries)
 
-    # Built once, before any host changes (a model that does not fit stops here).
-    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, plan.build(inv),
+    prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, deployment_plan,
                         adopted_above=adopted_above)
     if not check:
         with timed(log, reporter, "push"):

@@ -149,11 +149,11 @@ def prove_host(endpoint_base: str, host: str, model: str, secret: str, timeout: 
 def readyz(base: str, ctx: ssl.SSLContext | None, deployment: str, timeout: float = 5) -> dict[str, Any]:
     """A gateway's /readyz with its details (engines, outstanding requests, key file digests),
     which it shows only to the scrape token's holder; a 503 still carries the body."""
-    from installer.metrics_token import TOKEN_FOLDER
     from installer.paths import resolve_state_dir
+    from installer.secret_files import metrics_token_file
 
     # Looked up, not made: `installer status` reads and must leave no empty state folder behind.
-    path = resolve_state_dir()[0] / TOKEN_FOLDER / f"{deployment}.token"
+    path = metrics_token_file(deployment, resolve_state_dir()[0])
     token = path.read_text().strip() if path.is_file() else ""
     req = urllib.request.Request(f"{base}/readyz", headers={"Authorization": f"Bearer {token}"} if token else {})
     try:

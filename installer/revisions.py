@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from installer import plan_record
 from installer.bundle.manifest import Manifest
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
@@ -30,6 +31,7 @@ from installer.paths import STATE_DIR_NAME, resolve_state_dir, state_dir
 from installer.topology import HOST_LAYOUT
 
 if TYPE_CHECKING:
+    from installer.plan import DeploymentPlan
     from installer.runlog import RunLog
 
 HOST_RELEASE_FILE = f"{HOST_LAYOUT['pli_state_dir']}/release.json"
@@ -65,6 +67,10 @@ class Revision:
         # Cloud hosts came from Terraform (the model refuses them in a user's file).
         hosts = [Host.model_validate(h) for h in data.pop("hosts")]
         return Inventory.model_validate(data).model_copy(update={"hosts": hosts})
+
+    def plan_record(self) -> dict[str, Any] | None:
+        """The plan this revision was deployed with (None: made before plans were kept)."""
+        return plan_record.read(self.snapshot)
 
     def manifest(self) -> Manifest:
         return Manifest.from_json((self.snapshot / "manifest.json").read_text())
@@ -167,13 +173,14 @@ def get(deployment: str, number: int) -> Revision:
 
 def next_revision(
     inv: Inventory, man: Manifest, root: Path, playbooks_dir: Path, *, above: int = 0,
-    canary: str = "", canary_over: int = 0,
+    canary: str = "", canary_over: int = 0, deployment_plan: "DeploymentPlan | None" = None,
 ) -> Revision:
     """The revision for this (bundle, inventory): the existing one, or a new one with a snapshot.
 
     `above`: the highest revision adopted hosts reported (`up --adopt`), so a new number never
     repeats one those hosts already ran. `canary`, `canary_over`: a gray release's revision
-    (the model `canary` of `inv` beside revision `canary_over`), never the same as `inv`'s own."""
+    (the model `canary` of `inv` beside revision `canary_over`), never the same as `inv`'s own.
+    `deployment_plan`: the plan the command built, kept in the snapshot (installer/plan_record.py)."""
     digest = config_digest(inv)
     if canary:
         digest = hashlib.sha256(f"{digest} canary {canary} over {canary_over}".encode()).hexdigest()[:12]
@@ -186,6 +193,8 @@ def next_revision(
                 entry["release_id"] = man.release_id
                 rev = Revision(**entry)
                 if (rev.snapshot / "inventory.json").is_file():
+                    if deployment_plan is not None and plan_record.read(rev.snapshot) is None:
+                        plan_record.write(rev.snapshot, deployment_plan)  # made before plans were kept
                     return rev
         number = max([above, *(r["number"] for r in dep["revisions"])]) + 1
         rev = Revision(
@@ -194,12 +203,14 @@ def next_revision(
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), bundle_root=str(root),
             canary=canary, canary_over=canary_over,
         )
-        _write_snapshot(rev, inv, man, playbooks_dir)
+        _write_snapshot(rev, inv, man, playbooks_dir, deployment_plan)
         dep["revisions"] = [r for r in dep["revisions"] if r["number"] != number] + [asdict(rev)]
         return rev
 
 
-def _write_snapshot(rev: Revision, inv: Inventory, man: Manifest, playbooks_dir: Path) -> None:
+def _write_snapshot(
+    rev: Revision, inv: Inventory, man: Manifest, playbooks_dir: Path, deployment_plan: "DeploymentPlan | None"
+) -> None:
     snap = rev.snapshot
     tmp = snap.with_name(snap.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -208,6 +219,8 @@ def _write_snapshot(rev: Revision, inv: Inventory, man: Manifest, playbooks_dir:
     # revision reloaded for an upgrade or rollback must not see every default as set.
     (tmp / "inventory.json").write_text(inv.model_dump_json(indent=1, exclude_unset=True))
     (tmp / "manifest.json").write_text(man.to_json())
+    if deployment_plan is not None:
+        plan_record.write(tmp, deployment_plan)
     shutil.copytree(playbooks_dir, tmp / "playbooks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.rmtree(snap, ignore_errors=True)
     tmp.rename(snap)

@@ -12,11 +12,10 @@ from typing import Any
 
 import yaml
 
-from installer import keys, metrics_token, redis_auth
+from installer import keys, secret_files
 from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
-from installer.errors import InstallerError
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Host, Inventory
 from installer.plan import DeploymentPlan, HostPlan
@@ -124,7 +123,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
         "gateway_docs": inv.gateway.docs,
         # The gateways ask Prometheus for it on /metrics; a path on this machine, never the
         # token: the roles read it in no_log tasks. write() makes the file.
-        "pli_metrics_token_src": str(metrics_token.token_file(inv.deployment)),
+        "pli_metrics_token_src": str(secret_files.metrics_token_file(inv.deployment)),
         "healthcheck_model": inv.model.served_name,
         **_tls_vars(plan),
         **_redis_vars(plan),
@@ -143,8 +142,8 @@ def _redis_vars(plan: DeploymentPlan) -> dict[str, Any]:
         "redis_bind_address": redis.address,
         "redis_port": redis.port,
         "redis_tls": on,
-        # made by the flow before rendering (redis_auth.ensure_password)
-        "redis_password_file": str(redis_auth.password_file(plan.inventory.deployment)),
+        # made by the flow before rendering (secret_files.prepare)
+        "redis_password_file": str(secret_files.redis_password_file(plan.inventory.deployment)),
         # A template, evaluated by Ansible in no_log tasks only: the password is never written
         # into this run directory. rediss:// takes the gateway's own certificate and CA.
         "gateway_redis_url": (
@@ -214,12 +213,7 @@ def write(
     plan: DeploymentPlan, man: Manifest, dest: Path, keys_json: str, extra_vars: dict[str, Any] | None = None
 ) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
-    deployment = plan.inventory.deployment
-    if plan.redis is not None and not redis_auth.password_file(deployment).is_file():
-        # the flows make it first (redis_auth.ensure_password); rendering never writes a secret
-        raise InstallerError(f"no Redis password for deployment {deployment} yet",
-                             ["call redis_auth.ensure_password before rendering"])
-    metrics_token.ensure_token(deployment)  # what the roles' file lookup reads
+    secret_files.require(plan)  # what the roles' file lookups read: the flows made them, rendering never writes one
     inv_dir = dest / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(plan, man), sort_keys=False))

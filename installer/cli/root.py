@@ -188,7 +188,7 @@ InventoryOpt = Annotated[
 def run_up(
     inventory: Path, bundle: Path | None, trusted_key: list[Path], insecure: bool, check: bool,
     prune: bool = False, adopt: bool = False, full: bool = False,
-) -> None:
+) -> deploy.UpResult:
     """`installer up` (installer.deploy.up) with live phases, then one row per host."""
     inv = load_inventory(inventory)
     reporter = RichReporter([h.name for h in inv.hosts])
@@ -226,3 +226,4 @@ def run_up(
         console.print("[green]converged:[/] nothing changed on any host (changed=0)")
     else:
         console.print(f"[green]done:[/] {result.changed} change(s) applied; every host serves")
+    return result

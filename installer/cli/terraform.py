@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from installer import gpu_fit, preview
+from installer import gpu_fit, plan_history, plan_record, preview
 from installer import plan as deployment_plan
 from installer.cli.root import InventoryOpt, app, run_up
 from installer.day2 import down as teardown
@@ -129,34 +129,62 @@ def print_fit_section(inv: Inventory) -> Tuned | None:
     return tuned
 
 
+def _print_engines(dp: deployment_plan.DeploymentPlan | None) -> None:
+    """Every engine's (host, unit, argv) of the command's one plan: exactly what `up` deploys."""
+    if dp is None:
+        console.print("engines: laid out at preflight for the GPUs the hosts report (no gpu.type/gpu.count)")
+        return
+    console.print(f"hardware: {dp.hardware}", markup=False)
+    for host, unit, argv in dp.engine_commands():
+        console.print(f"{host} {unit}: {shlex.join(argv)}", soft_wrap=True, markup=False)
+
+
+def _print_history(inv: Inventory, revision: int | None) -> None:
+    """--revision R: the plan that revision was deployed with; --diff: the running one's against now."""
+    if revision is not None:
+        for line in plan_record.lines(plan_history.of_revision(inv.deployment, revision)):
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
+        return
+    compared = plan_history.diff_running(inv)
+    if not compared.lines:
+        console.print(f"[green]no change:[/] the inventory's plan is revision {compared.running}'s (running)")
+        return
+    for line in compared.lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
 @app.command()
 def plan(
     inventory: InventoryOpt,
     bundle: BundleOpt = None,
     trusted_key: TrustedKeyOpt = None,
     insecure: InsecureOpt = False,
+    revision: Annotated[int | None, typer.Option(
+        "--revision", help="Show the plan revision R was deployed with (`installer releases` lists them).")] = None,
+    diff: Annotated[bool, typer.Option(
+        "--diff", help="Compare the inventory's plan with the running revision's; changes nothing.")] = False,
 ) -> None:
     """Show what `installer up` would change: cloud resources (Terraform), then hosts (Ansible)."""
     inv = load_inventory(inventory)
+    if revision is not None or diff:
+        _print_history(inv, revision)
+        return
     # Does the model fit the GPUs at all? Cheap, offline, and worth knowing before anything else.
     print_fit_section(inv)
-    commands = deployment_plan.engine_commands_before_preflight(inv)  # exactly what `up` deploys
-    if commands is None:
-        console.print("engines: laid out at preflight for the GPUs the hosts report (no gpu.type/gpu.count)")
-    for host, unit, argv in commands or []:
-        console.print(f"{host} {unit}: {shlex.join(argv)}", soft_wrap=True)
     trusted = tuple(trusted_key or ())
     if inv.provider != "baremetal":
         cloud = preview.cloud_changes(inv, bundle, trusted, insecure, _note)
         _print_changes(f"terraform plan — deployment {inv.deployment} ({inv.provider})", cloud.summary)
         if not cloud.check_hosts():
+            _print_engines(deployment_plan.plan_before_preflight(inv))
             console.print(
                 f"ansible: {len(cloud.new_machines)} new machine(s); `installer up` creates them, then "
                 "runs every role on every host (nothing to compare with before they exist)"
             )
             return
-    # The hosts exist: Ansible's check mode tells what it would change on them.
-    run_up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True)
+    # The hosts exist: their preflight lays the plan out, Ansible's check mode tells what it would change.
+    result = run_up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True)
+    _print_engines(result.deployment_plan)
 
 
 @app.command()

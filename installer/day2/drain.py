@@ -36,9 +36,8 @@ def serving(inv: Inventory) -> list[Host]:
     return [h for h in inv.hosts if "serving" in h.groups]
 
 
-def names_of(inv: Inventory, hosts: list[Host]) -> list[str]:
-    names = plan.build(inv).engine_names
-    return sorted({n for h in hosts for n in names(h.name)})
+def names_of(dp: plan.DeploymentPlan, hosts: list[Host]) -> list[str]:
+    return sorted({n for h in hosts for n in dp.engine_names(h.name)})
 
 
 def write_on_hosts(inv: Inventory, hosts: list[Host], path: str, content: str) -> list[str]:

@@ -64,10 +64,13 @@ def _prove(inv: Inventory, host: Host, secret: str) -> prove.Proof:
     return proof
 
 
-def _prove_engines(inv: Inventory, host: Host, drained: list[str], everyone: list[str], secret: str) -> str | None:
+def _prove_engines(
+    dp: plan.DeploymentPlan, host: Host, drained: list[str], everyone: list[str], secret: str
+) -> str | None:
     """Re-admit the host's engines on its own gateway, then prove each one alone through it.
     Its gateway ends routing to them when they passed, and drained of them again when not."""
-    own = list(plan.build(inv).engine_names(host.name))
+    inv = dp.inventory
+    own = list(dp.engine_names(host.name))
     readmitted = [n for n in drained if n not in own]
     passed = False
     try:
@@ -95,21 +98,21 @@ def _prove_gateway(inv: Inventory, host: Host, drained: list[str], proven: list[
     return None if proof.ok else f"the gateway on {host.name}: {proof.detail}"
 
 
-def prove_batch(inv: Inventory, hosts: list[Host], drained: list[str], secret: str) -> dict[str, str]:
+def prove_batch(dp: plan.DeploymentPlan, hosts: list[Host], drained: list[str], secret: str) -> dict[str, str]:
     """Problems per host; empty when every engine of the batch answered alone through its own
     host's gateway. `drained`: the engines every other gateway keeps out of rotation meanwhile.
     On success each host's gateway routes to its own engines and to those outside `drained`;
     the caller then re-admits the batch everywhere."""
-    everyone = drain.names_of(inv, drain.serving(inv))
-    names = plan.build(inv).engine_names
-    with_engines = [h for h in hosts if names(h.name)]
+    inv = dp.inventory
+    everyone = drain.names_of(dp, drain.serving(inv))
+    with_engines = [h for h in hosts if dp.engine_names(h.name)]
     problems: dict[str, str] = {}
     for host in [*with_engines, *(h for h in hosts if h not in with_engines)]:
         try:
             if host in with_engines:
-                problem = _prove_engines(inv, host, drained, everyone, secret)
+                problem = _prove_engines(dp, host, drained, everyone, secret)
             else:
-                proven = drain.names_of(inv, [h for h in with_engines if h.name not in problems])
+                proven = drain.names_of(dp, [h for h in with_engines if h.name not in problems])
                 problem = _prove_gateway(inv, host, drained, proven, secret)
         except DrainError as exc:
             problem = "; ".join([str(exc), *exc.details])

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from installer import keys, plan, redis_auth, revisions
+from installer import keys, plan, revisions, secret_files
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain, gate
@@ -88,16 +88,16 @@ def roll_order(inv: Inventory, hosts: list[Host], forward: bool) -> list[Host]:
 
 
 def _configure_monitoring(
-    target: Revision, hosts: list[Host], log: RunLog, note: Note, on_task: TaskEvent, *, first: bool
+    target: "Planned", hosts: list[Host], log: RunLog, note: Note, on_task: TaskEvent, *, first: bool
 ) -> list[HostStep]:
     """The monitoring-only hosts at the target revision: site.yml limited to them, what `up` does
     there. Before the first batch a failure stops the roll with nothing else touched."""
-    note(f"monitoring: configuring {', '.join(h.name for h in hosts)} for revision {target.number}"
+    note(f"monitoring: configuring {', '.join(h.name for h in hosts)} for revision {target.rev.number}"
          + (" before any gateway" if first else ""))
     problems = gate.play_problems(_configure(target, hosts, log, "monitoring", on_task), hosts)
     if problems and first:
         raise AnsibleError(
-            f"the monitoring hosts could not be configured for revision {target.number}; "
+            f"the monitoring hosts could not be configured for revision {target.rev.number}; "
             "no serving host was touched",
             [*(f"{h}: {p}" for h, p in problems.items()),
              "upgraded gateways answer only a Prometheus that sends their scrape token: fix the "
@@ -105,15 +105,27 @@ def _configure_monitoring(
         )
     return [
         HostStep(h.name, None, None, "failed", detail=problems[h.name]) if h.name in problems
-        else HostStep(h.name, None, target.number, "configured")
+        else HostStep(h.name, None, target.rev.number, "configured")
         for h in hosts
     ]
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A revision and its plan, built once per command (the target's comes from prepare)."""
+
+    rev: Revision
+    plan: plan.DeploymentPlan
+
+    @classmethod
+    def of(cls, rev: Revision) -> "Planned":
+        return cls(rev, plan.build(rev.inventory()))
+
+
 def _configure(
-    rev: Revision, hosts: list[Host], log: RunLog, label: str, on_task: TaskEvent
+    target: Planned, hosts: list[Host], log: RunLog, label: str, on_task: TaskEvent
 ) -> PlaybookResult:
-    return run_site(plan.build(rev.inventory()), rev, hosts, log, label, on_task)
+    return run_site(target.plan, target.rev, hosts, log, label, on_task)
 
 
 def run_site(
@@ -126,8 +138,7 @@ def run_site(
     man = rev.manifest()
     keys_json = keys.render_hosts_file(keys.load())  # the keys of today, whatever the revision
     run_dir = log.dir / label
-    if deployment_plan.redis is not None:
-        redis_auth.ensure_password(deployment_plan.inventory.deployment)  # the roles read it with a file lookup
+    secret_files.prepare(deployment_plan)  # the roles read them with file lookups
     inv_dir = render.write(deployment_plan, man, run_dir, keys_json, extra_vars=rev.host_vars())
     return run_playbook(
         "site.yml", inv_dir, run_dir / "ansible", on_task=on_task,
@@ -136,24 +147,28 @@ def run_site(
     )
 
 
-def _gate(rev: Revision, pb: PlaybookResult, hosts: list[Host], drained: list[str], secret: str) -> dict[str, str]:
+def _gate(target: Planned, pb: PlaybookResult, hosts: list[Host], drained: list[str], secret: str) -> dict[str, str]:
     """Problems per failed host; empty when every engine of the batch is proven (gate.py).
     Each host that passed the play is proven, so a rollback's verdict is per host."""
     problems = gate.play_problems(pb, hosts)
     passed = [h for h in hosts if h.name not in problems]
-    return problems | gate.prove_batch(rev.inventory(), passed, drained, secret) if passed else problems
+    return problems | gate.prove_batch(target.plan, passed, drained, secret) if passed else problems
 
 
 def roll(
     target: Revision,
     log: RunLog,
     *,
+    target_plan: plan.DeploymentPlan | None = None,
     batch_size: int = 1,
     drain_timeout_s: float = 120,
     note: Note = lambda _m: None,
     on_task: TaskEvent = lambda _h, _t, _s: None,
 ) -> RollResult:
-    inv: Inventory = target.inventory()
+    """Every serving host to `target` (`target_plan`: its plan as the command built it; built
+    here when not given), batch by batch behind the gates; a failed batch goes back."""
+    planned = Planned(target, target_plan) if target_plan is not None else Planned.of(target)
+    inv: Inventory = planned.plan.inventory
     secret = keys.ensure_probe_key()
     current = revisions.host_revisions(inv.deployment)
     result = RollResult(target)
@@ -161,7 +176,7 @@ def roll(
     hosts = roll_order(inv, drain.serving(inv), forward)
     monitors = monitoring_only(inv)
     if forward and monitors:
-        result.steps += _configure_monitoring(target, monitors, log, note, on_task, first=True)
+        result.steps += _configure_monitoring(planned, monitors, log, note, on_task, first=True)
     # Whatever a killed run left drained is re-admitted only when its host passes a gate below.
     for n, batch in enumerate(batches(hosts, batch_size), 1):
         names = [h.name for h in batch]
@@ -170,15 +185,15 @@ def roll(
             continue
         start = time.monotonic()
         note(f"batch {n}: {', '.join(names)}: draining")
-        drained = drain.names_of(inv, batch)
+        drained = drain.names_of(planned.plan, batch)
         if len(batch) == len(hosts):
             note(f"batch {n}: every serving host at once: no engine serves clients until it passes")
         drain.set_drained(inv, drained)
         waited = drain.wait_idle(inv, drained, drain_timeout_s)
         note(f"batch {n}: drained in {waited:.1f} s; configuring revision {target.number}")
-        pb = _configure(target, batch, log, f"batch-{n}", on_task)
+        pb = _configure(planned, batch, log, f"batch-{n}", on_task)
         note(f"batch {n}: proving each engine alone behind its own gateway")
-        problems = _gate(target, pb, batch, drained, secret)
+        problems = _gate(planned, pb, batch, drained, secret)
         if not problems:
             drain.set_drained(inv, [])
             revisions.record(inv.deployment, target, dict.fromkeys(names, True), log)
@@ -205,7 +220,7 @@ def roll(
         # A run killed between a gate and its re-admission left engines drained: none now.
         drain.set_drained(inv, [])
         if not forward and monitors:
-            result.steps += _configure_monitoring(target, monitors, log, note, on_task, first=False)
+            result.steps += _configure_monitoring(planned, monitors, log, note, on_task, first=False)
     return result
 
 
@@ -231,11 +246,11 @@ def _roll_back(
         else:  # never ran a recorded revision: nothing to return to
             steps.append(HostStep(host.name, None, None, "failed", 0, waited, problems.get(host.name, "")))
     for number, hosts in by_rev.items():
-        previous = revisions.get(log.deployment, number)
+        previous = Planned.of(revisions.get(log.deployment, number))  # the plan of the revision it ran
         note(f"batch {n}: rolling {', '.join(h.name for h in hosts)} back to revision {number}")
         pb = _configure(previous, hosts, log, f"batch-{n}-rollback", on_task)
         # Drained everywhere meanwhile: the names the target gave the batch, and its own.
-        back = _gate(previous, pb, hosts, sorted({*drained, *drain.names_of(previous.inventory(), hosts)}), secret)
+        back = _gate(previous, pb, hosts, sorted({*drained, *drain.names_of(previous.plan, hosts)}), secret)
         for h in hosts:
             action = "rolled back" if h.name not in back else "failed"
             detail = problems.get(h.name, "gate failed on another host of the batch")

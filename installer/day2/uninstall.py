@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from installer import revisions
+from installer import plan, revisions
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain
@@ -56,7 +56,7 @@ def prune(
     # names come from the deployment as it ran, with the departed hosts in it: the new
     # inventory's plan has no engines for them.
     old = inv.model_copy(update={"hosts": [*inv.hosts, *gone]})
-    leaving = drain.names_of(old, gone)
+    leaving = drain.names_of(plan.build(old), gone)  # `up --prune`'s second plan: the deployment as it ran
     drain.set_drained(inv, leaving)
     drain.wait_idle(inv, leaving, timeout_s=inv.gateway.drain_timeout_s + 30)
     pb = uninstall(old, gone, run_dir, on_task)

@@ -60,11 +60,11 @@ def upgrade(
         inventory_path, reporter, command="upgrade", bundle_path=bundle_path,
         trusted_keys=trusted_keys, insecure=insecure, on_runlog=on_runlog,
     )
-    target = revisions.next_revision(p.inv, p.manifest, p.root, p.playbooks_dir)
+    target = revisions.next_revision(p.inv, p.manifest, p.root, p.playbooks_dir, deployment_plan=p.deployment_plan)
     reporter.note(f"target: revision {target.number} (release {target.release_id})")
     with prepare.timed(p.log, reporter, "roll"):
         result = roll(
-            target, p.log, batch_size=batch_size, drain_timeout_s=drain_timeout_s,
+            target, p.log, target_plan=p.deployment_plan, batch_size=batch_size, drain_timeout_s=drain_timeout_s,
             note=reporter.note, on_task=reporter.task,
         )
     return _finish(result, p.log, reporter)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import keys, metrics_token, redis_auth
+from installer import keys, secret_files
 from installer.diagnostics import archive, host_collect, prometheus_range, redact
 from installer.errors import InstallerError
 from installer.inventory import Inventory
@@ -110,8 +110,8 @@ def known_secrets(inv: Inventory) -> dict[str, str]:
     whose path is a Slack or pager credential): any copy of one is cut, as itself, URL-encoded
     or escaped in JSON (redact.forms)."""
     found = {}
-    for name, path in (("redis-password", redis_auth.password_file(inv.deployment)),
-                       ("metrics-token", metrics_token.token_file(inv.deployment)),
+    for name, path in (("redis-password", secret_files.redis_password_file(inv.deployment)),
+                       ("metrics-token", secret_files.metrics_token_file(inv.deployment)),
                        ("probe-key", keys.probe_secret_path())):
         try:
             value = path.read_text().strip()

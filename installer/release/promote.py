@@ -75,8 +75,9 @@ def _behind_the_canary(
 ) -> None:
     deployment, model = s.stable.deployment, s.release.model
     target_inv = s.target_inv
+    final = plan.build(target_inv)  # the plan promote ends with: `both` is the way there
     target = revisions.next_revision(target_inv, s.canary.manifest(), Path(s.canary.bundle_root),
-                                     s.canary.playbooks_dir)
+                                     s.canary.playbooks_dir, deployment_plan=final)
     hosts = list(target_inv.hosts)
     stable_names = _names(spec.engines_of(both, model, "stable"))
     with out.step(reporter, "drain stable", ", ".join(stable_names)) as row:
@@ -106,7 +107,7 @@ def _behind_the_canary(
     with out.step(reporter, "retire canary", ", ".join(canaries)) as row:
         drain.set_drained(target_inv, canaries)
         waited = drain.wait_idle(target_inv, canaries, drain_timeout_s)
-        pb = rolling.run_site(plan.build(target_inv), target, hosts, out.log, "retire-canary", reporter.task)
+        pb = rolling.run_site(final, target, hosts, out.log, "retire-canary", reporter.task)
         problems = gate.play_problems(pb, hosts)
         if problems:
             raise AnsibleError("the canary engines could not be removed (stable serves everything)",

@@ -7,7 +7,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from installer import metrics_token, prove
+from installer import prove, secret_files
 from installer.day2 import drain
 from installer.inventory import Host, Inventory
 from installer.release import metrics
@@ -34,7 +34,7 @@ class Scrape:
 
 
 def token(inv: Inventory) -> str:
-    path = metrics_token.token_file(inv.deployment)
+    path = secret_files.metrics_token_file(inv.deployment)
     if not path.is_file():
         raise ReleaseError(f"no scrape token at {path} to read the gateways' metrics with",
                            ["it is made by `installer up`: run it from this deployment's state folder"])

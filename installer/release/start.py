@@ -98,7 +98,7 @@ def _locked_start(
             ["`installer upgrade` first, or start the release with the hosts' bundle (--bundle)"],
         )
     canary = revisions.next_revision(target_inv, p.manifest, p.root, p.playbooks_dir, canary=model,
-                                     canary_over=stable.number)
+                                     canary_over=stable.number, deployment_plan=p.deployment_plan)
     release = Release(model, release.served_name, stable.number, canary.number, release.steps)
     state.save(deployment, release)  # before any host changes: abort can always finish it
     s = spec.sides(deployment, release)
@@ -116,7 +116,7 @@ def _start(p: prepare.Prepared, s: spec.Sides, out: Outcome, reporter: Reporter,
     inv = s.stable_inv
     hosts = list(inv.hosts)  # every gateway routes to the canary engines, so every host is configured
     try:
-        dp = s.with_canary()
+        dp = p.deployment_plan  # stable's inventory with the canary beside the model
         canaries = spec.engines_of(dp, model, "canary")
         with out.step(reporter, "configure canary", f"revision {canary.number} beside {stable.number}"):
             problems = gate.play_problems(rolling.run_site(dp, canary, hosts, p.log, "start", reporter.task), hosts)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import redis_auth
+from installer import secret_files
 from installer.inventory import load_inventory
 from tests.support.e2e import Run, host_run, host_ssh, installer
 
@@ -87,7 +87,7 @@ def test_collect_holds_every_host_and_cuts_the_planted_secrets(planted, lab_host
         assert f"scraped,{host.name},{host.name}," in csv_text  # the engine's `up` over the hour
         assert host.name in stdout  # the summary table's row
     everything = b"\n".join(files.values())
-    redis_password = redis_auth.password_file(deployment).read_text().strip()  # under e2e_state
+    redis_password = secret_files.redis_password_file(deployment).read_text().strip()  # under e2e_state
     for secret, _rule in planted.values():
         assert secret.encode() not in everything
     assert redis_password.encode() not in everything

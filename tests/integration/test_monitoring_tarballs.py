@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer import metrics_token
 from installer import plan as deployment_plan
+from installer import secret_files
 from installer.ansible import render
 from installer.ansible.runner import run_playbook
 from installer.bundle import monitoring_tarballs
@@ -100,11 +100,13 @@ def test_the_role_installs_and_runs_upstream_tarballs(lab_host, tmp_path: Path) 
     # The installer's own Ansible inventory for these hosts, and the variables the role reads.
     inventory_dir = tmp_path / "ansible"
     (inventory_dir / "group_vars").mkdir(parents=True)
-    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(render.hosts_yaml(deployment_plan.build(inv))))
+    dp = deployment_plan.build(inv)
+    secret_files.prepare(dp)  # as the flows do before rendering
+    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(render.hosts_yaml(dp)))
     group_vars = {
-        **HOST_LAYOUT, **render._monitoring_vars(deployment_plan.build(inv)), "pli_deployment": inv.deployment,
+        **HOST_LAYOUT, **render._monitoring_vars(dp), "pli_deployment": inv.deployment,
         "pli_bundle_dir": BUNDLE_ON_HOST, "engine_device": "cpu", "gateway_port": inv.ports.gateway,
-        "pli_metrics_token_src": str(metrics_token.ensure_token(inv.deployment)),
+        "pli_metrics_token_src": str(secret_files.metrics_token_file(inv.deployment)),
     }
     (inventory_dir / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars))
     assert group_vars["monitoring_install_from"] == "tarballs"

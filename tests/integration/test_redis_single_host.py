@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from installer import plan as deployment_plan
-from installer import redis_auth
+from installer import secret_files
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
@@ -52,8 +52,9 @@ def _rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str
     site.write_text(f"deployment: solo\nmodel: {{path: w, served_name: tiny}}\nengine: {{device: cpu}}\n"
                     f"hosts: [{{name: h1, address: 10.0.0.1}}]\nports: {{redis: {free_port()}}}\n")
     inv = load_inventory(site)
-    redis_auth.ensure_password(inv.deployment)  # as the flows do before rendering
-    gv = render.group_vars(deployment_plan.build(inv), Manifest(target={}, components={}, packages=[]), "{}")
+    dp = deployment_plan.build(inv)
+    secret_files.prepare(dp)  # as the flows do before rendering
+    gv = render.group_vars(dp, Manifest(target={}, components={}, packages=[]), "{}")
     wanted = {k: v for k, v in gv.items() if k.startswith("redis_") or k in ("gateway_redis_url", "pli_tls_dir")}
     out = tmp_path / "rendered"
     out.mkdir()

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from installer import paths, revisions
-from installer.bundle.manifest import FileEntry, Manifest
+from installer.bundle import sign
+from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, FileEntry, Manifest, scan
 from installer.inventory import load_inventory
 
 SITE = (
@@ -57,3 +58,19 @@ def release_record(rev: revisions.Revision, **change: Any) -> str:
         "previous_revision": None,
     }
     return json.dumps({**record, **change}, indent=4)
+
+
+def signed_bundle(site: Path) -> Path:
+    """A bundle folder next to the site, signed by a key the site's state trusts."""
+    root = site.parent / "bundle"
+    (root / "playbooks").mkdir(parents=True)
+    (root / "playbooks" / "site.yml").write_text("---\n")
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}")
+    man = Manifest({"os": "debian-12"}, {}, [], scan(root))
+    (root / MANIFEST).write_text(man.to_json())
+    (root / CHECKSUMS).write_text(man.checksums_text())
+    key = sign.keygen()  # into the state next to the inventory: the trusted keys of `up -i site.yml`
+    private = sign.load_private_key(key.private_key)
+    (root / SIGNATURE).write_bytes(sign.signature_for((root / MANIFEST).read_bytes(), private))
+    return root

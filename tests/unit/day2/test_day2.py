@@ -157,7 +157,8 @@ class _FakeHosts:
             raise rolling.drain.DrainError(f"the gateway on {host.name} did not route as asked", wrong)
         return 0.0
 
-    def configure(self, rev: revisions.Revision, hosts: list, _log: object, _label: str, _t: object) -> PlaybookResult:
+    def configure(self, target: rolling.Planned, hosts: list, _log: object, _label: str, _t: object) -> PlaybookResult:
+        rev = target.rev
         names = [h.name for h in hosts]
         self.events.append(f"configure rev{rev.number} {','.join(names)}")
         results = {}
@@ -291,7 +292,8 @@ def test_day_two_plays_leave_the_gateway_wait_to_the_gate(state: Path, monkeypat
     monkeypatch.setattr(rolling, "run_playbook", run_playbook)
     monkeypatch.setattr(rolling.render, "write", lambda *_a, **_k: state / "inv")
     rev = revisions.get("demo", 3)
-    rolling._configure(rev, rev.inventory().hosts, RunLog("upgrade", "demo"), "batch-1", lambda *_: None)
+    rolling._configure(rolling.Planned.of(rev), rev.inventory().hosts, RunLog("upgrade", "demo"), "batch-1",
+                       lambda *_: None)
     assert shlex.split(str(seen["extra_cmdline"])) == ["--limit", "a,b", "-e", '{"healthcheck_gateway_url": ""}']
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from installer import plan
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.day2 import drain, uninstall
 from installer.inventory import Host, load_inventory
@@ -31,7 +32,7 @@ def test_the_departed_hosts_engines_are_drained_on_the_gateways_that_stay(
 ) -> None:
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
     both = load_inventory(_inventory(tmp_path, "[{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]"))
-    deployed = set(drain.names_of(both, [h for h in both.hosts if h.name == "b"]))
+    deployed = set(drain.names_of(plan.build(both), [h for h in both.hosts if h.name == "b"]))
     inv = load_inventory(_inventory(tmp_path, "[{name: a, address: 10.0.0.1}]"))
     gone = [Host(name="b", address="10.0.0.2")]
     seen: dict[str, Any] = {}

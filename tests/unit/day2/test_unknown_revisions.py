@@ -13,11 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from installer import paths, preflight, prepare, revisions
-from installer.bundle import sign
-from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, FileEntry, Manifest, scan
+from installer.bundle.manifest import FileEntry, Manifest
 from installer.cli import _register, app
 from installer.preflight import HostReport, Needs
-from tests.support.revisions import anchored_site, known_revision, release_record
+from tests.support.revisions import anchored_site, known_revision, release_record, signed_bundle
 
 runner = CliRunner()
 _register()
@@ -83,21 +82,6 @@ def test_an_empty_state_knows_no_host_that_ran_anything(site: Path) -> None:
     assert any("`installer up --adopt" in line for line in details)
 
 
-def _signed_bundle(site: Path) -> Path:
-    root = site.parent / "bundle"
-    (root / "playbooks").mkdir(parents=True)
-    (root / "playbooks" / "site.yml").write_text("---\n")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
-    man = Manifest({"os": "debian-12"}, {}, [], scan(root))
-    (root / MANIFEST).write_text(man.to_json())
-    (root / CHECKSUMS).write_text(man.checksums_text())
-    key = sign.keygen()  # into the state next to the inventory: the trusted keys of `up -i site.yml`
-    private = sign.load_private_key(key.private_key)
-    (root / SIGNATURE).write_bytes(sign.signature_for((root / MANIFEST).read_bytes(), private))
-    return root
-
-
 class _Pushed(Exception):
     pass
 
@@ -117,7 +101,7 @@ def hosts_at(site: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     monkeypatch.setattr(prepare, "run_preflight", run_preflight)
     monkeypatch.setattr(prepare.bundle_push, "push", push)
-    seen["bundle"] = _signed_bundle(site)
+    seen["bundle"] = signed_bundle(site)
     return seen
 
 

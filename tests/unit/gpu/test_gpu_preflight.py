@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from installer import engines, preflight, preflight_gpu
+from installer import engines, plan, preflight, preflight_gpu
 from installer.errors import PreflightError
 from installer.gpu import planner
 from installer.inventory import Inventory, load_inventory
@@ -127,8 +127,9 @@ def test_undeclared_gpus_are_laid_out_as_probed(tmp_path: Path) -> None:
 
 def test_a_model_that_does_not_fit_the_probed_gpus_is_refused(tmp_path: Path) -> None:
     inv = load(tmp_path, "deepseek-v3")  # 671B parameters on one host of two H200s
+    laid = preflight_gpu.with_probed_hardware(inv, {"g1": probe(tmp_path, "h200x2_r580")})
     with pytest.raises(PreflightError) as err:
-        preflight_gpu.with_probed_hardware(inv, {"g1": probe(tmp_path, "h200x2_r580")})
+        preflight_gpu.plan_probed(laid, plan.build)
     assert "the model does not fit the hosts' GPUs (2x NVIDIA H200, probed)" in str(err.value)
     assert "no host was changed" in str(err.value)
 

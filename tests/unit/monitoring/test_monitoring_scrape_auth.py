@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from installer import plan as deployment_plan
-from installer import redis_auth
+from installer import secret_files
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
@@ -101,7 +101,7 @@ def test_the_installer_generates_the_token_once_and_keeps_it_private(
     site = tmp_path / "site.yml"
     site.write_text("deployment: demo\nmodel: {path: w, served_name: tiny}\nhosts: [{name: h1, address: 10.0.0.1}]\n")
     man = Manifest(target={}, components={}, packages=[])
-    redis_auth.ensure_password("demo")  # as the flows do before rendering (its own Redis)
+    secret_files.prepare(deployment_plan.build(load_inventory(site)))  # as the flows do before rendering
 
     def run(n: int) -> tuple[dict[str, Any], Path]:
         """What a run of `installer up` renders into its run directory."""

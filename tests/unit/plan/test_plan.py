@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from installer import gpu_fit, redis_auth
+from installer import gpu_fit, secret_files
 from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
@@ -104,7 +104,9 @@ def test_building_and_rendering_write_no_file(tmp_path: Path, state: Path) -> No
     render.hosts_yaml(p, man)
     assert not state.exists() or not [f for f in state.rglob("*") if f.is_file()]
     # Rendering to disk without it stops with what to do, rather than making a secret itself.
-    with pytest.raises(InstallerError, match="no Redis password"):
+    with pytest.raises(InstallerError, match="secrets are not made yet") as err:
         render.write(p, man, tmp_path / "run", "{}")
-    assert redis_auth.ensure_password(inv.deployment) == Path(gv["redis_password_file"])
+    assert gv["redis_password_file"] in str(err.value)
+    secret_files.prepare(p)
+    assert secret_files.redis_password_file(inv.deployment) == Path(gv["redis_password_file"])
     assert (render.write(p, man, tmp_path / "run", "{}") / "hosts.yml").is_file()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import metrics_token, paths
+from installer import paths, secret_files
 from installer.day2 import drain
 from installer.inventory import Inventory, ReleaseSettings, load_inventory
 from installer.release import metrics, scrape, stages
@@ -111,8 +111,8 @@ def test_scrape_reads_each_gateway_with_the_token(
         inv = _inventory(tmp_path, port)
         with pytest.raises(ReleaseError, match="no scrape token"):
             scrape.scrape(inv, at=0)
-        metrics_token.token_file("demo").parent.mkdir(parents=True)
-        metrics_token.token_file("demo").write_text("t" * 64 + "\n")
+        secret_files.metrics_token_file("demo").parent.mkdir(parents=True)
+        secret_files.metrics_token_file("demo").write_text("t" * 64 + "\n")
         got = scrape.scrape(inv, at=5, timeout_s=2)
     finally:
         paths.use_state_dir(None)

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from installer import plan as deployment_plan
-from installer import redis_auth
+from installer import secret_files
 from installer.ansible import render
 from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
@@ -47,7 +47,7 @@ def test_one_host_keeps_its_engine_and_its_redis_on_loopback_and_serves_https(tm
     assert gv["redis_host"] == "h1" and gv["redis_bind_address"] == "127.0.0.1" and gv["redis_tls"] is False
     assert gv["gateway_redis_url"] == (
         "redis://:{{ lookup('ansible.builtin.file', redis_password_file) }}@127.0.0.1:6379/0")
-    assert gv["redis_password_file"] == str(redis_auth.password_file("demo"))
+    assert gv["redis_password_file"] == str(secret_files.redis_password_file("demo"))
     assert p.hosts[0].package_groups == ("serving", "monitoring", "redis")
     host = render.hosts_yaml(p)["all"]["hosts"]["h1"]
     assert host["engine_bind_address"] == "127.0.0.1" and host["engine_tls"] is False
@@ -72,7 +72,8 @@ def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: P
     assert gv["gateway_redis_url"].endswith("@10.0.0.1:6379/0")
     password = Path(gv["redis_password_file"])
     assert not password.exists()  # rendering writes no secret: the flow makes it first
-    assert redis_auth.ensure_password(inv.deployment) == password
+    secret_files.prepare(deployment_plan.build(inv))
+    assert secret_files.redis_password_file(inv.deployment) == password
     assert password.stat().st_mode & 0o777 == 0o600 and len(password.read_text()) == 64
     assert os_packages.wanted(inv)["redis"] == ["redis-server"]
     # Nothing secret in what is written to the run directory.

@@ -1,0 +1,144 @@
+"""Each command builds its deployment plan once and passes it down (#34), and every revision keeps
+the plan it was deployed with: `installer plan --revision R` shows it, `installer plan --diff`
+compares the inventory's plan with the running revision's.
+
+`up` and `plan` run here through their whole flow with the hosts stood in for at the edges
+(preflight's facts, the push, Ansible's result, the proof through each gateway); the builds are
+counted on installer.plan.build, the one builder."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from installer import converged, deploy, plan, plan_record, prepare, revisions
+from installer.ansible.runner import HostResult, PlaybookResult
+from installer.cli import _register, app
+from installer.day2 import rolling
+from installer.inventory import load_inventory
+from installer.preflight import HostReport, Needs
+from installer.prove import Proof
+from tests.support.revisions import anchored_site, signed_bundle
+
+runner = CliRunner()
+_register()
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with anchored_site(tmp_path, monkeypatch, tmp_path / "cwd") as path:
+        yield path
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every plan.build call's inventory, in order."""
+    seen: list[Any] = []
+    real = plan.build
+
+    def counted(inv: Any, *args: Any, **kwargs: Any) -> plan.DeploymentPlan:
+        seen.append(inv)
+        return real(inv, *args, **kwargs)
+
+    monkeypatch.setattr(plan, "build", counted)
+    return seen
+
+
+@pytest.fixture
+def hosts(site: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The two hosts as `up` sees them: fresh at preflight, every play and proof passing."""
+    def run_preflight(inv: Any, _needs: Needs) -> list[HostReport]:
+        return [HostReport(h.name, h.address, {"release_json": "", "cpus": "4"}) for h in inv.hosts]
+
+    def run_playbook(*_a: Any, **_k: Any) -> PlaybookResult:
+        return PlaybookResult("successful", 0, {n: HostResult(n, ok=3, changed=1) for n in ("a", "b")}, site.parent)
+
+    monkeypatch.setattr(prepare, "run_preflight", run_preflight)
+    monkeypatch.setattr(prepare.bundle_push, "push", lambda *_a, **_k: [])
+    monkeypatch.setattr(deploy, "run_playbook", run_playbook)
+    monkeypatch.setattr(deploy.converged, "verify", lambda *_a, **_k: converged.Verdict(False, ["first run"]))
+    monkeypatch.setattr(deploy.converged, "record", lambda *_a, **_k: [])
+    monkeypatch.setattr(deploy, "prove", lambda inv, _s: [
+        Proof(h.name, f"http://{h.address}:8080/v1", True, "answered") for h in inv.hosts])
+    return {"bundle": signed_bundle(site)}
+
+
+def test_validate_builds_the_plan_once(site: Path, builds: list[Any]) -> None:
+    result = runner.invoke(app, ["validate", "-i", str(site)])
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+
+
+def test_plan_builds_once_and_prints_what_it_built(site: Path, builds: list[Any], hosts: dict[str, Any]) -> None:
+    result = runner.invoke(app, ["plan", "-i", str(site), "--bundle", str(hosts["bundle"])])
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+    assert "hardware: cpu" in result.output
+    argv = plan.build(load_inventory(site)).engine_commands()
+    assert all(f"{h} {unit}: " in result.output for h, unit, _ in argv)
+
+
+def test_up_builds_once_and_its_revision_keeps_that_plan(site: Path, builds: list[Any], hosts: dict[str, Any]) -> None:
+    result = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts["bundle"])])
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+    (rev,) = revisions.revisions("demo")
+    stored = rev.plan_record()
+    # the record round-trips: what the revision keeps is what the command built, read back whole
+    assert stored == json.loads(plan_record.dump(plan_record.record(plan.build(builds[0]))))
+    assert [h["name"] for h in stored["hosts"]] == ["a", "b"]
+    assert "--served-model-name" in stored["hosts"][0]["engines"][0]["argv"]
+
+    shown = runner.invoke(app, ["plan", "-i", str(site), "--revision", str(rev.number)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines() == list(plan_record.lines(stored))
+
+    same = runner.invoke(app, ["plan", "-i", str(site), "--diff"])
+    assert same.exit_code == 0, same.output
+    assert f"no change: the inventory's plan is revision {rev.number}'s (running)" in same.output
+
+    site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 7}"))
+    changed = runner.invoke(app, ["plan", "-i", str(site), "--diff"])
+    assert changed.exit_code == 0, changed.output
+    removed = [ln for ln in changed.output.splitlines() if ln.startswith("-    vllm ")]
+    added = [ln for ln in changed.output.splitlines() if ln.startswith("+    vllm ")]
+    assert len(removed) == len(added) == 2  # one engine on each host
+    assert all("--max-num-seqs 7" in ln for ln in added) and not any("--max-num-seqs 7" in ln for ln in removed)
+
+
+def test_a_revision_without_a_kept_plan_says_so(site: Path) -> None:
+    from tests.support.revisions import known_revision
+
+    rev = known_revision(site)  # made without a plan, as revisions before plans were kept
+    result = runner.invoke(app, ["plan", "-i", str(site), "--revision", str(rev.number)])
+    assert isinstance(result.exception, revisions.StateError)
+    assert "made before plans were kept" in str(result.exception)
+
+
+def test_a_roll_uses_the_plan_it_is_given_and_builds_only_a_rollback_s(
+    site: Path, builds: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.revisions import known_revision
+
+    rev = known_revision(site)
+    given = plan.build(rev.inventory())
+    builds.clear()
+    configured: list[plan.DeploymentPlan] = []
+
+    def configure(target: rolling.Planned, hosts_: list, *_a: Any) -> PlaybookResult:
+        configured.append(target.plan)
+        return PlaybookResult("successful", 0, {h.name: HostResult(h.name) for h in hosts_}, site.parent)
+
+    monkeypatch.setattr(rolling, "_configure", configure)
+    monkeypatch.setattr(rolling.drain, "set_drained", lambda *_a, **_k: None)
+    monkeypatch.setattr(rolling.drain, "wait_idle", lambda *_a, **_k: 0.0)
+    monkeypatch.setattr(rolling.gate, "prove_batch", lambda dp, *_a: {} if dp is given else {"x": "other plan"})
+    monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
+    from installer.runlog import RunLog
+
+    result = rolling.roll(rev, RunLog("upgrade", "demo"), target_plan=given)
+    assert result.success, result.steps
+    assert builds == [] and configured and all(p is given for p in configured)
