@@ -4,6 +4,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -82,8 +83,14 @@ class RichReporter:
         self._progress.update(self._rows[host], counts=text, last=task[:60])
 
 
-def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
-    t = Table(title=title, title_justify="left")
+def table(title: str, columns: list[str], rows: list[list[str]], *, compact: bool = False) -> Table:
+    """compact: no borders, two spaces between columns (kubectl's layout) instead of a box's three
+    characters, for tables of many columns."""
+    if compact:
+        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 1, 0, 0))
+    else:
+        t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col)
     for row in rows:

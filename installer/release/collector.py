@@ -21,7 +21,7 @@ def _ms(v: float) -> str:
 
 class StageCollector:
     columns: Sequence[Column] = (
-        Column("stage", "stage"),
+        Column("stage", "stage", brief=True),
         Column("stage_error_ratio", "stage errors", _pct),
         Column("stage_e2e_p95_s", "stage e2e p95", _ms),
     )

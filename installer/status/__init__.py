@@ -4,7 +4,8 @@ A collector (model.Collector) declares the columns it fills and fills them for e
 built-in ones read the inventory and the last deploy (model, release), each gateway's /readyz
 (ready), the TLS certificates sent to the hosts (cert: days left) and Prometheus (traffic,
 latency, KV cache, GPU memory). Other modules add columns by appending a collector to
-COLLECTORS (or passing their own list to `collect`).
+COLLECTORS (or passing their own list to `collect`). The default table shows the columns marked
+`brief`, in 100 columns; `--wide` and `--json` show them all.
 """
 
 from installer.status.cert import CertCollector

@@ -22,7 +22,7 @@ def last_release(deployment: str) -> str | None:
 
 
 class DeploymentCollector:
-    columns: Sequence[Column] = (Column("model", "model"), Column("release", "release"))
+    columns: Sequence[Column] = (Column("model", "model"), Column("release", "release", brief=True))
 
     def collect(self, ctx: Context, rows: list[Row]) -> None:
         release = last_release(ctx.inventory.deployment)

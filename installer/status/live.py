@@ -15,7 +15,7 @@ def _yes_no(ready: bool) -> str:
 
 
 class ReadinessCollector:
-    columns: Sequence[Column] = (Column("ready", "ready", _yes_no),)
+    columns: Sequence[Column] = (Column("ready", "ready", _yes_no, brief=True),)
 
     def collect(self, ctx: Context, rows: list[Row]) -> None:
         inv = ctx.inventory

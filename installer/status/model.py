@@ -14,6 +14,9 @@ class Column:
     header: str  # the table header
     # Turns the value into table text; None always shows as "-".
     fmt: Callable[[Any], str] = str
+    # In the default table, which keeps to what users look at first and fits 100 columns; every
+    # column shows with `--wide`, and in the JSON.
+    brief: bool = False
 
 
 @dataclass
@@ -62,11 +65,18 @@ class StatusReport:
             ],
         }
 
-    def table_rows(self) -> list[list[str]]:
+    def _shown(self, wide: bool) -> list[Column]:
+        return [c for c in self.columns if wide or c.brief]
+
+    def headers(self, wide: bool = True) -> list[str]:
+        # An engine's name begins with its host's (plan._names): the default table names it once.
+        return [*(["host", "engine"] if wide else ["engine"]), *[c.header for c in self._shown(wide)]]
+
+    def table_rows(self, wide: bool = True) -> list[list[str]]:
         out = []
         for r in self.rows:
-            cells = [r.host, r.engine]
-            for c in self.columns:
+            cells = [r.host, r.engine] if wide else [r.engine]
+            for c in self._shown(wide):
                 value = r.values.get(c.key)
                 cells.append("-" if value is None else c.fmt(value))
             out.append(cells)

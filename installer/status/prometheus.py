@@ -19,7 +19,7 @@ class PrometheusError(InstallerError):
 
 
 def _rate(v: float) -> str:
-    return f"{v:.2f}"
+    return f"{v:.0f}" if v >= 100 else f"{v:.2f}"  # from 100 a second on, hundredths are noise
 
 
 def _ms(v: float) -> str:
@@ -45,17 +45,17 @@ _TTFT = 'histogram_quantile({q}, sum by (host, pli_engine, le) (rate(vllm:time_t
 QUERIES: tuple[Query, ...] = (
     Query(Column("scraped", "scraped", lambda v: "up" if v == 1 else "[red]DOWN[/]"),
           'up{job="vllm"}', True),
-    Query(Column("requests_per_s", "req/s", _rate),
+    Query(Column("requests_per_s", "req/s", _rate, brief=True),
           "sum by (host, pli_engine) (rate(vllm:e2e_request_latency_seconds_count[2m]))", True),
     Query(Column("ttft_p50_s", "TTFT p50", _ms), _TTFT.format(q=0.5), True),
-    Query(Column("ttft_p99_s", "TTFT p99", _ms), _TTFT.format(q=0.99), True),
-    Query(Column("tokens_per_s", "tok/s", _rate),
+    Query(Column("ttft_p99_s", "TTFT p99", _ms, brief=True), _TTFT.format(q=0.99), True),
+    Query(Column("tokens_per_s", "tok/s", _rate, brief=True),
           "sum by (host, pli_engine) (rate(vllm:generation_tokens_total[2m]))", True),
     Query(Column("kv_cache_usage", "KV cache", _pct),
           "max by (host, pli_engine) (vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)", True),
     Query(Column("waiting", "waiting", lambda v: f"{v:.0f}"),
           "sum by (host, pli_engine) (vllm:num_requests_waiting)", True),
-    Query(Column("gpu_memory_used_bytes", "GPU mem", _gib),
+    Query(Column("gpu_memory_used_bytes", "GPU mem", _gib, brief=True),
           "sum by (host) (pli_gpu_memory_used_bytes)", False),
 )
 
