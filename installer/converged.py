@@ -19,17 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from installer import converged_probe
+from installer import converged_probe, remote
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import HOST_BUNDLES
@@ -149,10 +147,9 @@ def host_packages(inv_dir: Path) -> dict[str, list[str]]:
 
 # --- the probe over SSH -----------------------------------------------------------------------
 
-def probe_command(t: Target, host_spec: dict[str, Any]) -> list[str]:
-    """ssh argv running the probe (read from stdin) as root: it reads the 0600 key files."""
-    sudo = [] if t.user == "root" else ["sudo", "-n"]
-    return t.ssh_argv(shlex.join([*sudo, "python3", "-", json.dumps(host_spec, sort_keys=True)]))
+def probe_command(host_spec: dict[str, Any]) -> str:
+    """The probe (read from stdin), run as root (installer/remote.py): it reads the 0600 key files."""
+    return shlex.join(["python3", "-", json.dumps(host_spec, sort_keys=True)])
 
 
 @dataclass
@@ -164,26 +161,18 @@ class Probe:
 
 
 def probe_host(t: Target, host_spec: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> Probe:
-    start = time.monotonic()
-    try:
-        p = subprocess.run(
-            probe_command(t, host_spec), input=PROBE_SCRIPT.read_bytes(), capture_output=True,
-            timeout=timeout, check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Probe(t.name, error=f"no answer within {timeout:.0f} s", seconds=timeout)
-    seconds = round(time.monotonic() - start, 2)
-    lines = p.stdout.decode(errors="replace").strip().splitlines()
-    if p.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        err = (p.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        return Probe(t.name, error=f"probe failed (ssh rc {p.returncode}): {err}", seconds=seconds)
-    return Probe(t.name, json.loads(lines[-1])["entries"], seconds=seconds)
+    r = remote.run_one(t, probe_command(host_spec), stdin=PROBE_SCRIPT.read_bytes(), timeout=timeout)
+    if r.rc == remote.NO_ANSWER and not r.stdout:
+        return Probe(t.name, error=r.stderr, seconds=r.seconds)
+    lines = r.text.strip().splitlines()
+    if not r.ok or not lines or not lines[-1].startswith("{"):
+        err = (r.stderr.splitlines() or ["no output"])[-1]
+        return Probe(t.name, error=f"probe failed (ssh rc {r.rc}): {err}", seconds=r.seconds)
+    return Probe(t.name, json.loads(lines[-1])["entries"], seconds=r.seconds)
 
 
 def probe_hosts(hosts: list[Target], specs: Mapping[str, dict[str, Any]]) -> dict[str, Probe]:
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
-        found = pool.map(lambda t: probe_host(t, specs[t.name]), hosts)
-        return {p.host: p for p in found}
+    return {p.host: p for p in remote.each(hosts, lambda t: probe_host(t, specs[t.name]))}
 
 
 # --- comparison (pure) ------------------------------------------------------------------------

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from installer import remote
 from installer.errors import InstallerError
 from installer.gpu import doctor as gpu_doctor
 from installer.inventory import Inventory
@@ -81,24 +80,17 @@ def check_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> d
     Python puts a script's folder first on the import path and reads PYTHON* variables, so a
     `json.py` another user left in /tmp would otherwise run as the SSH user (root).
     """
-    remote = (
+    command = (
         'd=$(mktemp -d) && cat > "$d/doctor.py" && '
         f'python3 -I "$d/doctor.py" {shlex.join(args)}; rc=$?; rm -rf "$d"; exit $rc'
     )
-    try:
-        p = subprocess.run(
-            t.ssh_argv(remote),
-            input=DOCTOR_SCRIPT.read_bytes(),
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"host": t.name, "status": "fail", "error": f"no answer within {timeout:.0f} s"}
-    out = p.stdout.decode(errors="replace").strip().splitlines()
+    r = remote.run_one(t, command, stdin=DOCTOR_SCRIPT.read_bytes(), timeout=timeout)
+    if r.rc == remote.NO_ANSWER and not r.stdout:
+        return {"host": t.name, "status": "fail", "error": r.stderr}
+    out = r.text.strip().splitlines()
     if not out or not out[-1].startswith("{"):
-        err = (p.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        return {"host": t.name, "status": "fail", "error": f"ssh rc {p.returncode}: {err}"}
+        err = (r.stderr.splitlines() or ["no output"])[-1]
+        return {"host": t.name, "status": "fail", "error": f"ssh rc {r.rc}: {err}"}
     result: dict[str, Any] = json.loads(out[-1])
     result["host"] = t.name
     return result
@@ -106,8 +98,7 @@ def check_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> d
 
 def check_hosts(hosts: Sequence[Target], args: list[str], timeout: float = HOST_TIMEOUT_S) -> list[dict[str, Any]]:
     """Every host's result, all hosts at once; a host that gives none is a failed one, by name."""
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
-        return list(pool.map(lambda t: check_host(t, args, timeout), hosts))
+    return remote.each(hosts, lambda t: check_host(t, args, timeout))
 
 
 def doctor(inv: Inventory | None, options: Options, json_out: Path | None = None) -> DoctorRun:

@@ -16,14 +16,11 @@ what it loaded) is named and the command fails, since a revoked key may still wo
 import hashlib
 import shlex
 import ssl
-import subprocess
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from installer import keys, revisions
+from installer import keys, remote, revisions
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
@@ -77,30 +74,14 @@ class Checked:
     adopted: list[str] = field(default_factory=list)  # "host: why", sent it under --adopt
 
 
-def _on_host(inv: Inventory, host: Host, script: str, data: bytes = b"") -> tuple[int, str, str]:
-    t = target(inv, host)
-    argv = t.ssh_argv("sudo -n sh -c " + shlex.quote(script) if t.user != "root" else script)
-    try:
-        proc = subprocess.run(argv, input=data, capture_output=True, timeout=60, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", "no answer within 60 s"
-    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace").strip()[-300:]
-
-
-def _parallel(hosts: list[Host], fn: Callable[[Host], _T]) -> list[_T]:
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        return list(pool.map(fn, hosts))
-
-
 def check(inv: Inventory, *, adopt: bool = False, command: str = "keys create") -> Checked:
     """Read every serving host's release.json and refuse, before any host or the key store is
     changed, when one runs a revision this state does not know (unless `adopt`); `command` is
     the one the refusal's fixes name."""
     hosts = serving_hosts(inv)
-    answers = _parallel(hosts, lambda h: (h, *_on_host(inv, h, _READ_RELEASE)))
-    read = {h.name: out for h, rc, out, _ in answers if rc == 0}
-    unreadable = [f"{h.name}: could not read its release record: {err or f'exit {rc}'}"
-                  for h, rc, _, err in answers if rc != 0]
+    answers = remote.run([target(inv, h) for h in hosts], _READ_RELEASE)
+    read = {r.host: r.text for r in answers if r.ok}
+    unreadable = [f"{r.host}: could not read its release record: {r.why}" for r in answers if not r.ok]
     unknown = revisions.unknown_on_hosts(inv.deployment, read)
     if unknown and not adopt:
         raise revisions.unknown_state_error(inv.deployment, unknown, command=command)
@@ -116,13 +97,11 @@ def send(checked: Checked, store: keys.KeyStore | None = None) -> list[str]:
     content, quotas = keys.render_hosts_file(store), keys.render_quotas_file(store)
     roles = keys.render_roles_file(store)
     script = _script(quotas, roles)
-    results = _parallel(
-        checked.hosts, lambda h: (h.name, *_on_host(checked.inv, h, script, content.encode()))
-    )
+    results = remote.run([target(checked.inv, h) for h in checked.hosts], script, stdin=content.encode())
     failed = checked.unreadable + [
-        f"{name}: {'not installed yet' if rc == 3 else err or f'exit {rc}'}" for name, rc, _, err in results if rc != 0
+        f"{r.host}: {'not installed yet' if r.rc == 3 else r.why}" for r in results if not r.ok
     ]
-    sent = [h for h in checked.hosts if h.name in {name for name, rc, _, _ in results if rc == 0}]
+    sent = [h for h in checked.hosts if h.name in {r.host for r in results if r.ok}]
     want = {"keys_sha256": _sha(content), "quotas_sha256": _sha(quotas), "roles_sha256": _sha(roles)}
     failed += confirm(checked.inv, sent, want)
     if failed:
@@ -172,9 +151,7 @@ def confirm_at(
     """'name: why' for each gateway (name -> base URL) that has not loaded the files of these
     digests within timeout_s."""
     deadline = time.monotonic() + timeout_s
-    items = list(bases.items())
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
-        answers = list(pool.map(lambda nb: _loaded(nb[0], nb[1], want, ctx, deployment, deadline), items))
+    answers = remote.each(list(bases.items()), lambda nb: _loaded(nb[0], nb[1], want, ctx, deployment, deadline))
     return [a for a in answers if a is not None]
 
 

@@ -6,13 +6,12 @@ found in seconds, not halfway through a configuration run.
 
 import shlex
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import paramiko
 from fabric import Connection
 
-from installer import preflight_gpu
+from installer import preflight_gpu, remote
 from installer.errors import PreflightError
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
@@ -218,8 +217,7 @@ def check_host(t: Target, needs: Needs) -> HostReport:
 
 def run_preflight(inv: Inventory, needs: Needs) -> list[HostReport]:
     hosts = targets(inv)
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
-        reports = list(pool.map(lambda t: check_host(t, needs), hosts))
+    reports = remote.each(hosts, lambda t: check_host(t, needs))
     failed = [r for r in reports if not r.ok]
     if failed:
         lines = [f"{r.name} ({r.address}): {'; '.join(r.problems)}" for r in failed]

@@ -10,11 +10,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from installer import remote
 from installer.inventory import Inventory
 from installer.tls import store as tls_store
 
@@ -200,6 +200,4 @@ def prove(inv: Inventory, secret: str) -> list[Proof]:
                 return proof
         return Proof(host.name, proofs[0].endpoint, True, "; ".join(p.detail for p in proofs), proofs[0].latency_ms)
 
-    serving = [h for h in inv.hosts if "serving" in h.groups]
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(serving)))) as pool:
-        return list(pool.map(one, serving))
+    return remote.each([h for h in inv.hosts if "serving" in h.groups], one)

@@ -1,4 +1,5 @@
-"""How we reach a host over SSH, one definition for Fabric, the system ssh client and Ansible.
+"""How we reach a host over SSH: the one argv builder, for the system ssh client (installer/remote.py,
+the bundle push, the lab) and, through `checked_options`, for Ansible and Fabric.
 
 Host keys are always checked: against the inventory's `known_hosts` file when it names one
 (the lab writes one), else the user's own known_hosts. We never turn checking off.
@@ -25,22 +26,32 @@ class Target:
     private_key: Path | None
     known_hosts: Path | None
 
-    def ssh_options(self) -> list[str]:
-        opts = [
-            "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=yes",
-            "-o", "ConnectTimeout=10",
-            "-o", "ServerAliveInterval=15",
-        ]
+    def checked_options(self) -> list[str]:
+        """What every client of ours sets: strict host keys, the deployment's known_hosts, and
+        only the identity it names (Ansible adds its own key file option)."""
+        opts = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
         if self.known_hosts:
             opts += ["-o", known_hosts_option(self.known_hosts)]
-        if self.private_key:
-            opts += ["-o", "IdentitiesOnly=yes", "-i", str(self.private_key)]
         return opts
 
-    def ssh_argv(self, command: str | None = None) -> list[str]:
+    def ssh_options(self, connect_timeout: int = 10, isolated: bool = False) -> list[str]:
+        """`isolated` (the lab): no ~/.ssh/config (a ProxyJump or another identity must not
+        reroute lab traffic), no global known_hosts, no warnings on stderr."""
+        opts = ["-F", "none", "-o", "GlobalKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"] if isolated else []
+        opts += [
+            "-o", "BatchMode=yes",
+            *self.checked_options(),
+            "-o", f"ConnectTimeout={connect_timeout}",
+            "-o", "ServerAliveInterval=15",
+        ]
+        if self.private_key:
+            opts += ["-i", str(self.private_key)]
+        return opts
+
+    def ssh_argv(self, command: str | None = None, *, connect_timeout: int = 10, isolated: bool = False) -> list[str]:
         # -l and `--`: neither the user nor the address can ever be read as an ssh option.
-        argv = ["ssh", *self.ssh_options(), "-p", str(self.port), "-l", self.user, "--", self.address]
+        argv = ["ssh", *self.ssh_options(connect_timeout, isolated), "-p", str(self.port), "-l", self.user,
+                "--", self.address]
         return [*argv, command] if command else argv
 
 

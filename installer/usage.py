@@ -11,13 +11,12 @@ key and model names and counts, never a secret.
 
 import json
 import re
-import shlex
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from installer import remote
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
@@ -73,13 +72,8 @@ def parse_by(text: str) -> tuple[str, ...]:
 
 
 def _run(inv: Inventory, host: Any, command: str) -> tuple[int, str, str]:
-    t = target(inv, host)
-    argv = t.ssh_argv(command if t.user == "root" else "sudo -n sh -c " + shlex.quote(command))
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", "no answer within 60 s"
-    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace").strip()[-300:]
+    r = remote.run_one(target(inv, host), command)
+    return r.rc, r.text, r.stderr
 
 
 def require_redis(inv: Inventory, what: str = "usage accounting and quotas") -> Host:

@@ -19,15 +19,13 @@ from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import Host, Inventory
 from installer.plan import DeploymentPlan, HostPlan
-from installer.ssh import known_hosts_option, target
+from installer.ssh import target
 from installer.tls import store as tls_store
 
 
 def _connection(inv: Inventory, host: Host) -> dict[str, Any]:
     t = target(inv, host)
-    ssh_args = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
-    if t.known_hosts:
-        ssh_args += ["-o", known_hosts_option(t.known_hosts)]
+    ssh_args = t.checked_options()
     entry: dict[str, Any] = {
         "ansible_host": t.address,
         "ansible_user": t.user,

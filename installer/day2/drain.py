@@ -8,14 +8,11 @@ engines on their own host's gateway first, and pins that gateway to one engine f
 """
 
 import json
-import shlex
 import ssl
-import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from installer import plan
+from installer import plan, remote
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory
 from installer.ssh import target
@@ -40,29 +37,12 @@ def names_of(dp: plan.DeploymentPlan, hosts: list[Host]) -> list[str]:
     return sorted({n for h in hosts for n in dp.engine_names(h.name)})
 
 
-def write_on_hosts(inv: Inventory, hosts: list[Host], path: str, content: str) -> list[str]:
-    """Write `content` to `path` on `hosts` over SSH, in parallel and atomically (temp file +
-    rename, 0644: a gateway re-reading it never sees half a file). The failures, one per host."""
-    command = (
-        f"umask 022 && printf %s {shlex.quote(content)} > {path}.tmp "
-        f"&& mv -f {path}.tmp {path}"
-    )
-
-    def one(host: Host) -> str | None:
-        proc = subprocess.run(
-            target(inv, host).ssh_argv(command), capture_output=True, text=True, timeout=60, check=False
-        )
-        return None if proc.returncode == 0 else f"{host.name}: {proc.stderr.strip() or proc.returncode}"
-
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        return [f for f in pool.map(one, hosts) if f]
-
-
 def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = None) -> None:
     """Write the drain file on `hosts` (default: every serving host), in parallel and atomically
     (temp file + rename)."""
     content = json.dumps({"engines": sorted(names)}) + "\n"
-    failures = write_on_hosts(inv, serving(inv) if hosts is None else hosts, DRAIN_FILE, content)
+    failures = remote.failures(remote.write([target(inv, h) for h in (serving(inv) if hosts is None else hosts)],
+                                            DRAIN_FILE, content))
     if failures:
         raise DrainError(
             "could not write the drain file on every gateway host",

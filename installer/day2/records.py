@@ -1,13 +1,11 @@
 """What each host says it runs (release.json), read over SSH, next to the control machine's record."""
 
 import json
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from installer import revisions
-from installer.inventory import Host, Inventory
-from installer.ssh import target
+from installer import remote, revisions
+from installer.inventory import Inventory
+from installer.ssh import targets
 
 
 @dataclass(frozen=True)
@@ -30,16 +28,14 @@ class HostRecord:
 def read(inv: Inventory) -> list[HostRecord]:
     recorded = revisions.host_revisions(inv.deployment)
 
-    def one(host: Host) -> HostRecord:
-        argv = target(inv, host).ssh_argv(f"cat {revisions.HOST_RELEASE_FILE} 2>/dev/null || echo '{{}}'")
+    def record(r: remote.Result) -> HostRecord:
+        if not r.ok:
+            return HostRecord(r.host, recorded.get(r.host), None, "", r.why[:80])
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-            data = json.loads(proc.stdout or "{}") if proc.returncode == 0 else None
-        except (subprocess.TimeoutExpired, ValueError) as exc:
-            return HostRecord(host.name, recorded.get(host.name), None, "", str(exc))
-        if data is None:
-            return HostRecord(host.name, recorded.get(host.name), None, "", proc.stderr.strip()[:80])
-        return HostRecord(host.name, recorded.get(host.name), data.get("revision"), data.get("release_id", ""))
+            data = json.loads(r.text or "{}")
+        except ValueError as exc:
+            return HostRecord(r.host, recorded.get(r.host), None, "", str(exc))
+        return HostRecord(r.host, recorded.get(r.host), data.get("revision"), data.get("release_id", ""))
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(inv.hosts)))) as pool:
-        return list(pool.map(one, inv.hosts))
+    found = remote.run(targets(inv), f"cat {revisions.HOST_RELEASE_FILE} 2>/dev/null || echo '{{}}'", timeout=30)
+    return [record(r) for r in found]

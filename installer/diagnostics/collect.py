@@ -14,16 +14,14 @@ from __future__ import annotations
 import io
 import json
 import shlex
-import subprocess
 import tarfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import keys, secret_files
+from installer import keys, remote, secret_files
 from installer.diagnostics import archive, host_collect, prometheus_range, redact
 from installer.errors import InstallerError
 from installer.inventory import Inventory
@@ -76,28 +74,25 @@ def run_on_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> 
     The script goes into a folder of its own (mktemp -d: 0700) and runs isolated (`python3 -I`),
     as installer/gpu_checks.py does: Python puts a script's folder first on the import path and
     reads PYTHON* variables, so a `json.py` another user left in /tmp would otherwise run as root."""
-    run = f'python3 -I "$d/collect.py" {shlex.join(args)}'
-    remote = (
+    command = (
         'd=$(mktemp -d) && cat > "$d/collect.py" && '
-        f'{{ if [ "$(id -u)" = 0 ]; then {run}; else sudo -n {run}; fi; }}; rc=$?; rm -rf "$d"; exit $rc'
+        f'python3 -I "$d/collect.py" {shlex.join(args)}; rc=$?; rm -rf "$d"; exit $rc'
     )
     part = archive.Part(t.name)
-    try:
-        p = subprocess.run(t.ssh_argv(remote), input=HOST_SCRIPT.read_bytes(), capture_output=True,
-                           timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
+    r = remote.run_one(t, command, stdin=HOST_SCRIPT.read_bytes(), timeout=timeout)
+    if r.rc == remote.NO_ANSWER and not r.stdout:
         part.missing["(all)"] = f"no answer over SSH within {timeout:.0f} s: nothing collected from this host"
         return part
     try:
-        with tarfile.open(fileobj=io.BytesIO(p.stdout), mode="r:gz") as tar:
+        with tarfile.open(fileobj=io.BytesIO(r.stdout), mode="r:gz") as tar:
             for member in tar.getmembers():
                 data = tar.extractfile(member)
                 if data is not None:
                     part.files[member.name] = data.read()
     except (tarfile.TarError, EOFError, OSError):
-        err = (p.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        err = (r.stderr.splitlines() or ["no output"])[-1]
         part.files.clear()
-        part.missing["(all)"] = f"ssh rc {p.returncode}: {err[:300]}: nothing collected from this host"
+        part.missing["(all)"] = f"ssh rc {r.rc}: {err[:300]}: nothing collected from this host"
         return part
     status = json.loads(part.files.pop("_collect.json", b"{}") or b"{}")
     part.missing.update(status.get("missing", {}))
@@ -197,8 +192,7 @@ def collect(
     now = time.time()
     progress(f"collecting from {len(inv.hosts)} host(s)")
     hosts = [target(inv, h) for h in inv.hosts]
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
-        parts = list(pool.map(lambda t: run_on_host(t, host_args(inv, t.name, journal_lines)), hosts))
+    parts = remote.each(hosts, lambda t: run_on_host(t, host_args(inv, t.name, journal_lines)))
     progress("reading installer status and Prometheus")
     parts.append(deployment_part(inv, parts, timeout_s, now))
     progress("scanning for secrets")

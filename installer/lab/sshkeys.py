@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from installer.procs import run
+from installer.ssh import Target
 
 
 def regenerate_host_keys(rootfs: Path) -> list[str]:
@@ -25,20 +26,9 @@ def regenerate_host_keys(rootfs: Path) -> list[str]:
 def ssh_argv(
     key: Path, known_hosts: Path, address: str, command: str, *, connect_timeout: int = 3
 ) -> list[str]:
-    # -F none: a user's ~/.ssh/config (a ProxyJump, another identity) must not reroute lab traffic.
-    return [
-        "ssh", "-F", "none",
-        "-o", "BatchMode=yes",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={known_hosts}",
-        "-o", "GlobalKnownHostsFile=/dev/null",
-        "-o", "IdentitiesOnly=yes",
-        "-o", f"ConnectTimeout={connect_timeout}",
-        "-o", "LogLevel=ERROR",
-        "-i", str(key),
-        f"root@{address}",
-        command,
-    ]  # fmt: skip
+    """installer/ssh.py's argv, isolated from the user's ssh configuration: root on a lab host."""
+    return Target(address, address, "root", 22, key, known_hosts).ssh_argv(
+        command, connect_timeout=connect_timeout, isolated=True)
 
 
 def ssh(

@@ -4,10 +4,9 @@ verified against the deployment's CA (as `installer up` proves the gateways)."""
 import ssl
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from installer import prove, secret_files
+from installer import prove, remote, secret_files
 from installer.day2 import drain
 from installer.inventory import Host, Inventory
 from installer.release import metrics
@@ -65,8 +64,7 @@ def scrape(inv: Inventory, at: float, timeout_s: float = 10) -> Scrape:
             base = prove.gateway_base(inv, host.address)
             return host.name, prove.tls_problem(exc, base, ca) or f"gateway unreachable: {exc}"
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        answers = dict(pool.map(one, hosts))
+    answers = dict(remote.each(hosts, one))
     return Scrape(
         at,
         {h: a[0] for h, a in answers.items() if not isinstance(a, str)},

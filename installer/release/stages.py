@@ -12,9 +12,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from installer import remote
 from installer.day2 import drain
 from installer.errors import InstallerError
 from installer.inventory import Host, Inventory, ReleaseSettings
+from installer.ssh import target
 from installer.topology import HOST_LAYOUT
 
 STAGES_FILE = HOST_LAYOUT["pli_stages_file"]  # where the gateway role tells the gateway to read it
@@ -59,7 +61,8 @@ def content(splits: Mapping[str, Split]) -> str:
 def write(inv: Inventory, splits: Mapping[str, Split], hosts: list[Host] | None = None,
           path: str = STAGES_FILE) -> None:
     """Every gateway host (default: every serving host) gets the same file, atomically."""
-    failures = drain.write_on_hosts(inv, drain.serving(inv) if hosts is None else hosts, path, content(splits))
+    chosen = drain.serving(inv) if hosts is None else hosts
+    failures = remote.failures(remote.write([target(inv, h) for h in chosen], path, content(splits)))
     if failures:
         raise StagesError(
             "could not write the stages file on every gateway host",

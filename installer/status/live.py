@@ -3,10 +3,9 @@ engines are ready. Over HTTPS verified with the deployment's CA, as `installer u
 
 import ssl
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from installer import prove
+from installer import prove, remote
 from installer.status.model import Column, Context, Row
 
 
@@ -35,8 +34,7 @@ class ReadinessCollector:
             except (OSError, ValueError) as exc:
                 return address, prove.tls_problem(exc, base, ca) or f"gateway unreachable: {exc}"
 
-        with ThreadPoolExecutor(max_workers=max(1, min(16, len(addresses)))) as pool:
-            answers = dict(pool.map(ask, addresses))
+        answers = dict(remote.each(addresses, ask))
         for row in rows:
             answer = answers[row.address]
             if isinstance(answer, str):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import keys, keys_push, paths, revisions
+from installer import keys, keys_push, paths, remote, revisions
 from installer.cli import _register, app
 from installer.inventory import load_inventory
 from tests.support.revisions import anchored_site, known_revision, release_record
@@ -67,7 +67,7 @@ class _Hosts:
 def hosts(monkeypatch: pytest.MonkeyPatch) -> _Hosts:
     fake = _Hosts()
     ssh = SimpleNamespace(run=fake.run, TimeoutExpired=subprocess.TimeoutExpired)
-    monkeypatch.setattr(keys_push, "subprocess", ssh)
+    monkeypatch.setattr(remote, "subprocess", ssh)
     monkeypatch.setattr(keys_push, "confirm", fake.confirm)
     return fake
 

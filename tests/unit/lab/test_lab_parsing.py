@@ -6,6 +6,7 @@ import pytest
 
 from installer.errors import LabError
 from installer.lab import hosts, network, processes, rootfs, sshkeys
+from installer.ssh import known_hosts_option
 from installer.sshkeys import known_hosts_lines
 
 MOUNTINFO = """\
@@ -86,9 +87,10 @@ def test_known_hosts_lines_drop_comments() -> None:
 def test_ssh_always_checks_host_keys() -> None:
     argv = sshkeys.ssh_argv(Path("/k"), Path("/kh"), "10.213.0.11", "true")
     joined = " ".join(argv)
-    assert "StrictHostKeyChecking=yes" in joined and "UserKnownHostsFile=/kh" in joined
+    assert "StrictHostKeyChecking=yes" in joined and known_hosts_option(Path("/kh")) in argv
     assert "StrictHostKeyChecking=no" not in joined
-    assert argv[-2:] == ["root@10.213.0.11", "true"]
+    assert argv[:3] == ["ssh", "-F", "none"] and "GlobalKnownHostsFile=/dev/null" in argv
+    assert argv[-5:] == ["-l", "root", "--", "10.213.0.11", "true"]
 
 
 def test_cache_key_changes_with_every_input() -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from installer import paths, secret_files
-from installer.day2 import drain
 from installer.inventory import Inventory, ReleaseSettings, load_inventory
 from installer.release import metrics, scrape, stages
 from installer.release.state import ReleaseError
@@ -53,7 +52,7 @@ def test_every_gateway_host_gets_the_file_atomically(tmp_path: Path, monkeypatch
             (tmp_path / self.name).mkdir(exist_ok=True)
             return ["bash", "-c", f"cd {tmp_path / self.name} && {command}"]
 
-    monkeypatch.setattr(drain, "target", lambda inv, host: InFolder(host.name, host.address, "root", 22, None, None))
+    monkeypatch.setattr(stages, "target", lambda inv, host: InFolder(host.name, host.address, "root", 22, None, None))
     stages.write(inv, {"tiny": stages.Split(50)}, path="stages.json")
     for host in ("a", "b"):
         out = tmp_path / host / "stages.json"
@@ -70,7 +69,7 @@ def test_a_host_that_cannot_be_told_is_named(tmp_path: Path, monkeypatch: pytest
         cls = DownHost if name == "b" else HereHost
         return cls(name, "10.9.9.9" if name == "b" else "127.0.0.1", "root", 22, None, None)
 
-    monkeypatch.setattr(drain, "target", pick)
+    monkeypatch.setattr(stages, "target", pick)
     with pytest.raises(stages.StagesError) as exc:
         stages.write(inv, {"tiny": stages.Split(20)}, path=str(tmp_path / "stages.json"))
     assert any(d.startswith("b: ssh: connect to host 10.9.9.9") for d in exc.value.details), exc.value.details
