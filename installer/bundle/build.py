@@ -219,8 +219,8 @@ def _write_list(root: Path, rel: str, found: list[Path]) -> None:
 
 
 def _os_packages(inv: Inventory, t: os_targets.Target, root: Path) -> list[dict[str, str]]:
-    """One target's OS packages into its repository folder: from the release's archive, or from
-    os.packages_dirs; manifest entries for them."""
+    """One target's OS packages into its repository folder: from os.packages_dirs, or from the
+    release's own archive (Debian's or Ubuntu's); manifest entries for them."""
     debs_dir = root / layout.target_dir(t.name) / "debs"
     want = os_packages.wanted_for_target(inv, t.name)
     names = os_packages.all_names(want)
@@ -229,15 +229,8 @@ def _os_packages(inv: Inventory, t: os_targets.Target, root: Path) -> list[dict[
     src = inv.os.packages_dirs.get(t.name)
     if src is not None:
         found = deb_folder.add(src, debs_dir, names, t.name)
-    elif t.debian_archive:
-        found = debs.download_debs(names, debs_dir, suite=t.codename)
     else:
-        raise BundleError(
-            f"the {t.name} hosts install {', '.join(names)}, and this machine fetches only from "
-            "Debian's archive",
-            [f"download them with their dependencies into a folder and set os.packages_dirs: "
-             f"{{{t.name}: FOLDER}} in the inventory (docs/airgap.md)"],
-        )
+        found = debs.download_debs(names, debs_dir, suite=t.codename, archive=debs.archive_of(t.os_id))
     entries = []
     for deb in found:
         fields = dict(aptrepo.parse_paragraph(aptrepo.control_text(deb)))

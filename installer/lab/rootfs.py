@@ -24,9 +24,9 @@ from installer.lab import processes
 from installer.paths import cache_dir
 from installer.procs import run
 
-# Lab releases: the bundle targets (installer/inventory/targets.py) whose archive is Debian's.
-# Ubuntu's archive and debootstrap scripts are not what this machine reaches, so no Ubuntu hosts.
-RELEASES = {name: t.codename for name, t in os_targets.TARGETS.items() if t.debian_archive}
+# Lab releases: the bundle targets (installer/inventory/targets.py) that are Debian's. The lab
+# debootstraps from Debian's archive only, so no Ubuntu hosts.
+RELEASES = {name: t.codename for name, t in os_targets.TARGETS.items() if t.os_id == "debian"}
 DEFAULT_RELEASE = os_targets.DEFAULT
 VARIANT = "minbase"
 INCLUDE = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "sudo")

@@ -22,9 +22,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from installer import inventory_checks
-from installer.bundle import build, contents, layout, project_wheel, push, wheels
+from installer.bundle import build, contents, debs, layout, project_wheel, push, wheels
 from installer.errors import BundleError, InventoryError
 from installer.inventory import load_inventory
+from installer.inventory import targets as os_targets
 from installer.ssh import Target
 from tests.support.gpu_debs import fake_deb
 
@@ -293,13 +294,23 @@ def test_an_os_packages_folder_missing_a_package_is_refused_with_the_fix(
     assert "prometheus-node-exporter 1.7.0-1 needs libfoo9 (>= 2)" in err.value.details
 
 
-def test_validate_refuses_what_no_bundle_can_serve(site: Path) -> None:
-    inv = load_inventory(_inventory(site))  # ubuntu-24.04 hosts need Prometheus's .debs: no folder
-    with pytest.raises(InventoryError) as err:
-        inventory_checks.check_inventory(inv)
-    assert any("the ubuntu-24.04 hosts install prometheus-node-exporter from the bundle" in d
-               and "os.packages_dirs: {ubuntu-24.04: FOLDER}" in d for d in err.value.details)
+def test_ubuntu_hosts_packages_come_from_ubuntus_archive_without_a_folder(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inv = load_inventory(_inventory(site))  # ubuntu-24.04 hosts install Prometheus's .debs: no folder
+    assert layout.inventory_problems(inv) == []
+    fetched: list[tuple[list[str], str, str]] = []
 
+    def download(names: list[str], dest: Path, *, suite: str, archive: debs.Archive) -> list[Path]:
+        fetched.append((names, suite, archive.distro))
+        return []
+
+    monkeypatch.setattr(debs, "download_debs", download)
+    build._os_packages(inv, os_targets.get("ubuntu-24.04"), site / "bundle")
+    assert fetched == [(["prometheus-node-exporter"], "noble", "ubuntu")]
+
+
+def test_validate_refuses_what_no_bundle_can_serve(site: Path) -> None:
     path = site / "cpu.yml"
     path.write_text("""deployment: cpu
 hosts:
