@@ -18,11 +18,11 @@ back, no admin endpoint to guard, and a broken file keeps the last good split.
 
 import json
 import logging
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from service.watched import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -84,47 +84,14 @@ def _seconds(name: str, entry: dict[str, Any], key: str) -> float | None:
     return float(timeout)
 
 
-class StagesFile:
+def _describe(splits: dict[str, Split]) -> str:
+    shown = ", ".join(f"{m}: canary {s.canary}%" for m, s in sorted(splits.items()))
+    return f"release stages: {shown or 'all stable'}"
+
+
+class StagesFile(WatchedFile[dict[str, Split]]):
     def __init__(self, path: Path | None, interval_s: float = 1.0) -> None:
-        self.path = path
-        self.interval_s = interval_s
-        self._splits: dict[str, Split] = {}
-        self._stamp: tuple[int, int, int] | None = None
-        self._checked = float("-inf")
-        self.refresh(force=True)
+        super().__init__(path, parse, {}, "stages file", _describe, interval_s)
 
     def split(self, model: str) -> Split:
-        self.refresh()
-        return self._splits.get(model, NO_SPLIT)
-
-    def refresh(self, force: bool = False) -> None:
-        """Re-read when the file's mtime/size/inode change; at most one stat per interval."""
-        now = time.monotonic()
-        if self.path is None or (not force and now - self._checked < self.interval_s):
-            return
-        self._checked = now
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self._set({}, None)
-            return
-        except OSError as exc:
-            # Unreadable (permissions, I/O): the last good split stays, as for a broken file.
-            log.error("stages file %s unusable, keeping the last good split: %s", self.path, exc)
-            return
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp == self._stamp:
-            return
-        try:
-            splits = parse(self.path.read_text())
-        except (OSError, ValueError) as exc:
-            # Keep the last good split: a broken file must not move callers between stages.
-            log.error("stages file %s unusable, keeping the last good split: %s", self.path, exc)
-            return
-        self._set(splits, stamp)
-
-    def _set(self, splits: dict[str, Split], stamp: tuple[int, int, int] | None) -> None:
-        if splits != self._splits:
-            shown = ", ".join(f"{m}: canary {s.canary}%" for m, s in sorted(splits.items()))
-            log.info("release stages: %s", shown or "all stable")
-        self._splits, self._stamp = splits, stamp
+        return self.value().get(model, NO_SPLIT)

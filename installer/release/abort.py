@@ -8,12 +8,10 @@ from pathlib import Path
 from installer import plan, revisions
 from installer.day2 import drain, gate, rolling
 from installer.errors import AnsibleError
-from installer.inventory import load_inventory
 from installer.prepare import Reporter
-from installer.release import lock, spec, stages, state
+from installer.release import entry, stages, state
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
-from installer.runlog import RunLog
 
 
 def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, why: str) -> None:
@@ -43,13 +41,5 @@ def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
 
 
 def abort(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:
-    deployment = load_inventory(inventory_path).deployment
-    with lock.held(deployment, "abort"):
-        release = state.require(deployment, model)
-        out = Outcome("abort", model, RunLog("release-abort", deployment))
-        try:
-            abort_release(spec.sides(deployment, release), out, reporter, drain_timeout_s,
-                          "asked (installer release abort)")
-        finally:
-            out.log.write_summary(out.summary())
-        return out
+    return entry.run("abort", inventory_path, model, lambda s, out: abort_release(
+        s, out, reporter, drain_timeout_s, "asked (installer release abort)"))

@@ -39,7 +39,7 @@ class StageCollector:
             rows += [Row(host, addresses.get(host, ""), n) for n in names if n not in known and host in addresses]
         got = scrape.scrape(s.stable_inv, 0, timeout_s=ctx.timeout_s)
         since_start = metrics.window({g: {} for g in got.gateways}, got.gateways)
-        share = {"stable": 100 - release.weight, "canary": release.weight}
+        share = release.shares
         for stage in ("stable", "canary"):
             f: StageFigures = metrics.figures(since_start, release.served_name, stage)
             of_stage = {n for ns in spec.engines_of(dp, release.model, stage).values() for n in ns}

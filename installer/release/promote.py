@@ -22,15 +22,13 @@ from pathlib import Path
 from installer import keys, plan, revisions
 from installer.day2 import drain, gate, rolling, upgrade
 from installer.errors import AnsibleError
-from installer.inventory import load_inventory
 from installer.prepare import Reporter
+from installer.release import entry, spec, stages, state
 from installer.release import gate as release_gate
-from installer.release import lock, spec, stages, state
 from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
 from installer.release.start import split_of
-from installer.runlog import RunLog
 
 
 def _names(by_host: dict[str, list[str]]) -> list[str]:
@@ -136,12 +134,5 @@ def promote_release(
 
 
 def promote(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:
-    deployment = load_inventory(inventory_path).deployment
-    with lock.held(deployment, "promote"):
-        release = state.require(deployment, model)
-        out = Outcome("promote", model, RunLog("release-promote", deployment))
-        try:
-            promote_release(spec.sides(deployment, release), out, reporter, drain_timeout_s, inventory_path)
-        finally:
-            out.log.write_summary(out.summary())
-        return out
+    return entry.run("promote", inventory_path, model, lambda s, out: promote_release(
+        s, out, reporter, drain_timeout_s, inventory_path))

@@ -39,8 +39,8 @@ def status(inventory_path: Path, model: str | None = None) -> ReleaseStatus:
     dp = s.with_canary()
     out = ReleaseStatus(release, problems=got.problems)
     figures = {}
-    for stage, share, rev in (("stable", 100 - release.weight, s.stable.number),
-                              ("canary", release.weight, s.canary.number)):
+    for stage, rev in (("stable", s.stable.number), ("canary", s.canary.number)):
+        share = release.shares[stage]
         f = figures[stage] = metrics.figures(since_start, release.served_name, stage)
         engines = ", ".join(n for names in spec.engines_of(dp, release.model, stage).values() for n in names)
         ratio = "-" if f.error_ratio is None else f"{f.error_ratio * 100:.1f}%"

@@ -33,6 +33,11 @@ class Release:
         return 0 if self.step < 0 else self.steps[self.step]
 
     @property
+    def shares(self) -> dict[str, int]:
+        """Percent of the model's callers per stage: the canary's weight, stable the rest."""
+        return {"stable": 100 - self.weight, "canary": self.weight}
+
+    @property
     def next_weight(self) -> int | None:
         """The weight promote moves to; None when the canary already takes everything."""
         return self.steps[self.step + 1] if self.step + 1 < len(self.steps) else None
