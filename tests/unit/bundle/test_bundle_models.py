@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from installer import prepare
-from installer.bundle import build, contents, manifest, project_wheel, wheels
+from installer.bundle import build, contents, manifest, planning, project_wheel, wheels
 from installer.bundle.manifest import SBOM, Manifest, verify
 from installer.inventory import load_inventory
 from installer.modelmaker import make_tiny_model
@@ -48,11 +48,11 @@ def site(tmp_path: Path, tiny: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         shutil.copytree(tiny, tmp_path / "models" / name)
     index = tmp_path / "index"
     index.mkdir()
-    monkeypatch.setattr(build, "gateway_requirements", lambda: ["fastapi>=0.100"])
+    monkeypatch.setattr(planning, "gateway_requirements", lambda: ["fastapi>=0.100"])
     monkeypatch.setattr(project_wheel, "build", lambda dest: _whl(dest, "private_llm_installer", "0.1.0"))
     monkeypatch.setattr(wheels, "for_target", lambda reqs, **_kw: [_whl(index, "vllm", "0.26.0")])
     monkeypatch.setattr(wheels, "download_wheels", lambda reqs, **_kw: [_whl(index, "uv", "0.13.9", uv=True)])
-    monkeypatch.setattr(build, "_os_packages", lambda inv, t, root: [])  # no apt archive here
+    monkeypatch.setattr(build, "_os_packages", lambda contents, root: [])  # no apt archive here
     return tmp_path
 
 

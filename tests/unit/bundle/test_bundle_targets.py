@@ -22,10 +22,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from installer import inventory_checks
-from installer.bundle import build, contents, debs, layout, project_wheel, push, wheels
+from installer.bundle import build, contents, layout, planning, project_wheel, push, wheels
 from installer.errors import BundleError, InventoryError
 from installer.inventory import load_inventory
-from installer.inventory import targets as os_targets
 from installer.ssh import Target
 from tests.support.gpu_debs import fake_deb
 
@@ -122,7 +121,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "model" / "config.json").write_text('{"hidden_size": 64}')
     (tmp_path / "host-torch.txt").write_text(LOCK)
     monkeypatch.setattr(wheels, "HOST_TORCH_LOCK", tmp_path / "host-torch.txt")
-    monkeypatch.setattr(build, "gateway_requirements", lambda: ["fastapi>=0.100", "redis>=5"])
+    monkeypatch.setattr(planning, "gateway_requirements", lambda: ["fastapi>=0.100", "redis>=5"])
 
     def project(dest: Path) -> Path:
         path = dest / "private_llm_installer-0.1.0-py3-none-any.whl"
@@ -297,17 +296,14 @@ def test_an_os_packages_folder_missing_a_package_is_refused_with_the_fix(
 def test_ubuntu_hosts_packages_come_from_ubuntus_archive_without_a_folder(
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("INSTALLER_UBUNTU_MIRROR", raising=False)
     inv = load_inventory(_inventory(site))  # ubuntu-24.04 hosts install Prometheus's .debs: no folder
     assert layout.inventory_problems(inv) == []
-    fetched: list[tuple[list[str], str, str]] = []
-
-    def download(names: list[str], dest: Path, *, suite: str, archive: debs.Archive) -> list[Path]:
-        fetched.append((names, suite, archive.distro))
-        return []
-
-    monkeypatch.setattr(debs, "download_debs", download)
-    build._os_packages(inv, os_targets.get("ubuntu-24.04"), site / "bundle")
-    assert fetched == [(["prometheus-node-exporter"], "noble", "ubuntu")]
+    planned = planning.plan(inv).target("ubuntu-24.04").os_packages
+    assert (planned.folder, planned.archive.distro) == (None, "ubuntu")
+    assert planned.source() == (
+        "http://archive.ubuntu.com/ubuntu noble noble-updates noble-security (main universe)"
+    )
 
 
 def test_validate_refuses_what_no_bundle_can_serve(site: Path) -> None:
