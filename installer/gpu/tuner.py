@@ -37,72 +37,12 @@ MIN_UTILIZATION, MAX_UTILIZATION = 0.80, 0.94
 MAX_DERIVED_SEQS = 256
 RAY_PORT = 6379
 
-# ---- Hopper (H100/H200): measured on the project's H200 (vLLM 0.26.0, torch 2.11, a random-weight
-# DeepSeek-V2-Lite-shaped model: 64+2 experts, MLA), the seeds' workload of 1024 tokens in / 512
-# out, vLLM's defaults and the tuned engine alternating behind our gateway in one lease
-# (benchmarks/h200/experiment.sh; every figure in benchmarks/results/h200_tuning.json).
-#
-# Adopted: CUDA graphs captured up to max_num_seqs, not vLLM's 2 x max_num_seqs (at most 512).
-# Decode batches never exceed max_num_seqs, so the extra sizes only serve mixed prefill batches,
-# which are compute-bound anyway. With 256 sequences: 35 graph sizes instead of 51; on a warm
-# restart the capture took 12 s instead of 16 s and the engine init 19 s instead of 25 s, and the
-# graphs hold 0.78 GiB instead of 1.2 GiB; output tok/s at concurrency 64 unchanged (the tuned
-# engine without MoE file: 1.03x and 0.95x of the defaults' mean with the two benchmark tools,
-# inside the ±5% between runs).
+# The measurements behind the Hopper choices below: docs/gpu.md, "What the tuner's Hopper
+# defaults rest on".
 CAPTURE_WHY = (
     "decode batches never exceed max_num_seqs; capturing to it instead of vLLM's 2x cut the "
     "capture from 16 s to 12 s and 1.2 to 0.8 GiB on an H200, throughput unchanged"
 )
-# Measured and not adopted (vLLM's own choice stays):
-# - Triton fused-MoE tiles tuned on the H200 for these experts (vLLM ships E=64,N=1408 for the
-#   B200 only; benchmarks/h200/tune_moe.py): 1.02x at the decode batch of 64 tokens, which is
-#   already at the HBM bandwidth (1.1 GB of expert weights in 281 us, 3.9 TB/s), 1.07-1.15x at
-#   prefill sizes (2k-8k tokens); end to end 0.94x and 1.00x. Not worth shipping a file for.
-# - FLASHMLA instead of FLASH_ATTN_MLA for MLA decode: 0.91-0.95x (TPOT 12.3 vs 11.4 ms).
-# - fp8 KV cache: on Hopper only FLASHMLA reads fp8 MLA KV (FLASH_ATTN_MLA is bf16-only), so it
-#   brings the slower kernel; an earlier lease measured +2% with a worse TTFT p99. The KV cache
-#   does not limit this workload (3.3 M tokens, 64 x 1.5 k in use).
-# - fp8 weights (--quantization fp8): 1.15x and 1.27x output tok/s, the one setting past 1.10x,
-#   but TTFT p99 got worse (2.30 vs 1.25 s and 1.07 vs 0.89 s) and it changes the model's
-#   numerics, so it is no speed default: tune(quantization="fp8") asks for it (see FP8_WHY).
-# Second lease, 2026-11-29 (benchmarks/h200/side_by_side.sh; one H200, so the configs ran one
-# after the other, D A | F D | A; benchmarks/results/h200_side_by_side.json), through the gateway
-# at concurrency 64, output tok/s over the mean of the two default runs (vllm bench / installer
-# bench), TTFT p99 of the defaults 0.58/0.55 s (vllm bench) and 1.10/0.90 s (installer bench):
-# - this engine + --max-num-batched-tokens 16384 (the c64 burst prefills 64 x 1024 tokens in 4
-#   steps instead of 8) + --stream-interval 8 (one streamed chunk per 8 tokens: less per-chunk work
-#   in vLLM's API server and the gateway): 0.93x/1.03x and 1.01x/1.01x, TTFT p99 2.07/0.69 s and
-#   0.94/0.92 s, TPOT p50 4% lower, TTFT p50 higher. Within the run-to-run spread: not adopted.
-#   (Async scheduling is already vLLM 0.26's default: "Asynchronous scheduling is enabled".)
-# - the same + fp8 weights: 1.22x (vllm bench) and 1.35x (installer bench), TPOT p50 8.3 vs
-#   11.6-11.9 ms (decode reads half the expert bytes), 17% more KV cache; TTFT p99 2.27 s vs
-#   0.55-0.58 s with vllm bench but 0.77 s vs 0.90-1.10 s with installer bench, TTFT p50 worse
-#   in both (0.57 vs 0.32-0.35 s, 0.44 vs 0.38-0.42 s): prefill runs slower (online per-tensor
-#   fp8: activation quantization per GEMM, Triton fp8 MoE without tuned tiles for this GPU).
-#   One run (the second was cut by the device budget).
-# Third lease, 2026-11-29 (two H200s, benchmarks/h200/lease_x2.sh; h200_side_by_side_x2.json): the
-# defaults and this engine with fp8 weights SIDE BY SIDE, one per GPU at once, swapped between
-# rounds, each after a warm-up that absorbed every Triton JIT: fp8 1.28x/1.28x (vllm bench) and
-# 1.26x/1.25x (installer bench), TTFT p99 11-30% worse in all four runs, TTFT p50 22-92% worse.
-# So the slower prefill is real, not a JIT spike or run order: fp8 stays an opt-in. FlashInfer
-# CUTLASS bf16 MoE was still JIT-building its kernels 5 min after start: not measured.
-# Fourth lease, 2026-11-30 (two H200s side by side; benchmarks/results/h200_side_by_side_20261130_x2.json):
-# - fp8 experts are not what slows fp8 prefill: benchmarks/h200/tune_moe.py timed the fp8 Triton
-#   MoE at prefill sizes against bf16's, 725 vs 1,038 us at 4,096 tokens and 1,316 vs 2,046 us at
-#   8,192 (fp8 1.4-1.6x faster), and tiles tuned for it gave 1.00-1.01x there. With those tiles
-#   (Qt) TTFT p99 was still worse than the defaults' (1,138 vs 1,008 ms; 951 vs 897; 1,073 vs
-#   906): not shipped.
-# - fp8 weights + --max-num-batched-tokens 16384 (the same tiles): output tok/s 1.30x/1.31x (vllm
-#   bench) and 1.33x/1.32x (installer bench) of the defaults, TTFT p99 886 vs 921 ms and 783 vs
-#   1,019 ms (medians of the two swapped rounds; one run of four 5% worse, three better), TTFT p50
-#   worse (405 -> 657 ms, 397 -> 545). The burst of 64 prompts prefills in 4 steps instead of 8;
-#   presumably an fp8 step's fixed costs (activation scales per GEMM, the decodes carried along)
-#   are then paid half as often (not profiled). So with fp8 weights on Hopper the tuner sets 16384
-#   (FP8_BATCH_WHY); the tile file is left out, as Qt with it matched Q without it. With bf16
-#   weights it was inside the noise (second lease, above) and stays vLLM's 8192.
-# - Already vLLM 0.26's defaults on an H200, so nothing to set: async scheduling (on), prefix
-#   caching (on), max_num_batched_tokens 8192 with chunked prefill, the Triton MoE backend (its
-#   oracle ranks FlashInfer CUTLASS below Triton on SM90 as slower; TRT-LLM bf16 MoE is SM100).
 FP8_WHY = (
     "fp8 weights asked for: on an H200 at concurrency 64 they gave 1.30-1.33x output tok/s side by "
     "side with the defaults (decode reads half the expert bytes; with 16384 batched tokens, TTFT "
@@ -384,79 +324,59 @@ def _place(
     return placed
 
 
-def tune(
-    spec: ModelSpec,
-    hosts: list[HostHardware],
-    *,
-    max_model_len: int,
-    concurrency: int,
-    max_num_seqs: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    base_port: int = 8000,
-    quantization: str | None = None,
-) -> Tuned:
-    """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured).
-
-    quantization="fp8" opts into online fp8 weights for speed (FP8_WHY); by default weights stay
-    as the checkpoint has them unless they do not fit otherwise. The layout must hold
-    max_num_seqs sequences, or `concurrency` (the inventory's default max_num_seqs) when
-    max_num_seqs is left to be derived from the KV cache.
-    """
+def _identical(hosts: list[HostHardware]) -> tuple[GPUType, int]:
+    """The GPU type and count every host has (the first is measured; the others must match)."""
     if not hosts:
         raise TuneError("no hosts to tune for")
-    if quantization not in (None, "fp8"):
-        raise TuneError(f"quantization {quantization!r} is not one the tuner sets (fp8, or none)")
-    gpu = hosts[0].gpu_type()
-    per_host = len(hosts[0].gpus)
+    gpu, per_host = hosts[0].gpu_type(), len(hosts[0].gpus)
     for h in hosts[1:]:
         if h.gpu_type().name != gpu.name or len(h.gpus) != per_host:
             raise TuneError(
                 f"{h.name} has other GPUs than {hosts[0].name}; hosts of one deployment "
                 "must be identical"
             )
-    why: dict[str, str] = {}
-    notes: list[str] = []
-    util = gpu_memory_utilization or utilization_for(gpu.memory_mib)
+    return gpu, per_host
+
+
+def _utilization(gpu: GPUType, given: float | None, why: dict[str, str]) -> float:
     why["gpu_memory_utilization"] = (
         "set in the inventory"
-        if gpu_memory_utilization
+        if given
         else f"leaves {RESERVE_GIB:.0f} GiB of each {gpu.memory_mib / 1024:.0f} GiB GPU outside "
         "vLLM (CUDA graphs, post-profile allocations); a fixed share idles more on large GPUs"
     )
-    length = max_model_len
-    if length > spec.max_position_embeddings:
+    return given or utilization_for(gpu.memory_mib)
+
+
+def _context(spec: ModelSpec, max_model_len: int, notes: list[str]) -> int:
+    """max_model_len, lowered to the model's positions."""
+    if max_model_len > spec.max_position_embeddings:
         notes.append(
-            f"max_model_len lowered from {length} to the model's "
+            f"max_model_len lowered from {max_model_len} to the model's "
             f"{spec.max_position_embeddings} positions"
         )
-        length = spec.max_position_embeddings
-    plan_seqs = max_num_seqs or concurrency
+        return spec.max_position_embeddings
+    return max_model_len
+
+
+def _fitting(spec: ModelSpec, gpu: GPUType, per_host: int, hosts: int, length: int, seqs: int, util: float,
+             quantization: str | None) -> Recommendation:
+    """The planner's layout for these GPUs; TuneError when the model does not fit them."""
     try:
-        rec = recommend(
-            spec,
-            gpu,
-            gpus_per_host=per_host,
-            hosts=len(hosts),
-            max_model_len=length,
-            max_num_seqs=plan_seqs,
-            gpu_memory_utilization=util,
-            weights=quantization or "native",
-        )
+        rec = recommend(spec, gpu, gpus_per_host=per_host, hosts=hosts, max_model_len=length, max_num_seqs=seqs,
+                        gpu_memory_utilization=util, weights=quantization or "native")
     except InstallerError as exc:  # fp8 asked for where it cannot be had
         raise TuneError(str(exc), ["leave quantization unset: the weights stay as the checkpoint has them"]) from None
     if rec.fit is None:
-        raise TuneError(
-            f"{spec.name} does not fit on {len(hosts)} host(s) of {per_host} x {gpu.key}; "
-            f"needs {rec.missing}",
-            rec.reasons,
-        )
+        raise TuneError(f"{spec.name} does not fit on {hosts} host(s) of {per_host} x {gpu.key}; needs {rec.missing}",
+                        rec.reasons)
+    return rec
+
+
+def _layout_reasons(spec: ModelSpec, rec: Recommendation, quantization: str | None, per_host: int, length: int,
+                    plan_seqs: int, why: dict[str, str]) -> None:
+    assert rec.fit is not None
     fit, lay = rec.fit, rec.fit.layout
-    seqs = max_num_seqs or derive_max_num_seqs(fit.kv_tokens, length)
-    why["max_num_seqs"] = (
-        "set in the inventory"
-        if max_num_seqs
-        else f"{fit.kv_tokens:,} KV tokens hold {seqs} sequences at half of max_model_len {length}"
-    )
     why["tensor_parallel_size"] = (
         f"fewest GPUs per engine that hold the weights ({fit.weights_gib:.1f} GiB per GPU) "
         f"and {plan_seqs} sequences of {length} tokens"
@@ -485,31 +405,15 @@ def tune(
         "chat requests share system prompts and history; reusing their KV "
         "blocks skips prefill at a negligible hashing cost"
     )
-    settings: dict[str, Any] = {
-        "tensor_parallel_size": lay.tp,
-        "pipeline_parallel_size": lay.pp,
-        "engines_per_host": rec.engines_per_host,
-        "gpu_memory_utilization": util,
-        "max_model_len": length,
-        "max_num_seqs": seqs,
-        "kv_cache_dtype": lay.kv_dtype,
-        "quantization": "fp8" if lay.weights == "fp8" else (spec.quant or None),
-        "enable_prefix_caching": True,
-        "kv_tokens_per_engine": fit.kv_tokens,
-        "kv_gib_per_gpu": round(fit.kv_gib, 1),
-        "gpu": gpu.key,
-    }
-    args = [
-        "--tensor-parallel-size",
-        str(lay.tp),
-        "--gpu-memory-utilization",
-        f"{util:.2f}",
-        "--max-model-len",
-        str(length),
-        "--max-num-seqs",
-        str(seqs),
-        "--enable-prefix-caching",
-    ]
+
+
+def _engine_args(spec: ModelSpec, gpu: GPUType, rec: Recommendation, util: float, length: int, seqs: int,
+                 settings: dict[str, Any], why: dict[str, str], notes: list[str]) -> list[str]:
+    """The sizing flags every engine of the layout gets (and the Hopper choices, with why)."""
+    assert rec.fit is not None
+    lay = rec.fit.layout
+    args = ["--tensor-parallel-size", str(lay.tp), "--gpu-memory-utilization", f"{util:.2f}",
+            "--max-model-len", str(length), "--max-num-seqs", str(seqs), "--enable-prefix-caching"]
     if lay.weights == "fp8":
         args += ["--quantization", "fp8"]
     if lay.kv_dtype == "fp8":
@@ -524,85 +428,117 @@ def tune(
             why["max_num_batched_tokens"] = FP8_BATCH_WHY
         elif not spec.quant:
             notes.append(FP8_HINT.format(model=spec.name))
-    engines: list[EngineSpec] = []
+    return args
+
+
+def _pipeline(hosts: list[HostHardware], pp: int, per_host: int, args: list[str], base_port: int,
+              notes: list[str]) -> tuple[EngineSpec, RaySpec]:
+    """One engine over `pp` hosts: a Ray head on the first, workers on the others."""
+    groups = len(hosts) // pp
+    if len(hosts) % pp:
+        notes.append(f"{len(hosts) % pp} host(s) left out: {len(hosts)} hosts do not divide into pipelines of {pp}")
+    head = hosts[0]
+    ray = RaySpec(
+        head=head.name,
+        workers=[h.name for h in hosts[1:pp]],
+        port=RAY_PORT,
+        head_argv=["ray", "start", "--head", f"--port={RAY_PORT}", f"--num-gpus={per_host}",
+                   "--include-dashboard=false", "--disable-usage-stats", "--block"],
+        worker_argv=["ray", "start", f"--address={head.name}:{RAY_PORT}", f"--num-gpus={per_host}",
+                     "--disable-usage-stats", "--block"],
+    )
+    if groups > 1:
+        notes.append(f"{groups} pipelines fit; this plan runs the first (one Ray cluster)")
+    cpus = sorted(c for cs in head.numa_cpus.values() for c in cs)
+    engine = EngineSpec(head.name, 0, base_port, [g.index for g in head.gpus], _cpulist(cpus), sorted(head.numa_cpus),
+                        [*args, "--pipeline-parallel-size", str(pp), "--distributed-executor-backend", "ray"],
+                        {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    return engine, ray
+
+
+def _placed(hosts: list[HostHardware], tp: int, per_host: int, args: list[str], base_port: int,
+            notes: list[str]) -> list[EngineSpec]:
+    """`per_host` engines of `tp` GPUs on each host, on their GPUs' NUMA CPUs."""
+    engines = []
+    for h in hosts:
+        for i, (gpus, cpus, nodes) in enumerate(_place(h, tp, per_host)):
+            if len(nodes) > 1:
+                notes.append(f"{h.name} engine {i} spans NUMA nodes {nodes}")
+            worst = max((h.link(a, b) for a, b in itertools.combinations(gpus, 2)), key=doctor.link_rank, default="")
+            if worst and doctor.link_rank(worst) > 0:
+                notes.append(
+                    f"{h.name} engine {i}: GPUs {gpus} reach each other only over {worst} (no NVLink); "
+                    "every layer's tensor-parallel all-reduce crosses PCIe"
+                    + (" and the CPU sockets" if worst in ("SYS", "SOC") else "")
+                )
+            # nvidia-smi numbers GPUs in PCI order, CUDA by default fastest first: make CUDA count
+            # like nvidia-smi so the indices name the GPUs we placed.
+            env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+            engines.append(EngineSpec(h.name, i, base_port + i, gpus, _cpulist(cpus), nodes, list(args), env))
+    return engines
+
+
+def tune(
+    spec: ModelSpec,
+    hosts: list[HostHardware],
+    *,
+    max_model_len: int,
+    concurrency: int,
+    max_num_seqs: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    base_port: int = 8000,
+    quantization: str | None = None,
+) -> Tuned:
+    """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured).
+
+    quantization="fp8" opts into online fp8 weights for speed (FP8_WHY); by default weights stay
+    as the checkpoint has them unless they do not fit otherwise. The layout must hold
+    max_num_seqs sequences, or `concurrency` (the inventory's default max_num_seqs) when
+    max_num_seqs is left to be derived from the KV cache.
+
+    The steps, each a function above: identical hosts, the memory share, the context, the
+    planner's fit, the sequences it holds, the reasons, the flags, then the engines' placement
+    (one pipeline over Ray, or engines on each host's GPU groups).
+    """
+    if quantization not in (None, "fp8"):
+        raise TuneError(f"quantization {quantization!r} is not one the tuner sets (fp8, or none)")
+    gpu, per_host = _identical(hosts)
+    why: dict[str, str] = {}
+    notes: list[str] = []
+    util = _utilization(gpu, gpu_memory_utilization, why)
+    length = _context(spec, max_model_len, notes)
+    plan_seqs = max_num_seqs or concurrency
+    rec = _fitting(spec, gpu, per_host, len(hosts), length, plan_seqs, util, quantization)
+    assert rec.fit is not None
+    fit, lay = rec.fit, rec.fit.layout
+    seqs = max_num_seqs or derive_max_num_seqs(fit.kv_tokens, length)
+    why["max_num_seqs"] = (
+        "set in the inventory"
+        if max_num_seqs
+        else f"{fit.kv_tokens:,} KV tokens hold {seqs} sequences at half of max_model_len {length}"
+    )
+    _layout_reasons(spec, rec, quantization, per_host, length, plan_seqs, why)
+    settings: dict[str, Any] = {
+        "tensor_parallel_size": lay.tp,
+        "pipeline_parallel_size": lay.pp,
+        "engines_per_host": rec.engines_per_host,
+        "gpu_memory_utilization": util,
+        "max_model_len": length,
+        "max_num_seqs": seqs,
+        "kv_cache_dtype": lay.kv_dtype,
+        "quantization": "fp8" if lay.weights == "fp8" else (spec.quant or None),
+        "enable_prefix_caching": True,
+        "kv_tokens_per_engine": fit.kv_tokens,
+        "kv_gib_per_gpu": round(fit.kv_gib, 1),
+        "gpu": gpu.key,
+    }
+    args = _engine_args(spec, gpu, rec, util, length, seqs, settings, why, notes)
     ray = None
     if lay.pp > 1:
-        args += ["--pipeline-parallel-size", str(lay.pp), "--distributed-executor-backend", "ray"]
-        groups = len(hosts) // lay.pp
-        if len(hosts) % lay.pp:
-            notes.append(
-                f"{len(hosts) % lay.pp} host(s) left out: {len(hosts)} hosts do not divide into "
-                f"pipelines of {lay.pp}"
-            )
-        head = hosts[0]
-        ray = RaySpec(
-            head=head.name,
-            workers=[h.name for h in hosts[1 : lay.pp]],
-            port=RAY_PORT,
-            head_argv=[
-                "ray",
-                "start",
-                "--head",
-                f"--port={RAY_PORT}",
-                f"--num-gpus={per_host}",
-                "--include-dashboard=false",
-                "--disable-usage-stats",
-                "--block",
-            ],
-            worker_argv=[
-                "ray",
-                "start",
-                f"--address={head.name}:{RAY_PORT}",
-                f"--num-gpus={per_host}",
-                "--disable-usage-stats",
-                "--block",
-            ],
-        )
-        if groups > 1:
-            notes.append(f"{groups} pipelines fit; this plan runs the first (one Ray cluster)")
-        cpus = sorted(c for cs in head.numa_cpus.values() for c in cs)
-        engines.append(
-            EngineSpec(
-                head.name,
-                0,
-                base_port,
-                [g.index for g in head.gpus],
-                _cpulist(cpus),
-                sorted(head.numa_cpus),
-                list(args),
-                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-            )
-        )
+        engine, ray = _pipeline(hosts, lay.pp, per_host, args, base_port, notes)
+        engines = [engine]
     else:
-        for h in hosts:
-            for i, (gpus, cpus, nodes) in enumerate(_place(h, lay.tp, rec.engines_per_host)):
-                if len(nodes) > 1:
-                    notes.append(f"{h.name} engine {i} spans NUMA nodes {nodes}")
-                worst = max((h.link(a, b) for a, b in itertools.combinations(gpus, 2)), key=doctor.link_rank,
-                            default="")
-                if worst and doctor.link_rank(worst) > 0:
-                    notes.append(
-                        f"{h.name} engine {i}: GPUs {gpus} reach each other only over {worst} (no NVLink); "
-                        "every layer's tensor-parallel all-reduce crosses PCIe"
-                        + (" and the CPU sockets" if worst in ("SYS", "SOC") else "")
-                    )
-                engines.append(
-                    EngineSpec(
-                        h.name,
-                        i,
-                        base_port + i,
-                        gpus,
-                        _cpulist(cpus),
-                        nodes,
-                        list(args),
-                        # nvidia-smi numbers GPUs in PCI order, CUDA by default fastest first: make
-                        # CUDA count like nvidia-smi so the indices name the GPUs we placed.
-                        {
-                            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-                        },
-                    )
-                )
+        engines = _placed(hosts, lay.tp, rec.engines_per_host, args, base_port, notes)
     if rec.idle_gpus_per_host:
         notes.append(f"{rec.idle_gpus_per_host} GPU(s) per host idle")
     notes += [r for r in rec.reasons if r.startswith("only ")]
