@@ -1,4 +1,5 @@
-"""Upstream-layout Prometheus release tarballs, built from the Debian binaries on this machine.
+"""Upstream-layout Prometheus release tarballs: built from the Debian binaries on this machine
+(upstream_tarballs), or tiny ones of shell scripts for checks that read only the layout (tarball).
 
 Upstream release tarballs are <name>-<version>.linux-amd64/ holding exactly these Go programs
 (plus LICENSE/NOTICE and, for Prometheus 2.x, example consoles the role does not use), so the
@@ -16,6 +17,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from installer.bundle import monitoring_tarballs
+
 DEBIAN_AM_TEMPLATES = Path("/usr/share/prometheus/alertmanager")
 # (component, {name in the tarball: Debian's binary})
 PROGRAMS = {
@@ -23,6 +26,24 @@ PROGRAMS = {
     "alertmanager": {"alertmanager": "/usr/bin/prometheus-alertmanager", "amtool": "/usr/bin/amtool"},
     "node_exporter": {"node_exporter": "/usr/bin/prometheus-node-exporter"},
 }
+
+
+# Versions of the tiny tarballs (what upstream released in 2025).
+VERSIONS = {"prometheus": "2.53.4", "alertmanager": "0.28.1", "node_exporter": "1.9.1"}
+
+
+def tarball(folder: Path, component: str, version: str, *, platform: str = "linux-amd64",
+            top: str | None = None, programs: tuple[str, ...] | None = None) -> Path:
+    """A tarball laid out as upstream's releases: <component>-<version>.<platform>/<programs>."""
+    top = f"{component}-{version}.{platform}" if top is None else top
+    path = folder / f"{component}-{version}.{platform}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name in ("LICENSE", *(monitoring_tarballs.COMPONENTS[component] if programs is None else programs)):
+            data = f"#!/bin/sh\necho {name}\n".encode()
+            info = tarfile.TarInfo(f"{top}/{name}".lstrip("/"))
+            info.size, info.mode = len(data), 0o644 if name == "LICENSE" else 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return path
 
 
 def _version(binary: str) -> str:

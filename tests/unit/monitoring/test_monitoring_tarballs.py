@@ -3,9 +3,7 @@ for a missing, duplicate, foreign or unknown-layout tarball), what the bundle ca
 tarballs, checksummed in the manifest, and the index the role reads), and the role's units."""
 
 import hashlib
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -16,22 +14,7 @@ from installer.errors import BundleError, InventoryError
 from installer.inventory import load_inventory
 from installer.inventory_checks import check_inventory
 from tests.support.monitoring_render import ROLE, render
-
-VERSIONS = {"prometheus": "2.53.4", "alertmanager": "0.28.1", "node_exporter": "1.9.1"}
-
-
-def tarball(folder: Path, component: str, version: str, *, platform: str = "linux-amd64",
-            top: str | None = None, programs: tuple[str, ...] | None = None) -> Path:
-    """A tarball laid out as upstream's releases: <component>-<version>.<platform>/<programs>."""
-    top = f"{component}-{version}.{platform}" if top is None else top
-    path = folder / f"{component}-{version}.{platform}.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for name in ("LICENSE", *(monitoring_tarballs.COMPONENTS[component] if programs is None else programs)):
-            data = f"#!/bin/sh\necho {name}\n".encode()
-            info = tarfile.TarInfo(f"{top}/{name}".lstrip("/"))
-            info.size, info.mode = len(data), 0o644 if name == "LICENSE" else 0o755
-            tar.addfile(info, io.BytesIO(data))
-    return path
+from tests.support.monitoring_tarballs import VERSIONS, tarball
 
 
 def site(tmp_path: Path, **monitoring: str) -> Path:
