@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from installer.gpu import matrix, planner, tuner
-from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags
+from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, profiles
 from installer.topology import HOST_LAYOUT, cross_host
 
 UNIT = "private-llm-engine"
@@ -194,9 +194,9 @@ def vllm_argv(
     served: ServedModel | None = None, model_dir: str | None = None,
 ) -> list[str]:
     """Every flag one engine gets: the model, its name and address, its port, the tuner's flags
-    (or the model's sizing when untuned), its task's runner, eager mode on CPUs, TLS on the
-    network, and the model's extra_args last (the loader refused those that would override a
-    flag written here: engine_flags.OWNED).
+    (or the model's sizing when untuned), its task's runner, its serving profile's parsers and
+    MTP, eager mode on CPUs, TLS on the network, and the model's extra_args last (the loader
+    refused those that would override a flag written here: engine_flags.OWNED).
     `served`: the model (default the primary); `model_dir`: its weights' folder (default its own)."""
     layout = HOST_LAYOUT
     on_network = cross_host(inv)
@@ -209,6 +209,8 @@ def vllm_argv(
         "--port", str(port),
         *(tuned_args or _inventory_sizing(served.engine)),
         *TASK_ARGS[served.task],
+        # the serving profile's parsers and MTP (installer/inventory/profiles.py)
+        *profiles.resolve(served.model, inv.engine.device, served.task).argv,
     ]
     if inv.engine.device == "cpu":
         argv.append("--enforce-eager")  # CPU engines would compile at start-up; hosts have no compiler

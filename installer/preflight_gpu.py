@@ -8,6 +8,7 @@ reads nvidia-smi, the /dev/nvidia* nodes and NVIDIA display devices in sysfs. Fr
   refused unless the bundle carries NVIDIA's driver packages (gpu.packages_dir), which the
   nvidia_driver role installs;
 - declared gpu.type/gpu.count that the host contradicts are refused, naming both;
+- fp8 weights on GPUs without fp8 tensor cores are refused (the inventory's serving profiles);
 - `with_probed_hardware` fills gpu.type/gpu.count from the probe when the inventory leaves them
   out, so engines are laid out for the GPUs the hosts have; `plan_probed` builds the plan for
   them and refuses a model that does not fit (installer/gpu/tuner.py through installer/engines.py).
@@ -23,7 +24,7 @@ from typing import TypeVar
 from installer.errors import PreflightError
 from installer.gpu import matrix
 from installer.gpu.tuner import TuneError
-from installer.inventory import Inventory
+from installer.inventory import Inventory, profile_checks
 
 T = TypeVar("T")
 
@@ -62,6 +63,9 @@ class GPUNeeds:
     # The bundle carries NVIDIA's driver packages (gpu.packages_dir): an old or missing driver is
     # the nvidia_driver role's to install, not a refusal.
     driver_in_bundle: bool
+    # The models whose weights are fp8 (installer/inventory/profile_checks.py fp8_weights): GPUs
+    # without fp8 tensor cores are refused for them.
+    fp8_weights: tuple[str, ...] = ()
 
 
 def needs(inv: Inventory, packages: list[dict[str, str]]) -> GPUNeeds | None:
@@ -76,6 +80,7 @@ def needs(inv: Inventory, packages: list[dict[str, str]]) -> GPUNeeds | None:
         where_count=inv.where("gpu", "count"),
         where_cuda=inv.where("gpu", "cuda") if "cuda" in inv.gpu.model_fields_set else "gpu.cuda's default",
         driver_in_bundle=any(_DRIVER_PACKAGE.match(p.get("name", "")) for p in packages),
+        fp8_weights=profile_checks.fp8_weights(inv),
     )
 
 
@@ -172,6 +177,9 @@ def judge(facts: Mapping[str, str], gpu: GPUNeeds | None) -> list[str]:
             f"{gpu.where_type} is {gpu.declared_type} but the host has {has}; "
             "correct gpu.type, or remove it to use what the host has"
         )
+    fp8 = profile_checks.fp8_gpu_problem(gpu.fp8_weights, p.gpus[0].name)
+    if fp8 is not None:
+        problems.append(fp8)
     if gpu.declared_count is not None and gpu.declared_count != len(p.gpus):
         problems.append(
             f"{gpu.where_count} is {gpu.declared_count} but the host has {len(p.gpus)} GPU(s); "

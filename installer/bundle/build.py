@@ -33,6 +33,7 @@ from installer.bundle import (
     aptrepo,
     deb_folder,
     debs,
+    engine_parsers,
     gpu_packages,
     layout,
     monitoring_dcgm,
@@ -321,6 +322,7 @@ def build(
     key = hashlib.sha256(json.dumps(bundle_inputs(inv, canaries), sort_keys=True).encode()).hexdigest()[:24]
     root = cache_dir() / "bundles" / key
     if (root / MANIFEST).is_file():
+        engine_parsers.check(inv, root)  # the profiles of this inventory, against the carried vLLM
         return root, Manifest.from_json((root / MANIFEST).read_text()), False
     tmp = root.with_name(key + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -331,6 +333,7 @@ def build(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     tmp.rename(root)
+    engine_parsers.check(inv, root)
     return root, man, True
 
 

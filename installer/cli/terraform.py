@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from installer import gpu_fit, plan_history, plan_record, preview
 from installer import plan as deployment_plan
@@ -17,7 +18,7 @@ from installer.cli.root import InventoryOpt, app, run_up
 from installer.day2 import down as teardown
 from installer.errors import AnsibleError
 from installer.gpu.tuner import Tuned
-from installer.inventory import Inventory, load_inventory
+from installer.inventory import Inventory, load_inventory, profile_checks
 from installer.terraform.cli import ChangeSummary
 from installer.terraform.provision import describe
 from installer.ui import console, table
@@ -129,6 +130,19 @@ def print_fit_section(inv: Inventory) -> Tuned | None:
     return tuned
 
 
+def print_profile_section(inv: Inventory) -> None:
+    """Each model's serving profile, every flag it adds to the engines, and what caused each."""
+    for m in profile_checks.resolve_all(inv):
+        r = m.resolved
+        console.print(f"serving profile — {escape(m.label)}: [bold]{r.profile}[/] ({escape(r.why)})",
+                      soft_wrap=True, highlight=False)
+        if r.flags:
+            rows = [[escape(shlex.join(f.argv)), escape(f.cause)] for f in r.flags]
+            console.print(table(f"flags {escape(m.label)}'s profile adds", ["flag", "caused by"], rows))
+        for note in r.notes:
+            console.print(f"  {note}", markup=False, highlight=False)
+
+
 def _print_engines(dp: deployment_plan.DeploymentPlan | None) -> None:
     """Every engine's (host, unit, argv) of the command's one plan: exactly what `up` deploys."""
     if dp is None:
@@ -171,6 +185,7 @@ def plan(
         return
     # Does the model fit the GPUs at all? Cheap, offline, and worth knowing before anything else.
     print_fit_section(inv)
+    print_profile_section(inv)
     trusted = tuple(trusted_key or ())
     if inv.provider != "baremetal":
         cloud = preview.cloud_changes(inv, bundle, trusted, insecure, _note)

@@ -24,6 +24,10 @@ _LAYOUT = (
     "describe the GPUs (gpu.type, gpu.count) and let the tuner lay the model out: every engine's "
     "GPUs and hosts are the installer's"
 )
+_PROFILE = (
+    "set the model's profile (model.profile, models[].profile): the serving profile writes it "
+    "(docs/deepseek.md#serving-profiles)"
+)
 
 # Every flag vllm_argv writes (itself, or the tuner's flags it passes on), with how to change it
 # instead. vllm_argv refuses to write a flag that is neither here nor in LEFT_TO_EXTRA_ARGS, so a
@@ -46,6 +50,10 @@ WRITTEN: dict[str, str] = {
     "--distributed-executor-backend": _LAYOUT,
     "--runner": "set the model's task (models[].task): the gateways send each task its own requests",
     "--convert": "set the model's task (models[].task): the gateways send each task its own requests",
+    "--reasoning-parser": _PROFILE + "; a model's reasoning_parser overrides it",
+    "--tool-call-parser": _PROFILE + "; a model's tool_call_parser overrides it",
+    "--enable-auto-tool-choice": _PROFILE + "; it comes with the model's tool_call_parser",
+    "--speculative-config": _PROFILE + "; a model's mtp_tokens sets MTP speculative decoding (0: off)",
     "--ssl-certfile": _TLS,
     "--ssl-keyfile": _TLS,
     "--ssl-ca-certs": _TLS,
@@ -64,6 +72,10 @@ UNDOING: dict[str, str] = {
     "--config": "write the flags into extra_args themselves: a vLLM config file on the host could "
                 "set any flag the installer writes, unchecked",
     "--data-parallel-size": _LAYOUT,
+    "--no-enable-auto-tool-choice": _PROFILE,
+    "--spec-method": _PROFILE + "; a model's mtp_tokens sets MTP speculative decoding",
+    "--spec-model": _PROFILE + "; a model's mtp_tokens sets MTP speculative decoding",
+    "--spec-tokens": _PROFILE + "; a model's mtp_tokens sets MTP speculative decoding",
     "--no-enforce-eager": "leave eager mode to engine.device: a CPU engine runs eager (its host has "
                           "no compiler), a GPU engine compiles as vLLM does by default",
 }
@@ -76,6 +88,7 @@ SHORT: dict[str, str] = {
     "-pp": "--pipeline-parallel-size",
     "-dp": "--data-parallel-size",
     "-q": "--quantization",
+    "-sc": "--speculative-config",
 }
 
 # Written by vllm_argv, yet left to extra_args on purpose: --enforce-eager only asks for what CPU

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from installer.errors import InventoryError
-from installer.inventory import engine_flags
+from installer.inventory import engine_flags, profile_checks
 from installer.inventory.models import MODEL_FORM, Inventory, duplicate_hosts
 from installer.inventory.source import Loc, Source, dotted
 
@@ -173,6 +173,9 @@ def _check_consistency(inv: Inventory) -> Iterator[str]:
     if inv.cloud is not None:
         yield from _check_public_key(inv.cloud.ssh_public_key, inv.where("cloud", "ssh_public_key"))
     yield from _check_extra_args(inv)
+    # the models' serving profiles against their checkpoints and the bundled vLLM's names
+    for loc, problem in profile_checks.problems(inv):
+        yield f"{inv.where(*loc)}: {problem}"
 
 
 def _check_extra_args(inv: Inventory) -> Iterator[str]:

@@ -37,6 +37,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from installer.gpu import matrix as gpu_matrix
+from installer.inventory import profiles
 from installer.inventory import targets as os_targets
 from installer.inventory.source import Loc, Source, dotted
 
@@ -200,7 +201,45 @@ def model_dir_name(name: str) -> str:
     return name.replace("/", "--")
 
 
-class Model(_Strict):
+def _profile_name(value: str) -> str:
+    if value not in profiles.CHOICES:
+        raise ValueError(f"unknown profile {value!r}; use one of {', '.join(profiles.CHOICES)}")
+    return value
+
+
+# A parser's name as vLLM registers it (installer/inventory/vllm_names.py lists the bundled
+# engines' own; the checks refuse any other), or `none` for no parser.
+ParserName = Annotated[str, _matching(
+    r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", "a vLLM parser name such as deepseek_r1, or none"
+)]
+SERVING_KEYS = frozenset({"profile", "reasoning_parser", "tool_call_parser", "mtp_tokens"})
+
+
+class _Serving(_Strict):
+    """How vLLM serves the model's family (installer/inventory/profiles.py): `profile` chooses
+    the flags, the other three override what it chose."""
+
+    profile: Annotated[str, AfterValidator(_profile_name)] = profiles.AUTO
+    reasoning_parser: ParserName | None = None
+    tool_call_parser: ParserName | None = None
+    # MTP speculative decoding's num_speculative_tokens; 0: off; None: the profile's choice.
+    mtp_tokens: Annotated[int, Field(ge=0, le=16)] | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump_serving_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model that sets none of them dumps as before profiles existed, so the config digest
+        of a revision made then (installer/revisions.py) stays what it was."""
+        data: dict[str, Any] = handler(self)
+        for key in SERVING_KEYS - self.model_fields_set:
+            data.pop(key, None)
+        return data
+
+    def serving(self) -> dict[str, Any]:
+        """The serving settings given, to pass on to another model object."""
+        return {k: getattr(self, k) for k in SERVING_KEYS & self.model_fields_set}
+
+
+class Model(_Serving):
     path: LocalPath = Field(description="weights directory on the control machine (has config.json)")
     served_name: Annotated[str, AfterValidator(check_served_name)]
 
@@ -356,7 +395,7 @@ class ReleaseSettings(_Strict):
         return value
 
 
-class ModelEntry(_Strict):
+class ModelEntry(_Serving):
     """One model of `models:`: its weights, what it serves, where and how its engines run."""
 
     name: ModelName
@@ -370,7 +409,7 @@ class ModelEntry(_Strict):
 
     @property
     def model(self) -> Model:
-        return Model(path=self.path, served_name=self.served_name)
+        return Model(path=self.path, served_name=self.served_name, **self.serving())
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,8 @@ def test_every_flag_the_writer_writes_is_classified_and_every_listed_one_is_writ
                    gpu={"type": "h200", "count": 8}),  # the tuner on Hopper with fp8 weights
         _inventory(tmp_path, "deepseek-v3", 2, {"max_model_len": 8192},
                    gpu={"type": "h100", "count": 8}),  # across hosts: pipeline parallel over Ray
+        _inventory(tmp_path, "deepseek-v3", 1, {"max_model_len": 8192}, models=[  # a serving profile's
+            {"name": "r1", "served_name": "r1", "profile": "deepseek-r1"}]),  # parsers and MTP
     ]
     written = {
         a for inv in layouts for h in deployment_plan.build(inv).hosts for e in h.engines for a in e.argv
