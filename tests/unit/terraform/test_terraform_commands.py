@@ -1,6 +1,7 @@
 """`installer plan` and `installer down` decisions, with the Terraform steps stubbed out."""
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -54,7 +55,7 @@ def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(provision, "prepare", lambda *_a, **_k: _Workspace({}))
     monkeypatch.setattr(provision, "plan", plan)
     monkeypatch.setattr(provision, "apply", apply)
-    monkeypatch.setattr(tf_cli, "run_up", lambda **kw: calls.update(checked=kw))
+    monkeypatch.setattr(tf_cli, "run_up", lambda **kw: _checked(calls, kw))
     calls["site"] = tmp_path / "aws.yml"
     cloud_inventory("aws", tmp_path)
     return calls
@@ -123,16 +124,23 @@ def _cloud_with_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outputs: 
     return tmp_path / "aws.yml"
 
 
+def _checked(seen: dict[str, Any], kw: dict[str, Any]) -> SimpleNamespace:
+    """run_up in check mode, stood in for: what it was asked (seen["checked"]), and a result
+    without a plan."""
+    seen["checked"] = kw
+    return SimpleNamespace(deployment_plan=None)
+
+
 def test_plan_of_existing_cloud_hosts_goes_on_to_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     host = {"name": "gpu-demo-1", "public_address": "54.1.2.3", "private_address": "10.80.1.5",
             "ssh_user": "ubuntu", "gpu_type": None, "gpu_count": None}
     site = _cloud_with_hosts(monkeypatch, tmp_path, {"contract_version": {"value": 1}, "hosts": {"value": [host]}})
     checked: dict[str, Any] = {}
-    monkeypatch.setattr(tf_cli, "run_up", lambda **kw: checked.update(kw))
+    monkeypatch.setattr(tf_cli, "run_up", lambda **kw: _checked(checked, kw))
     result = runner.invoke(app, ["plan", "-i", str(site)])
     assert result.exit_code == 0, result.output
     assert "terraform: 0 to add, 1 to change, 0 to destroy" in result.output and "new machine" not in result.output
-    assert checked["check"] is True and checked["inventory"] == site
+    assert checked["checked"]["check"] is True and checked["checked"]["inventory"] == site
     assert not (tmp_path / "x.tfplan").exists()  # `up` plans again
 
 
