@@ -329,6 +329,13 @@ def _cpu_env(inv: Inventory, engine: Engine) -> set[tuple[str, str]]:
             ("VLLM_CPU_OMP_THREADS_BIND", engine.cpu_omp_threads_bind)}
 
 
+def _gpu_env(inv: Inventory, engine: Engine) -> set[tuple[str, str]]:
+    """GPU engines: which top-p/top-k sampler vLLM uses (engine.flashinfer_sampler says why)."""
+    if inv.engine.device != "gpu":
+        return set()
+    return {("VLLM_USE_FLASHINFER_SAMPLER", "1" if engine.flashinfer_sampler else "0")}
+
+
 def _inline_worker_env(engine: Engine) -> set[tuple[str, str]]:
     """cpu_inline_worker: the API server still starts its engine core as a process (AsyncLLM always
     does); with multiprocessing off vLLM-cpu keeps the uniprocess executor there instead of
@@ -348,7 +355,7 @@ def instances(
         if host.name not in m.served.hosts:
             continue
         base = "engine" if m.primary else f"engine-{m.served.name}"
-        env = _cpu_env(inv, m.served.engine) | _inline_worker_env(m.served.engine)
+        env = _cpu_env(inv, m.served.engine) | _gpu_env(inv, m.served.engine) | _inline_worker_env(m.served.engine)
         if m.tuned is None:
             devices = ""
             if not m.primary and inv.engine.device == "gpu" and declared_hardware(inv) is not None:

@@ -292,6 +292,10 @@ class Engine(_Strict):
     # weights stay as the checkpoint has them.
     quantization: Literal["fp8"] | None = None
     host_torch: HostTorch | None = None
+    # GPU engines: vLLM's FlashInfer top-p/top-k sampler builds its kernels on the engine's first
+    # start (136 s of a 247 s first start on an H200, docs/gpu.md); PyTorch's sampler needs no
+    # build and is only used by requests that set top_p or top_k. true: FlashInfer's.
+    flashinfer_sampler: bool = False
 
     @model_validator(mode="after")
     def _host_torch_on_gpu(self) -> "Engine":
@@ -342,6 +346,10 @@ class ModelEngine(_Strict):
     extra_args: list[str] | None = None
     quantization: Literal["fp8"] | None = None
     host_torch: HostTorch | None = None
+    # GPU engines: vLLM's FlashInfer top-p/top-k sampler builds its kernels on the engine's first
+    # start (136 s of a 247 s first start on an H200, docs/gpu.md); PyTorch's sampler needs no
+    # build and is only used by requests that set top_p or top_k. true: FlashInfer's.
+    flashinfer_sampler: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -62,6 +62,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("deepseek-v3", "DeepSeek-V3", _V3, ("deepseek_v3",), None, "deepseek_v3", True),
     Profile("deepseek-r1", "DeepSeek-R1", _V3, ("deepseek_v3",), "deepseek_r1", "deepseek_v3", True),
     Profile("deepseek-v3.1", "DeepSeek-V3.1", _V3, ("deepseek_v3",), "deepseek_v3", "deepseek_v31", True),
+    # V3/R1's tool-call format with V3.1's per-request thinking switch (the project's own checkpoint)
+    Profile("deepseek-v3-switch", "DeepSeek-V3 tool calls, thinking switched per request", _V3, ("deepseek_v3",),
+            "deepseek_v3", "deepseek_v3", True),
     Profile("deepseek-v3.2", "DeepSeek-V3.2", ("DeepseekV32ForCausalLM",), ("deepseek_v32",),
             "deepseek_v3", "deepseek_v32", True),
 )}
@@ -114,14 +117,20 @@ def choose(ck: Checkpoint) -> tuple[Profile | None, str]:
         return None, f"{arch}: not a family a profile covers"
     if len(fitting) == 1:
         return fitting[0], arch
-    # V3, R1 and V3.1 share an architecture: their chat templates tell them apart. V3.1 switches
-    # thinking per request (off unless asked) and writes a tool call as name<sep>arguments; V3 and
-    # R1 fence the arguments in ```json, and R1 opens <think> (a template that does both, as the
-    # project's own DeepSeek checkpoint's, is R1's: it thinks unless asked not to).
+    # V3, R1 and V3.1 share an architecture: their chat templates tell them apart. A template that
+    # switches thinking per request (off unless asked) needs the deepseek_v3 reasoning parser, which
+    # follows the switch: deepseek_r1's reads everything before a `</think>` as reasoning, so with
+    # thinking off the answer (and a forced tool call, which structured output only starts once
+    # reasoning ended) would never leave it. V3.1 writes a tool call as name<sep>arguments, V3 and
+    # R1 fence the arguments in ```json (the project's own checkpoint: the fence and the switch).
+    # Without a switch, R1 opens <think>.
     where = f"the chat template ({ck.template_file})" if ck.template else "no chat template"
-    if _THINKING_SWITCH.search(ck.template) and checkpoint.FENCED_ARGUMENTS not in ck.template:
-        return PROFILES["deepseek-v3.1"], (f"{arch}; {where} switches thinking per request and writes "
-                                           "tool-call arguments unfenced")
+    if _THINKING_SWITCH.search(ck.template):
+        if checkpoint.FENCED_ARGUMENTS not in ck.template:
+            return PROFILES["deepseek-v3.1"], (f"{arch}; {where} switches thinking per request and writes "
+                                               "tool-call arguments unfenced")
+        return PROFILES["deepseek-v3-switch"], (f"{arch}; {where} switches thinking per request and fences "
+                                                "tool-call arguments in ```json")
     if checkpoint.THINK in ck.template:
         return PROFILES["deepseek-r1"], f"{arch}; {where} opens {checkpoint.THINK}"
     return PROFILES["deepseek-v3"], f"{arch}; {where} has no {checkpoint.THINK}"

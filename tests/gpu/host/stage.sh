@@ -46,7 +46,7 @@ reqs=$("$py" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv
 rm -rf "$out/site" && mkdir -p "$out/site/tarballs"
 cp "$here/h200.yml" "$out/site/h200.yml"
 ssh-keygen -q -t ed25519 -N '' -C pli-h200-proof -f "$out/site/id_h200"
-"$py" -m installer.modelmaker "$out/site/model" >/dev/null
+"$py" -m installer.modelmaker "$out/site/model" --kind deepseek-fp8 >/dev/null
 "$py" - "$out/site/tarballs" <<'PY'
 # Upstream-layout Prometheus tarballs from Debian's binaries, as tests/integration/test_monitoring_tarballs.py
 import sys

@@ -68,7 +68,10 @@ def test_a_small_model_on_eight_gpus_runs_eight_pinned_engines(tmp_path: Path) -
     # 2 NUMA nodes of 64 CPUs (HostHardware.of_type: 16 per GPU); 4 engines share each node
     assert [e.cpus for e in found[:5]] == ["0-15", "16-31", "32-47", "48-63", "64-79"]
     assert found[0].tuned_args[:2] == ("--tensor-parallel-size", "1")
-    assert dict(found[0].env) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    # PyTorch's sampler unless the inventory asks for FlashInfer's (no kernel build at first start)
+    assert dict(found[0].env) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    chosen = inv.model_copy(update={"engine": inv.engine.model_copy(update={"flashinfer_sampler": True})})
+    assert dict(deployment_plan.build(chosen).hosts[0].engines[0].env)["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
     host = render.hosts_yaml(p)["all"]["hosts"]["h0"]
     assert len(host["engine_instances"]) == 8 and host["engine_ray"] == {}
     # Every gateway routes to all eight, and drains and metrics name them the same way.

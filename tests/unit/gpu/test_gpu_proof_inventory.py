@@ -33,9 +33,10 @@ PROBE = Path(__file__).parents[1] / "fixtures" / "gpu" / "h200_r580" / "prefligh
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The model as stage.sh makes it (`python -m installer.modelmaker OUT`)."""
+    """The model as stage.sh makes it (`python -m installer.modelmaker OUT --kind deepseek-fp8`)."""
     out = tmp_path_factory.mktemp("proof") / "model"
-    subprocess.run([sys.executable, "-m", "installer.modelmaker", str(out)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "installer.modelmaker", str(out), "--kind", "deepseek-fp8"],
+                   check=True, capture_output=True)
     return out
 
 
@@ -59,7 +60,7 @@ def site(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_validate_accepts_the_proofs_inventory(site: Path) -> None:
     r = CliRunner().invoke(app, ["validate", "-i", str(site)], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    assert "OK" in r.output and "deployment 'h200', 1 host(s), model 'tiny-llama' on gpu" in r.output
+    assert "OK" in r.output and "deployment 'h200', 1 host(s), model 'tiny-deepseek' on gpu" in r.output
 
 
 def test_plan_reaches_the_hosts_with_the_engine_laid_out_for_the_probed_h200(
@@ -74,6 +75,12 @@ def test_plan_reaches_the_hosts_with_the_engine_laid_out_for_the_probed_h200(
     probed = preflight_gpu.plan_probed(laid_out, lambda i: deployment_plan.build(i, probed=True))
     ((host, _unit, argv),) = probed.engine_commands()
     assert host == "h200" and argv[argv.index("--max-model-len") + 1] == "2048"
+    # The DeepSeek checkpoint's profile: both parsers, MTP on the GPU, its fp8 weights as they are.
+    flags = " ".join(argv)
+    assert "--reasoning-parser deepseek_v3" in flags
+    assert "--tool-call-parser deepseek_v3 --enable-auto-tool-choice" in flags
+    assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":1}'
+    assert "--quantization" not in argv
     assert probed.redis is not None and probed.redis.host == "h200"
     # The machine is the target the inventory declares, with its Python.
     assert (facts["os_id"], facts["os_version"], facts["python_full"]) == (
@@ -115,7 +122,7 @@ def test_the_bundle_plan_for_the_proof_needs_nothing_the_build_machine_lacks(sit
     assert os_debs.folder is None and os_debs.archive.distro == "ubuntu"
     assert os_debs.source() == "http://archive.ubuntu.com/ubuntu noble noble-updates noble-security (main universe)"
     assert target.nvidia == {}  # the image has its driver; no gpu.packages_dir
-    assert [m.served_name for m in contents.models] == ["tiny-llama"]
+    assert [m.served_name for m in contents.models] == ["tiny-deepseek"]
     assert contents.monitoring_tarballs == site.parent / "tarballs" and not contents.terraform
     # The bundle's cache key is computed from the same inputs, without fetching.
     assert build.bundle_inputs(inv)["debs"] == {"ubuntu-24.04": {"redis": ["redis-server"]}}
