@@ -23,13 +23,20 @@ installer ca export -i h200.yml > "$out/ca.pem"
 key=$(installer keys create --name "bench-$(date +%s)" -i h200.yml 2>&1 | grep -o 'sk-pli-[A-Za-z0-9_-]*' | head -1)
 [ -n "$key" ] || { echo "no key"; exit 2; }
 
-# engine restart to ready (the unit the product deployed; caches warm)
-t=$(date +%s.%N)
-[ -n "${LONG_ONLY:-}" ] || "${NS[@]}" systemctl restart private-llm-engine.service
-for _ in $(seq 600); do curl -sf -o /dev/null http://127.0.0.1:8000/health && break; sleep 0.5; done
-python3 -c "print(f'restart_to_ready_s {$(date +%s.%N) - $t:.1f}')" | tee "$out/restart.txt"
-# the gateway takes the engine back once its own health checks see it
-sleep 6
+# engine restart to ready (the unit the product deployed; caches warm). Only a run that restarts
+# writes restart.txt, with the unit's process before and after (a LONG_ONLY run once wrote 0.0).
+if [ -z "${LONG_ONLY:-}" ]; then
+  pid0=$("${NS[@]}" systemctl show -p MainPID --value private-llm-engine.service)
+  t=$(date +%s.%N)
+  "${NS[@]}" systemctl restart private-llm-engine.service
+  for _ in $(seq 600); do curl -sf -o /dev/null http://127.0.0.1:8000/health && break; sleep 0.5; done
+  pid1=$("${NS[@]}" systemctl show -p MainPID --value private-llm-engine.service)
+  python3 -c "print(f'restart_to_ready_s {$(date +%s.%N) - $t:.1f} main_pid $pid0 -> $pid1')" | tee "$out/restart.txt"
+  # the gateway takes the engine back once its own health checks see it
+  sleep 6
+fi
+# vLLM's speculative-decoding counters before the runs (MTP's drafts and accepted tokens)
+curl -s http://127.0.0.1:8000/metrics | grep -E '^vllm:spec_decode' > "$out/spec_before.txt" || true
 
 cpu() {  # CPU seconds a unit has used so far
   "${NS[@]}" awk '/^usage_usec/ {printf "%.2f", $2 / 1e6}' "/sys/fs/cgroup/system.slice/$1.service/cpu.stat"
@@ -70,6 +77,7 @@ PY
   sleep 6
   run gateway 64 "w${WORKERS}r1"; run direct 64 "w${WORKERS}r1"; run direct 64 "w${WORKERS}r2"; run gateway 64 "w${WORKERS}r2"
 fi
+curl -s http://127.0.0.1:8000/metrics | grep -E '^vllm:spec_decode' > "$out/spec_after.txt" || true
 "${NS[@]}" journalctl -u private-llm-engine.service -o short-unix --no-pager > "$out/engine_journal.txt" 2>&1
 "${NS[@]}" nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$out/gpu_memory.txt" 2>&1
 installer status -i h200.yml > "$out/status_after.txt" 2>&1; cat "$out/status_after.txt"
