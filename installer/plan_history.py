@@ -46,6 +46,8 @@ def diff_running(inv: Inventory) -> Compared:
     old = of_revision(inv.deployment, number)
     laid_out, probed = inv, False
     ran = revisions.get(inv.deployment, number).inventory()
+    if inv.provider != "baremetal":  # a cloud inventory's hosts come from Terraform: the running ones
+        laid_out = laid_out.model_copy(update={"hosts": ran.hosts})
     if inv.engine.device == "gpu" and (inv.gpu.type is None or inv.gpu.count is None) and ran.gpu.type:
         laid_out = inv.model_copy(update={"gpu": inv.gpu.model_copy(
             update={"type": inv.gpu.type or ran.gpu.type, "count": inv.gpu.count or ran.gpu.count})})

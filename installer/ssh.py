@@ -27,9 +27,12 @@ class Target:
     known_hosts: Path | None
 
     def checked_options(self) -> list[str]:
-        """What every client of ours sets: strict host keys, the deployment's known_hosts, and
-        only the identity it names (Ansible adds its own key file option)."""
-        opts = ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes"]
+        """What every client of ours sets: strict host keys, the deployment's known_hosts, and,
+        where the inventory names a key, that identity only (else the ssh-agent's, as preflight's
+        Fabric allows; Ansible adds its own key file option)."""
+        opts = ["-o", "StrictHostKeyChecking=yes"]
+        if self.private_key:
+            opts += ["-o", "IdentitiesOnly=yes"]
         if self.known_hosts:
             opts += ["-o", known_hosts_option(self.known_hosts)]
         return opts

@@ -188,8 +188,10 @@ InventoryOpt = Annotated[
 def run_up(
     inventory: Path, bundle: Path | None, trusted_key: list[Path], insecure: bool, check: bool,
     prune: bool = False, adopt: bool = False, full: bool = False,
+    on_result: Callable[[deploy.UpResult], None] | None = None,
 ) -> deploy.UpResult:
-    """`installer up` (installer.deploy.up) with live phases, then one row per host."""
+    """`installer up` (installer.deploy.up) with live phases, then one row per host; `on_result`
+    hears the result before a failed host raises (`installer plan` prints the plan it built)."""
     inv = load_inventory(inventory)
     reporter = RichReporter([h.name for h in inv.hosts])
     if insecure and bundle:
@@ -214,6 +216,8 @@ def run_up(
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
     console.print(f"phases: {timings}")
     console.print(f"run log: {result.run_dir}")
+    if on_result is not None:
+        on_result(result)
     if not result.success:
         failed = [f"{h.name}: {h.detail}" for h in result.hosts if h.state not in ("ready", "checked")]
         raise AnsibleError(f"{len(failed)} host(s) failed; see the run log", failed)

@@ -198,8 +198,10 @@ def plan(
             )
             return
     # The hosts exist: their preflight lays the plan out, Ansible's check mode tells what it would change.
-    result = run_up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True)
-    _print_engines(result.deployment_plan)
+    # The engines of the plan that run built, printed even when a host fails check mode (a fresh
+    # host's later tasks do: their packages are not installed yet).
+    run_up(inventory=inventory, bundle=bundle, trusted_key=list(trusted), insecure=insecure, check=True,
+           on_result=lambda result: _print_engines(result.deployment_plan))
 
 
 @app.command()

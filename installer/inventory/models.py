@@ -297,6 +297,15 @@ class Engine(_Strict):
     # build and is only used by requests that set top_p or top_k. true: FlashInfer's.
     flashinfer_sampler: bool = False
 
+    @model_serializer(mode="wrap")
+    def _dump_sampler_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Left unset, the engine dumps as before the setting existed: the config digest of a
+        revision made then (installer/revisions.py) stays what it was."""
+        data: dict[str, Any] = handler(self)
+        if "flashinfer_sampler" not in self.model_fields_set:
+            data.pop("flashinfer_sampler", None)
+        return data
+
     @model_validator(mode="after")
     def _host_torch_on_gpu(self) -> "Engine":
         if self.host_torch is not None and self.device != "gpu":

@@ -12,7 +12,7 @@ from installer.errors import InstallerError
 def _exception_classes() -> dict[str, type[BaseException]]:
     found = {}
     for info in pkgutil.walk_packages(installer.__path__, "installer."):
-        if info.name == "installer.__main__":  # runs the CLI when imported
+        if info.name.endswith(".__main__"):  # runs a command line when imported
             continue
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():

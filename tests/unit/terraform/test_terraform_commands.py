@@ -127,7 +127,7 @@ def _cloud_with_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outputs: 
 def _checked(seen: dict[str, Any], kw: dict[str, Any]) -> SimpleNamespace:
     """run_up in check mode, stood in for: what it was asked (seen["checked"]), and a result
     without a plan."""
-    seen["checked"] = kw
+    seen["checked"] = {k: v for k, v in kw.items() if k != "on_result"}
     return SimpleNamespace(deployment_plan=None)
 
 
