@@ -197,7 +197,9 @@ def up(
     proofs: dict[str, Proof] = {}
     if pb.success and not check:
         with timed(log, reporter, "prove"):
-            proofs = {pr.host: pr for pr in prove(inv, probe_secret)}
+            # the plan's engines: what each chat model's engines parse decides its checks
+            engines = [e for h in deployment_plan.hosts for e in h.engines]
+            proofs = {pr.host: pr for pr in prove(inv, probe_secret, engines)}
             for pr in proofs.values():
                 reporter.note(f"{pr.host}: {'ok' if pr.ok else 'FAILED'}: {pr.detail}")
     result.hosts = host_summaries(inv, pb, proofs, check)

@@ -44,9 +44,12 @@ _SSE_DONE = b"data: [DONE]\n\n"
 _MAX_TOKENS = 1 << 31
 _FINISHED = frozenset({"stop", "length", "tool_calls"})
 # Found in the raw events, so a stream's chunks are not parsed one by one: a non-empty
-# content/text string or a tool call, and every finish_reason that is not null (a string
-# value's own quotes are escaped, so these never match inside one).
-_OUTPUT = re.compile(rb'"(?:content|text)":\s*"[^"]|"tool_calls":\s*\[\s*\{')
+# content/text/reasoning string or a tool call, and every finish_reason that is not null (a
+# string value's own quotes are escaped, so these never match inside one). Reasoning is output:
+# with a reasoning parser, vLLM sends a model's thinking as `reasoning` (`reasoning_content`,
+# its older name), and a short answer may be all thinking.
+_OUTPUT = re.compile(rb'"(?:content|text|reasoning|reasoning_content)":\s*"[^"]|"tool_calls":\s*\[\s*\{')
+_SAID = ("content", "text", "reasoning", "reasoning_content", "tool_calls")
 _FINISH = re.compile(rb'"finish_reason":\s*"([^"]*)"')
 
 
@@ -342,7 +345,8 @@ class ProxyCall(Response):
     def _judge(self, engine: Engine, status: int) -> str:
         """error for a 5xx, client_error for a 4xx (relayed: another engine would say the same,
         but a canary's share of them is compared with stable's), bad_output for a generating
-        engine's 200 with no output or a finish_reason other than stop, length or tool_calls
+        engine's 200 with no output (text, content, reasoning or a tool call) or a finish_reason
+        other than stop, length or tool_calls
         (from what the answer said: self.said/finishes), else ok."""
         if status >= 500:
             return "error"
@@ -366,7 +370,7 @@ class ProxyCall(Response):
                 continue
             message = choice.get("message")
             out = message if isinstance(message, dict) else choice
-            if out.get("content") or out.get("text") or out.get("tool_calls"):
+            if any(out.get(field) for field in _SAID):
                 self.said = True
             finish = choice.get("finish_reason")
             self.finishes.append(finish.encode() if isinstance(finish, str) else b"null")

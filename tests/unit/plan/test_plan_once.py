@@ -61,7 +61,7 @@ def hosts(site: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(deploy, "run_playbook", run_playbook)
     monkeypatch.setattr(deploy.converged, "verify", lambda *_a, **_k: converged.Verdict(False, ["first run"]))
     monkeypatch.setattr(deploy.converged, "record", lambda *_a, **_k: [])
-    monkeypatch.setattr(deploy, "prove", lambda inv, _s: [
+    monkeypatch.setattr(deploy, "prove", lambda inv, _s, _engines: [
         Proof(h.name, f"http://{h.address}:8080/v1", True, "answered") for h in inv.hosts])
     return {"bundle": signed_bundle(site)}
 
