@@ -62,12 +62,6 @@ class Revision:
 
     def inventory(self) -> Inventory:
         data = json.loads((self.snapshot / "inventory.json").read_text())
-        if plan_record.read(self.snapshot) is None:
-            # Made before serving profiles (and plans) were kept: its engines ran without a
-            # profile's flags, so a rollback to it must not gain them from `auto`.
-            for entry in [data.get("model"), *(data.get("models") or [])]:
-                if isinstance(entry, dict):
-                    entry.setdefault("profile", "none")
         if data.get("provider", "baremetal") == "baremetal":
             return Inventory.model_validate(data)
         # Cloud hosts came from Terraform (the model refuses them in a user's file).

@@ -61,7 +61,16 @@ from typing import Any
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, processors
 
-from installer.modelmaker.files import RawTensor, bf16, f8_e4m3, f32, write_json, write_safetensors
+from installer.modelmaker.files import (
+    RawTensor,
+    bf16,
+    f8_e4m3,
+    f32,
+    write_generation_config,
+    write_json,
+    write_safetensors,
+    write_tokenizer,
+)
 from installer.modelmaker.fp8 import quantize_blocks
 from installer.modelmaker.tokenizer import train_byte_level_bpe
 
@@ -320,25 +329,7 @@ def config(*, quantized: bool, bos_id: int, eos_id: int) -> dict[str, Any]:
 
 def write(tmp: Path, *, quantized: bool, seed: int) -> None:
     """Write the tiny DeepSeek (in fp8 if `quantized`) into the empty folder `tmp`."""
-    tokenizer = _tokenizer()
-    bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
-    assert bos_id is not None and eos_id is not None  # they are the trainer's special tokens
-    (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
-    write_json(
-        tmp / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": BOS,
-            "eos_token": EOS,
-            "pad_token": PAD,
-            "model_max_length": MAX_POSITIONS,
-            "clean_up_tokenization_spaces": False,
-            "chat_template": CHAT_TEMPLATE,
-        },
-    )
+    bos_id, eos_id = write_tokenizer(tmp, _tokenizer(), BOS, EOS, PAD, MAX_POSITIONS, CHAT_TEMPLATE)
     write_json(tmp / "config.json", config(quantized=quantized, bos_id=bos_id, eos_id=eos_id))
-    write_json(
-        tmp / "generation_config.json",
-        {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64},
-    )
+    write_generation_config(tmp, bos_id, eos_id)
     write_safetensors(tmp / "model.safetensors", stored_tensors(seed, quantized=quantized), {"format": "pt"})

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 # safetensors' dtype names, with their element sizes.
 ITEMSIZE = {"F32": 4, "BF16": 2, "F8_E4M3": 1}
@@ -33,6 +34,29 @@ class RawTensor:
     def __post_init__(self) -> None:
         if len(self.data) != int(np.prod(self.shape, dtype=np.int64)) * ITEMSIZE[self.dtype]:
             raise ValueError(f"{self.dtype}{list(self.shape)} does not match {len(self.data)} bytes")
+
+
+def write_tokenizer(tmp: Path, tokenizer: Tokenizer, bos: str, eos: str, pad: str, max_positions: int,
+                    chat_template: str) -> tuple[int, int]:
+    """tokenizer.json and tokenizer_config.json of a checkpoint as transformers writes them;
+    the (bos, eos) ids."""
+    bos_id, eos_id = tokenizer.token_to_id(bos), tokenizer.token_to_id(eos)
+    assert bos_id is not None and eos_id is not None  # they are the trainer's special tokens
+    (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
+    write_json(tmp / "tokenizer_config.json", {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": bos,
+        "eos_token": eos,
+        "pad_token": pad,
+        "model_max_length": max_positions,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": chat_template,
+    })
+    return bos_id, eos_id
+
+
+def write_generation_config(tmp: Path, bos_id: int, eos_id: int) -> None:
+    write_json(tmp / "generation_config.json", {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64})
 
 
 def f32(values: np.ndarray) -> RawTensor:

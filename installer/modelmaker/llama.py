@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 from safetensors.numpy import save_file
 
-from installer.modelmaker.files import write_json
+from installer.modelmaker.files import write_generation_config, write_json, write_tokenizer
 from installer.modelmaker.tokenizer import train_byte_level_bpe
 
 HIDDEN = 256
@@ -133,26 +133,9 @@ def _base_config(bos_id: int, eos_id: int) -> dict[str, Any]:
 
 def write(tmp: Path, kind: Kind, seed: int) -> None:
     """Write the tiny Llama of `kind` into the empty folder `tmp`."""
-    tokenizer = train_byte_level_bpe(VOCAB, [BOS, EOS])
-    bos_id, eos_id = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
-    assert bos_id is not None and eos_id is not None  # they are the trainer's special tokens
-    (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
-    write_json(
-        tmp / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": BOS,
-            "eos_token": EOS,
-            "pad_token": EOS,
-            "model_max_length": MAX_POSITIONS,
-            "clean_up_tokenization_spaces": False,
-            "chat_template": CHAT_TEMPLATE,
-        },
-    )
+    bos_id, eos_id = write_tokenizer(tmp, train_byte_level_bpe(VOCAB, [BOS, EOS]), BOS, EOS, EOS, MAX_POSITIONS,
+                                     CHAT_TEMPLATE)
     write_json(tmp / "config.json", _config(kind, bos_id, eos_id))
     if kind == "chat":
-        write_json(
-            tmp / "generation_config.json",
-            {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64},
-        )
+        write_generation_config(tmp, bos_id, eos_id)
     save_file(_kind_weights(kind, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})

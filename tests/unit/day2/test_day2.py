@@ -67,16 +67,6 @@ def test_same_bundle_and_inventory_is_the_same_revision(state: Path) -> None:
     assert new_setting.host_vars()["release_revision"] == 3
 
 
-def test_a_revision_made_before_profiles_rolls_back_without_one(state: Path) -> None:
-    from installer import plan
-
-    inv = load_inventory(_inventory(state, 8))
-    old = revisions.next_revision(inv, _manifest("a"), state, state / "playbooks")  # no plan kept: before profiles
-    assert old.plan_record() is None and old.inventory().model.profile == "none"
-    kept = revisions.next_revision(inv, _manifest("b"), state, state / "playbooks", deployment_plan=plan.build(inv))
-    assert kept.plan_record() is not None and kept.inventory().model.profile == "auto"
-
-
 def test_hosts_remember_the_revision_before(state: Path) -> None:
     inv = load_inventory(_inventory(state, 8))
     r1 = revisions.next_revision(inv, _manifest("a"), state, state / "playbooks")
