@@ -59,7 +59,8 @@ cp -r /usr/share/prometheus/alertmanager "$out/site/alertmanager-templates"
 [ -f "$out/site/known_hosts" ] || : > "$out/site/known_hosts"  # h200_up.sh writes the host's key
 [ -z "${NO_BUNDLE:-}" ] || exit 0
 cd "$out/site"
-"$py" -m installer bundle keygen >/dev/null
+# a second staging keeps the key (keygen refuses to replace it: old bundles would stop verifying)
+[ -f "$INSTALLER_STATE_DIR/keys/bundle-signing.key" ] || "$py" -m installer bundle keygen >/dev/null
 cp "$INSTALLER_STATE_DIR"/keys/*.pub "$out/site/"
 "$py" -m installer bundle build -i h200.yml -o "$out/bundle.tar"
 cd "$out"; rm -rf p[0-9][0-9]; mkdir -p parts
