@@ -1,4 +1,5 @@
-"""Writing files the control machine keeps secret (keys, certificates, passwords)."""
+"""Writing files on the control machine: secret ones (keys, certificates, passwords), whole cache
+entries, and bundle files that share the cache's bytes."""
 
 import os
 import shutil
@@ -40,3 +41,13 @@ def publish_dir(tmp: Path, entry: Path) -> None:
         if not entry.is_dir():
             raise
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Put `src` at `dst`, creating its folder: wheels and weights are large, so share the bytes
+    with the cache by a hard link, and copy only where no link can be made (another filesystem)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -60,6 +60,7 @@ from installer.bundle.manifest import (
     verify,
 )
 from installer.errors import BundleError
+from installer.files import link_or_copy
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
 from installer.inventory.models import ServedModel
@@ -134,14 +135,6 @@ def bundle_inputs(inv: Inventory, canaries: Mapping[str, ServedModel] | None = N
     }
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)  # wheels and weights are large: share the bytes with the cache
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def _extract_uv(uv_wheel: Path, dst: Path) -> str:
     with zipfile.ZipFile(uv_wheel) as zf:
         member = next((n for n in zf.namelist() if n.endswith(".data/scripts/uv")), None)
@@ -186,7 +179,7 @@ def _write_list(root: Path, rel: str, found: list[Path]) -> None:
     for whl in found:
         dst = root / "wheels" / whl.name
         if not dst.exists():  # targets share wheels of the same name (the same file)
-            _link_or_copy(whl, dst)
+            link_or_copy(whl, dst)
         lines.append(f"wheels/{whl.name}")
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
     (root / rel).write_text("\n".join(sorted(set(lines))) + "\n")
@@ -227,7 +220,7 @@ def _assemble(
     contents = planning.plan(inv, canaries)
     with tempfile.TemporaryDirectory() as tmp:
         project = project_wheel.build(Path(tmp))
-        _link_or_copy(project, root / "wheels" / project.name)
+        link_or_copy(project, root / "wheels" / project.name)
     for planned in contents.targets:
         t, name = planned.target, planned.target.name
         info: dict[str, object] = dict(t.as_manifest())
@@ -290,7 +283,7 @@ def _assemble(
     models = list(contents.models)
     progress(f"models ({', '.join(c.folder for c in models)})")
     for src, rel in weights.files_of(models):
-        _link_or_copy(src, root / rel)
+        link_or_copy(src, root / rel)
 
     progress("checksums")
     files = scan(root)

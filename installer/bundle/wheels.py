@@ -247,13 +247,6 @@ def _explain_failure(output: str, python_version: str) -> str:
     return "see pip's output above"
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def download_wheels(
     requirements: list[str],
     dest: Path | None = None,
@@ -305,7 +298,7 @@ def download_wheels(
         target = dest / wheel.name
         if not (target.exists() and target.stat().st_size == wheel.stat().st_size):
             target.unlink(missing_ok=True)
-            _link_or_copy(wheel, target)
+            files.link_or_copy(wheel, target)
         out.append(target)
     return out
 
