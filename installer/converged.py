@@ -109,8 +109,9 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def inputs(inv_dir: Path, man: Manifest, playbooks_dir: Path, keys_json: str) -> dict[str, dict[str, str]]:
-    """Per host, the digest of each thing a configure run depends on, named for the summary."""
+def inputs(inv_dir: Path, man: Manifest, playbooks_dir: Path) -> dict[str, dict[str, str]]:
+    """Per host, the digest of each thing a configure run depends on, named for the summary. The
+    gateways' keys are named apart from the other variables, though rendered among them."""
     hosts_text = (inv_dir / "hosts.yml").read_text()
     all_text = (inv_dir / "group_vars" / "all.yml").read_text()
     hosts = yaml.safe_load(hosts_text)["all"]["hosts"]
@@ -120,7 +121,7 @@ def inputs(inv_dir: Path, man: Manifest, playbooks_dir: Path, keys_json: str) ->
         "release": man.release_id,
         "variables": _sha(all_text.encode()),
         "playbooks": tree_digest(playbooks_dir),
-        "keys": _sha(keys_json.encode()),
+        "keys": _sha(str(group.get("gateway_keys_json", "")).encode()),
         "probe": _sha(PROBE_SCRIPT.read_bytes()),
     }
     found = {}
@@ -357,8 +358,8 @@ def judge(
 # --- what `up` calls --------------------------------------------------------------------------
 
 def verify(
-    hosts: list[Target], inv_dir: Path, man: Manifest, playbooks_dir: Path, keys_json: str,
-    deployment: str, *, full: bool = False,
+    hosts: list[Target], inv_dir: Path, man: Manifest, playbooks_dir: Path, deployment: str, *,
+    full: bool = False,
 ) -> Verdict:
     """May this `up` skip Ansible? Only when every host's record matches, inputs and probe."""
     if full:
@@ -366,20 +367,19 @@ def verify(
     packages = host_packages(inv_dir)
     specs = {t.name: spec(packages.get(t.name, [])) for t in hosts}
     return judge(
-        hosts, inputs(inv_dir, man, playbooks_dir, keys_json), load(deployment),
+        hosts, inputs(inv_dir, man, playbooks_dir), load(deployment),
         lambda ts: probe_hosts(ts, specs),
     )
 
 
 def record(
-    hosts: list[Target], inv_dir: Path, man: Manifest, playbooks_dir: Path, keys_json: str,
-    deployment: str,
+    hosts: list[Target], inv_dir: Path, man: Manifest, playbooks_dir: Path, deployment: str,
 ) -> list[str]:
     """After a full configure: probe the hosts that serve now and keep what they hold. Returns
     one line per host that could not be recorded (its next `up` runs Ansible in full)."""
     packages = host_packages(inv_dir)
     specs = {t.name: spec(packages.get(t.name, [])) for t in hosts}
-    now = inputs(inv_dir, man, playbooks_dir, keys_json)
+    now = inputs(inv_dir, man, playbooks_dir)
     probes = probe_hosts(hosts, specs)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     kept, lines = keep(probes, now, at)

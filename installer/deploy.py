@@ -145,15 +145,12 @@ def up(
             )
 
     probe_secret = keys.ensure_probe_key()
-    keys_json = keys.render_hosts_file(keys.load())
     for line in tls.report(inv, tls.prepare(inv)):  # issue or renew before the hosts get them
         reporter.note(line)
         log.log(line)
     deployment_plan = p.deployment_plan
     secret_files.prepare(deployment_plan)  # the roles read them with file lookups
-    inv_dir = render.write(
-        deployment_plan, man, log.dir, keys_json, extra_vars=revision.host_vars() if revision else None
-    )
+    inv_dir = render.write(deployment_plan, man, log.dir, extra_vars=revision.host_vars() if revision else None)
     hosts = targets(inv)
     verdict = None
     gpu: dict[str, dict] = {}
@@ -164,7 +161,7 @@ def up(
     else:
         with timed(log, reporter, "verify"):
             verdict = converged.verify(
-                hosts, inv_dir, man, p.playbooks_dir, keys_json, inv.deployment, full=full
+                hosts, inv_dir, man, p.playbooks_dir, inv.deployment, full=full
             )
         if verdict.fast and inv.engine.device == "gpu":
             # The probe saw the driver, kernel and packages; the doctor sees the GPUs themselves
@@ -206,7 +203,7 @@ def up(
     ready = [t for t in hosts if any(h.name == t.name and h.state == "ready" for h in result.hosts)]
     if result.configure == "full" and ready and not check:
         with timed(log, reporter, "record"):
-            for line in converged.record(ready, inv_dir, man, p.playbooks_dir, keys_json, inv.deployment):
+            for line in converged.record(ready, inv_dir, man, p.playbooks_dir, inv.deployment):
                 reporter.note(f"[yellow]{line}[/]")
                 log.log(line)
     elif result.configure == "fast" and len(ready) < len(hosts):

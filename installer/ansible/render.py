@@ -63,9 +63,10 @@ def hosts_yaml(plan: DeploymentPlan, man: Manifest | None = None) -> dict[str, A
     return found
 
 
-def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str, Any]:
-    """Variables for every host. keys_json holds key hashes and limits only, never a secret."""
+def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
+    """Variables for every host. The key files hold key hashes and limits only, never a secret."""
     inv = plan.inventory
+    store = keys.load()  # today's keys, whatever the revision: one read for the three key files
     engine = inv.engine
     return {
         **plan.layout,
@@ -107,11 +108,10 @@ def group_vars(plan: DeploymentPlan, man: Manifest, keys_json: str) -> dict[str,
              "max_model_len": u.max_model_len}
             for u in plan.upstreams
         ],
-        "gateway_keys_json": keys_json,
-        # Apart from keys.json, whose schema earlier gateways read (service/keyfile.py); from
-        # the key store, as the flows take keys_json from it.
-        "gateway_quotas_json": keys.render_quotas_file(keys.load()),
-        "gateway_key_roles_json": keys.render_roles_file(keys.load()),
+        "gateway_keys_json": keys.render_hosts_file(store),
+        # Apart from keys.json, whose schema earlier gateways read (service/keyfile.py)
+        "gateway_quotas_json": keys.render_quotas_file(store),
+        "gateway_key_roles_json": keys.render_roles_file(store),
         "gateway_max_in_flight": inv.gateway.max_in_flight,
         "gateway_max_body_bytes": inv.gateway.max_body_bytes,
         "gateway_max_connections_per_client": inv.gateway.max_connections_per_client,
@@ -208,7 +208,7 @@ def _monitoring_vars(plan: DeploymentPlan) -> dict[str, Any]:
 
 
 def write(
-    plan: DeploymentPlan, man: Manifest, dest: Path, keys_json: str, extra_vars: dict[str, Any] | None = None
+    plan: DeploymentPlan, man: Manifest, dest: Path, extra_vars: dict[str, Any] | None = None
 ) -> Path:
     """Write hosts.yml and group_vars/all.yml under dest; return the inventory directory."""
     secret_files.require(plan)  # what the roles' file lookups read: the flows made them, rendering never writes one
@@ -217,6 +217,6 @@ def write(
     (inv_dir / "hosts.yml").write_text(yaml.safe_dump(hosts_yaml(plan, man), sort_keys=False))
     (inv_dir / "group_vars" / "all.yml").write_text(
         "# rendered by installer from the inventory file; edit that file instead\n"
-        + yaml.safe_dump({**group_vars(plan, man, keys_json), **(extra_vars or {})}, sort_keys=False)
+        + yaml.safe_dump({**group_vars(plan, man), **(extra_vars or {})}, sort_keys=False)
     )
     return inv_dir

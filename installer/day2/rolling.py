@@ -136,10 +136,9 @@ def run_site(
     limited to `hosts`, as a day-2 play (the gate checks the gateways: gate.PLAY_VARS). A gray
     release passes the plan with its canary engines (installer/release/)."""
     man = rev.manifest()
-    keys_json = keys.render_hosts_file(keys.load())  # the keys of today, whatever the revision
     run_dir = log.dir / label
     secret_files.prepare(deployment_plan)  # the roles read them with file lookups
-    inv_dir = render.write(deployment_plan, man, run_dir, keys_json, extra_vars=rev.host_vars())
+    inv_dir = render.write(deployment_plan, man, run_dir, extra_vars=rev.host_vars())
     return run_playbook(
         "site.yml", inv_dir, run_dir / "ansible", on_task=on_task,
         playbooks_dir=rev.playbooks_dir,

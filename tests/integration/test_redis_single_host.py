@@ -54,7 +54,7 @@ def _rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str
     inv = load_inventory(site)
     dp = deployment_plan.build(inv)
     secret_files.prepare(dp)  # as the flows do before rendering
-    gv = render.group_vars(dp, Manifest(target={}, components={}, packages=[]), "{}")
+    gv = render.group_vars(dp, Manifest(target={}, components={}, packages=[]))
     wanted = {k: v for k, v in gv.items() if k.startswith("redis_") or k in ("gateway_redis_url", "pli_tls_dir")}
     out = tmp_path / "rendered"
     out.mkdir()

@@ -55,7 +55,7 @@ def render_role(tmp: Path, variables: dict[str, Any]) -> dict[str, str]:
 def rendered_vars(plan: DeploymentPlan, host: str) -> dict[str, Any]:
     """What `up` hands the roles of `host`: group_vars/all.yml and its hosts.yml entry."""
     man = Manifest(target={}, components={}, packages=[])
-    return {**render.group_vars(plan, man, "{}"), **render.hosts_yaml(plan, man)["all"]["hosts"][host],
+    return {**render.group_vars(plan, man), **render.hosts_yaml(plan, man)["all"]["hosts"][host],
             "pli_bundle_dir": "/b", "pli_release_id": "r-1"}
 
 

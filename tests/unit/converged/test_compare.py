@@ -133,7 +133,7 @@ def test_many_differences_are_summed_up(tmp_path: Path) -> None:
 
 
 def test_full_skips_the_judgement() -> None:
-    verdict = converged.verify(_targets("a"), Path("/nonexistent"), None, Path("/x"), "", "d", full=True)  # type: ignore[arg-type]
+    verdict = converged.verify(_targets("a"), Path("/nonexistent"), None, Path("/x"), "d", full=True)  # type: ignore[arg-type]
     assert (verdict.fast, verdict.reasons) == (False, ["--full: every host configured by Ansible"])
 
 

@@ -2,6 +2,7 @@
 script on stdin), on a folder that stands in for a host; and the digests of Ansible's inputs."""
 
 import fnmatch
+import hashlib
 import json
 import os
 import subprocess
@@ -85,12 +86,24 @@ def test_inputs_follow_the_files_the_roles_copy(tmp_path: Path) -> None:
     (playbooks / "roles").mkdir(parents=True)
     (playbooks / "site.yml").write_text("- hosts: all\n")
     inv_dir = _rendered(tmp_path, cert)
-    before = converged.inputs(inv_dir, _Man(), playbooks, "{}")  # type: ignore[arg-type]
+    before = converged.inputs(inv_dir, _Man(), playbooks)  # type: ignore[arg-type]
     assert converged.host_packages(inv_dir) == {"a": ["redis-server"]}
     cert.write_text("renewed")  # same path in the variables, new content on the host
     (playbooks / "site.yml").write_text("- hosts: serving\n")
-    after = converged.inputs(inv_dir, _Man(), playbooks, '{"k": 1}')  # type: ignore[arg-type]
-    assert converged.compare_inputs(before["a"], after["a"]) == ["files the roles copy", "keys", "playbooks"]
+    after = converged.inputs(inv_dir, _Man(), playbooks)  # type: ignore[arg-type]
+    assert converged.compare_inputs(before["a"], after["a"]) == ["files the roles copy", "playbooks"]
+
+
+def test_the_keys_are_named_apart_from_the_other_variables(tmp_path: Path) -> None:
+    inv_dir, playbooks = _rendered(tmp_path, tmp_path / "absent.pem"), tmp_path / "playbooks"
+    playbooks.mkdir()
+    all_yml = inv_dir / "group_vars" / "all.yml"
+    all_yml.write_text(yaml.safe_dump({"gateway_port": 8080, "gateway_keys_json": "{}"}))
+    before = converged.inputs(inv_dir, _Man(), playbooks)  # type: ignore[arg-type]
+    assert before["a"]["keys"] == hashlib.sha256(b"{}").hexdigest()  # what records before #34 hold
+    all_yml.write_text(yaml.safe_dump({"gateway_port": 8080, "gateway_keys_json": '{"k": 1}'}))
+    after = converged.inputs(inv_dir, _Man(), playbooks)  # type: ignore[arg-type]
+    assert converged.compare_inputs(before["a"], after["a"]) == ["keys", "variables"]
 
 
 def test_the_gpu_roles_files_are_where_the_roles_write_them() -> None:

@@ -113,7 +113,7 @@ def _inventory(tmp: Path, gate: str) -> Path:
 
 def test_the_inventory_gate_reaches_the_role(tmp_path: Path) -> None:
     inv = load_inventory(_inventory(tmp_path, "{min_share: 0.5, waive: true}"))
-    gv = render.group_vars(deployment_plan.build(inv), Manifest(target={}, components={}, packages=[]), "[]")
+    gv = render.group_vars(deployment_plan.build(inv), Manifest(target={}, components={}, packages=[]))
     assert (gv["gpu_verify_min_share"], gv["gpu_verify_waive"]) == (0.5, True)
     assert gv["gpu_verify_peak_tflops"] == PEAKS
     # the role's own defaults hold the library's table and default share

@@ -20,7 +20,7 @@ def test_gpu_section_reaches_the_roles(tmp_path: Path) -> None:
     )
     inv = load_inventory(tmp_path / "site.yml")
     assert inv.gpu.packages_dir == tmp_path / "debs"  # relative to the inventory file
-    gv = render.group_vars(deployment_plan.build(inv), Manifest({}, {}, []), "{}")
+    gv = render.group_vars(deployment_plan.build(inv), Manifest({}, {}, []))
     assert gv["cuda_version"] == gv["nccl_cuda_version"] == "12.8"
     assert gv["nvidia_driver_allow_reboot"] is False
     plan = gv["nvidia_driver_plan"]
@@ -34,6 +34,6 @@ def test_defaults_keep_cuda_13_and_allow_reboots(tmp_path: Path) -> None:
     (tmp_path / "site.yml").write_text(
         "deployment: demo\nmodel: {path: weights, served_name: tiny}\nhosts: [{name: h1, address: 10.0.0.1}]\n"
     )
-    gv = render.group_vars(deployment_plan.build(load_inventory(tmp_path / "site.yml")), Manifest({}, {}, []), "{}")
+    gv = render.group_vars(deployment_plan.build(load_inventory(tmp_path / "site.yml")), Manifest({}, {}, []))
     assert gv["cuda_version"] == "13.0" and gv["nvidia_driver_allow_reboot"] is True
     assert gv["nvidia_driver_plan"]["branch_pin"] == 0

@@ -8,7 +8,6 @@ does is not tested here: that needs a host with a GPU whose driver may be replac
 """
 
 import datetime
-import inspect
 from pathlib import Path
 
 from installer import plan as deployment_plan
@@ -108,8 +107,7 @@ def test_render_gives_the_gpu_roles_their_variables(tmp_path: Path) -> None:
     )
     inv = load_inventory(inv_file)
     man = Manifest(target={}, components={}, packages=[])
-    extra = list(inspect.signature(render.group_vars).parameters)[2:]  # e.g. the gateway's keys
-    gv = render.group_vars(deployment_plan.build(inv), man, *["[]"] * len(extra))
+    gv = render.group_vars(deployment_plan.build(inv), man)
     assert gv["engine_device"] == "gpu"
     assert gv["nvidia_driver_plan"]["cuda_version"] == matrix.DEFAULT_CUDA
     assert gv["nvidia_driver_plan"]["generations"]["hopper"]["branch"] == 580

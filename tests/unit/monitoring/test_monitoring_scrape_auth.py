@@ -105,7 +105,7 @@ def test_the_installer_generates_the_token_once_and_keeps_it_private(
 
     def run(n: int) -> tuple[dict[str, Any], Path]:
         """What a run of `installer up` renders into its run directory."""
-        inv_dir = render.write(deployment_plan.build(load_inventory(site)), man, tmp_path / f"run{n}", "{}")
+        inv_dir = render.write(deployment_plan.build(load_inventory(site)), man, tmp_path / f"run{n}")
         return yaml.safe_load((inv_dir / "group_vars" / "all.yml").read_text()), inv_dir
 
     first, inv_dir = run(1)

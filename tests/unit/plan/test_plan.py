@@ -100,13 +100,13 @@ def test_building_and_rendering_write_no_file(tmp_path: Path, state: Path) -> No
     p = deployment_plan.build(inv)
     assert p.redis is not None and p.redis.host == "h0"
     man = Manifest(target={}, components={}, packages=[])
-    gv = render.group_vars(p, man, "{}")
+    gv = render.group_vars(p, man)
     render.hosts_yaml(p, man)
     assert not state.exists() or not [f for f in state.rglob("*") if f.is_file()]
     # Rendering to disk without it stops with what to do, rather than making a secret itself.
     with pytest.raises(InstallerError, match="secrets are not made yet") as err:
-        render.write(p, man, tmp_path / "run", "{}")
+        render.write(p, man, tmp_path / "run")
     assert gv["redis_password_file"] in str(err.value)
     secret_files.prepare(p)
     assert secret_files.redis_password_file(inv.deployment) == Path(gv["redis_password_file"])
-    assert (render.write(p, man, tmp_path / "run", "{}") / "hosts.yml").is_file()
+    assert (render.write(p, man, tmp_path / "run") / "hosts.yml").is_file()

@@ -89,7 +89,7 @@ def _accepted(name: str) -> bool:
 def test_the_roles_get_the_full_name_and_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INSTALLER_STATE_DIR", str(tmp_path / "state"))
     inv = Inventory.model_validate(_inventory_data(tmp_path, "Qwen/Qwen2.5-7B-Instruct"))
-    gv = render.group_vars(deployment_plan.build(inv), Manifest({}, {}, []), "{}")
+    gv = render.group_vars(deployment_plan.build(inv), Manifest({}, {}, []))
     assert gv["model_dir_name"] == gv["engine_model_dir_name"] == "Qwen--Qwen2.5-7B-Instruct"
     # The API keeps the full name: vLLM serves it, the gateway routes it, the health check asks for it.
     assert gv["model_served_name"] == gv["engine_served_model_name"] == gv["healthcheck_model"]

@@ -36,7 +36,7 @@ MAN = Manifest(target={}, components={}, packages=[])
 def test_one_host_keeps_its_engine_and_its_redis_on_loopback_and_serves_https(tmp_path: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 1))
     p = deployment_plan.build(inv)
-    gv = render.group_vars(p, MAN, "{}")
+    gv = render.group_vars(p, MAN)
     assert gv["gateway_engines"] == [
         {"name": "h1", "url": "http://127.0.0.1:8000", "model": "tiny", "task": "generate", "stage": "stable",
          "max_model_len": 4096}
@@ -58,7 +58,7 @@ def test_one_host_keeps_its_engine_and_its_redis_on_loopback_and_serves_https(tm
 
 def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 3))
-    gv = render.group_vars(deployment_plan.build(inv), MAN, "{}")
+    gv = render.group_vars(deployment_plan.build(inv), MAN)
     assert [e["url"] for e in gv["gateway_engines"]] == [
         "https://10.0.0.1:8000", "https://10.0.0.2:8000", "https://10.0.0.3:8000",
     ]
@@ -78,7 +78,7 @@ def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: P
     assert os_packages.wanted(inv)["redis"] == ["redis-server"]
     # Nothing secret in what is written to the run directory.
     prepare(inv)
-    out = render.write(deployment_plan.build(inv), MAN, tmp_path / "run", "{}")
+    out = render.write(deployment_plan.build(inv), MAN, tmp_path / "run")
     written = (out / "hosts.yml").read_text() + (out / "group_vars" / "all.yml").read_text()
     assert password.read_text() not in written
     key = (state / "tls" / "demo" / "hosts" / "h1" / "server.key").read_text()
@@ -88,7 +88,7 @@ def test_several_hosts_route_over_every_engine_over_tls(tmp_path: Path, state: P
 
 def test_tls_off_is_plain_http_everywhere(tmp_path: Path) -> None:
     inv = load_inventory(_inv(tmp_path, 2, "tls: {mode: off}\n"))
-    gv = render.group_vars(deployment_plan.build(inv), MAN, "{}")
+    gv = render.group_vars(deployment_plan.build(inv), MAN)
     assert gv["pli_tls_enabled"] is False and gv["pli_gateway_scheme"] == "http"
     assert [e["url"] for e in gv["gateway_engines"]] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
     assert gv["gateway_redis_url"].startswith("redis://:")
