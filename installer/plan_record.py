@@ -8,6 +8,7 @@ and environment, the gateways' upstreams, Redis, the weights, and where the hard
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from collections.abc import Iterator, Mapping
@@ -67,6 +68,29 @@ def read(folder: Path) -> dict[str, Any] | None:
         return None
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
+    """`p` with each engine's argv and environment as `rec` recorded them, for the engines the
+    record has under the same host, name, unit and port.
+
+    A rollback must bring back what the revision ran. Rebuilding its plan from its inventory with
+    a newer installer can add flags it never ran with (a serving profile's parsers, a new default).
+    Engines the record lacks, or that moved, keep the rebuilt values."""
+    ran = {(h["name"], e["name"], e["unit"], e["port"]): e for h in rec["hosts"] for e in h["engines"]}
+
+    def engine(host: str, name: str, e: Any) -> Any:
+        old = ran.get((host, name, e.unit, e.port))
+        if old is None:
+            return e
+        return dataclasses.replace(e, argv=tuple(old["argv"]), env=tuple(sorted(old["env"].items())))
+
+    hosts = tuple(
+        dataclasses.replace(h, engines=tuple(engine(h.name, n, e) for n, e in zip(h.engine_names, h.engines,
+                                                                                   strict=True)))
+        for h in p.hosts
+    )
+    return dataclasses.replace(p, hosts=hosts)
 
 
 def lines(rec: Mapping[str, Any]) -> Iterator[str]:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from installer import keys, plan, revisions, secret_files
+from installer import keys, plan, plan_record, revisions, secret_files
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain, gate
@@ -119,7 +119,10 @@ class Planned:
 
     @classmethod
     def of(cls, rev: Revision) -> "Planned":
-        return cls(rev, plan.build(rev.inventory()))
+        """The revision's plan, its engines pinned to what the revision recorded running."""
+        built = plan.build(rev.inventory())
+        rec = rev.plan_record()
+        return cls(rev, built if rec is None else plan_record.pinned(built, rec))
 
 
 def _configure(

@@ -110,3 +110,40 @@ def test_building_and_rendering_write_no_file(tmp_path: Path, state: Path) -> No
     secret_files.prepare(p)
     assert secret_files.redis_password_file(inv.deployment) == Path(gv["redis_password_file"])
     assert (render.write(p, man, tmp_path / "run") / "hosts.yml").is_file()
+
+
+def test_a_plan_pinned_to_its_record_runs_what_the_revision_ran(tmp_path: Path) -> None:
+    # a rollback rebuilds the old revision's plan with today's installer: the record's argv and
+    # environment win for the engines it has, so no flag the revision never ran with comes back
+    from installer import plan_record
+
+    inv = inventory(tmp_path, 2, {"device": "cpu", "max_num_seqs": 8})
+    built = deployment_plan.build(inv)
+    rec = json.loads(plan_record.dump(plan_record.record(built)))
+    h0 = rec["hosts"][0]["engines"][0]
+    h0["argv"] = [a for a in h0["argv"] if a != "--max-num-seqs" and a != "8"]
+    h0["env"] = {"OLD": "1"}
+    rec["hosts"][1]["engines"][0]["port"] += 1  # moved since: keeps the rebuilt values
+    pinned = plan_record.pinned(built, rec)
+    assert pinned.host("h0").engines[0].argv == tuple(h0["argv"]) != built.host("h0").engines[0].argv
+    assert pinned.host("h0").engines[0].env == (("OLD", "1"),)
+    assert pinned.host("h1").engines[0] == built.host("h1").engines[0]
+    assert plan_record.pinned(built, plan_record.record(built)) == built
+
+
+def test_a_rollback_configures_the_argv_its_revision_recorded(tmp_path: Path) -> None:
+    from installer import plan_record
+    from installer.day2 import rolling
+
+    inv = inventory(tmp_path, 1, {"device": "cpu"})
+    rec = plan_record.record(deployment_plan.build(inv))
+    rec["hosts"][0]["engines"][0]["argv"] = ["--model", "/old"]
+
+    class Rev:  # a revision as revisions.get returns it: its inventory and its kept plan
+        def inventory(self) -> Inventory:
+            return inv
+
+        def plan_record(self) -> dict[str, Any] | None:
+            return rec
+
+    assert rolling.Planned.of(Rev()).plan.host("h0").engines[0].argv == ("--model", "/old")  # type: ignore[arg-type]
