@@ -15,7 +15,7 @@ revoked at the end.
   - broken canary: `installer release watch` runs, load flows through both gateways, the canary
     engines are frozen (SIGSTOP); watch decides to roll back within three SLO windows of the freeze
     (and not before it), the clients see no failed request through the rollback
-    (tests/e2e/load.py counts them). The load is whole answers:
+    (benchmarks/load.py counts them). The load is whole answers:
     the gateway retries a canary attempt on stable until its first byte, and a whole answer's
     first byte is its end, while a stream already flowing from an engine that freezes has nobody
     left to finish it (no gateway can splice another engine's tokens into it);
@@ -41,9 +41,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.load import Load
 from installer import keys, keys_push, prove
 from installer.inventory import load_inventory
-from tests.e2e.load import Load
 from tests.support.e2e import REPO, Run, host_run, host_ssh, installer, latest_summary, scrape_headers
 
 pytestmark = pytest.mark.e2e

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from cryptography import x509
 
+from benchmarks.load import Load
 from installer import tls
 from installer.inventory import Inventory, load_inventory
 from installer.prove import gateway_base
 from installer.tls import ca
-from tests.e2e.load import Load
 from tests.support.e2e import Run, installer, latest_summary, scrape_headers
 
 pytestmark = pytest.mark.e2e

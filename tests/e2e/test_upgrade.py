@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.load import Load
 from installer import prove
 from installer.inventory import load_inventory
-from tests.e2e.load import Load
 from tests.support.e2e import REPO, Run, host_run, installer, latest_summary
 
 pytestmark = pytest.mark.e2e

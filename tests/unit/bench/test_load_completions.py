@@ -1,4 +1,4 @@
-"""The load generator's success criterion (tests/support/completions.py): an answer counts only
+"""The load generator's success criterion (benchmarks/completions.py): an answer counts only
 when it ended as asked, exactly max_tokens tokens with finish_reason "length"."""
 
 from typing import Any
@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.support.completions import Incomplete, check_stream, check_whole
+from benchmarks.completions import Incomplete, check_stream, check_whole
 
 
 def _chunk(content: str | None = None, finish: str | None = None, usage: int | None = None) -> ChatCompletionChunk:

@@ -2,7 +2,7 @@
 counts what it saw: the witness that an upgrade drops no request.
 
 Streams and whole (non-streamed) answers run side by side, each in its own threads. A request
-counts as a success only when it ended as asked (tests/support/completions.py): a stream cut
+counts as a success only when it ended as asked (benchmarks/completions.py): a stream cut
 short is a failure whatever it carried before. Leaving the `with` block stops the workers and
 fails if one of them is still running after the join deadline.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.completions import check_stream, check_whole
+from benchmarks.completions import check_stream, check_whole
 
 # Exactly this many tokens per answer (ignore_eos): long enough that the streams overlap.
 MAX_TOKENS = 32
