@@ -10,8 +10,9 @@ Each completion streams `chunks` one-word tokens. A request may steer its own an
 nothing for this long: no headers, or for a stream no event), "finish_reason" (end with this
 one). `--chat-fake JSON` is the x_fake of every chat request that sends none: an engine that
 fails its clients while passing the gateway's readiness checks (/v1/completions). GET /_stats
-reports what the server saw (requests, streams started/completed/aborted, the last body), so
-tests can check what the gateway sent and that it closed a stream when its client left.
+reports what the server saw (requests, streams started/completed/aborted, the last body and
+trace headers), so tests can check what the gateway sent and that it closed a stream when its
+client left.
 /v1/rerank and /v1/score answer in vLLM's shapes, a pair's score being the share of the
 document's words found in the query.
 """
@@ -79,6 +80,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     stats["requests"] += 1
     raw = await request.read()
     stats["last_body"] = raw.decode()
+    stats["last_trace_headers"] = {h: request.headers[h] for h in ("traceparent", "tracestate") if h in request.headers}
     body = json.loads(raw)
     chat = request.path.endswith("chat/completions")
     fake = body.get("x_fake", opts.chat_fake if chat else {})
@@ -292,6 +294,7 @@ def make_app(opts: argparse.Namespace) -> web.Application:
         "streams_completed": 0,
         "streams_aborted": 0,
         "last_body": None,
+        "last_trace_headers": {},  # a generation's traceparent and tracestate, as received
         "health_checks": 0,
     }
     app.router.add_post("/v1/chat/completions", generate)

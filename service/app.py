@@ -34,6 +34,7 @@ from service.stages import StagesFile
 from service.state import Gateway
 from service.tls import client_context, server_context
 from service.tls import watch as watch_certs
+from service.tracing import start as start_tracing
 from service.usage import NullLedger, UsageLedger
 
 log = logging.getLogger("service.app")
@@ -96,6 +97,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             settings.stage_header.encode(), settings.canary_first_byte_timeout_s,
             settings.canary_answer_timeout_s, settings.first_byte_timeout_s, settings.answer_timeout_s,
             EvidenceCap(ev.window_s, ev.per_key_floor, ev.per_key_share),
+            # Here, not at import: each worker's exporter thread starts after the fork.
+            start_tracing(settings.tracing),
         )
         gateway.health = HealthChecker(gateway.router, session, settings.health_interval_s, metrics,
                                        settings.health_deep_interval_s, settings.engine_stall_s)
@@ -126,6 +129,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()
+            if gateway.upstream.tracer is not None:  # exports what is queued, in the export timeout
+                await asyncio.to_thread(gateway.upstream.tracer.shutdown)
             await gateway.usage.close()
             await gateway.limiter.close()
             access_log.close()

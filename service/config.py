@@ -99,6 +99,21 @@ class TLSConfig(_Strict):
     reload_interval_s: Seconds = Field(default=10.0, description="how often renewed files are looked for")
 
 
+class TracingConfig(_Strict):
+    """Spans of relayed requests, exported over OTLP/HTTP (service/tracing.py)."""
+
+    # The collector's base URL, as OTEL_EXPORTER_OTLP_ENDPOINT: spans are posted to <it>/v1/traces.
+    # No credentials in it: the URL is in the config file and the engines' command lines.
+    otlp_endpoint: str = Field(pattern=r"^https?://[^/\s@?#]+(/[^\s?#]*)?$")
+    service_name: str = Field(default="private-llm-gateway", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    # Requests without a client's traceparent are sampled at this ratio; a client's flag is followed.
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    # Spans waiting for export; a full queue drops new spans rather than wait (never a request).
+    max_queue_size: int = Field(default=2048, ge=1, le=1_000_000)
+    schedule_delay_s: Seconds = 1.0
+    export_timeout_s: Seconds = 10.0
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PLI_GATEWAY_", env_nested_delimiter="__", extra="forbid"
@@ -155,6 +170,7 @@ class Settings(BaseSettings):
     access_log: Path | None = Field(default=None, description="JSON-lines file; None: stdout")
     log_prompts: bool = Field(default=False, description="debug only: prompts in the access log")
     tls: TLSConfig | None = Field(default=None, description="None: plain HTTP in and out")
+    tracing: TracingConfig | None = Field(default=None, description="None: no spans, no SDK loaded")
 
     @field_validator("session_header", "stage_header")
     @classmethod

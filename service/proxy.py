@@ -32,6 +32,7 @@ from service.limits import Limiter
 from service.metrics import Metrics
 from service.routing import Engine, Router
 from service.stages import STABLE
+from service.tracing import TRACE_HEADERS, RequestTracer
 from service.usage import NullLedger, Ticket, UsageLedger
 
 log = logging.getLogger("service.proxy")
@@ -69,6 +70,7 @@ class Upstream:
     first_byte_timeout_s: float = 60.0  # any other streamed attempt's first byte
     answer_timeout_s: float = 300.0  # any other whole answer
     evidence: EvidenceCap = EvidenceCap(60.0, 20, 0.25)  # noqa: RUF009  (replaced per gateway)
+    tracer: RequestTracer | None = None  # None: tracing off, the client's trace headers pass through
 
 
 def delivery_trace() -> aiohttp.TraceConfig:
@@ -184,6 +186,7 @@ class ProxyCall(Response):
         self.background = None  # Starlette's Response attributes that FastAPI reads
         self.status_code = 200
         self.asked_stage: str | None = None  # the stage header's value, if the key may send it
+        self.stage: str | None = None  # the stage of the engine last tried (the span's attribute)
         self.delivered = False  # the current attempt's request reached an engine
         # The attempt under way: a canary attempt's first-byte deadline (None: none), when it
         # started, its first byte, how it ended, and what its stream said so far.
@@ -195,24 +198,44 @@ class ProxyCall(Response):
         self.finishes: list[bytes] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.key.release_tester:  # anyone else's header is ignored: it would steer the release
-            for name, value in scope["headers"]:
-                if name == self.up.stage_header:
-                    self.asked_stage = value.decode("latin-1").strip().lower() or None
-        task = asyncio.current_task()
-        assert task is not None
-        watcher = asyncio.create_task(self._watch(receive, task))
+        tester, carrier = self.key.release_tester, {}
+        for name, value in scope["headers"]:
+            if name in TRACE_HEADERS:
+                carrier[name.decode()] = value.decode("latin-1")
+            elif tester and name == self.up.stage_header:  # anyone else's would steer the release
+                self.asked_stage = value.decode("latin-1").strip().lower() or None
+        tracer, span = self.up.tracer, None
+        if tracer is not None:
+            span, onward = tracer.start(self.path, carrier, self.info.start)
+            self.headers_out.update(onward)
+        elif carrier:
+            self.headers_out.update(carrier)  # as the client sent them: the engine's trace is the client's
         try:
-            await self._run(send)
-        except asyncio.CancelledError:
-            if not self.disconnected:
-                raise
-            task.uncancel()
-            self.info.error = "client_disconnected"
+            task = asyncio.current_task()
+            assert task is not None
+            watcher = asyncio.create_task(self._watch(receive, task))
+            try:
+                await self._run(send)
+            except asyncio.CancelledError:
+                if not self.disconnected:
+                    raise
+                task.uncancel()
+                self.info.error = "client_disconnected"
+            finally:
+                self.done = True
+                watcher.cancel()
+            await self._settle()
         finally:
-            self.done = True
-            watcher.cancel()
-        await self._settle()
+            if tracer is not None:
+                self._end_span(tracer, span)
+
+    def _end_span(self, tracer: RequestTracer, span: Any) -> None:
+        info = self.info
+        tracer.finish(
+            span, model=self.model, stage=self.stage, key_id=self.key.name, engine=info.engine,
+            attempts=info.attempts, status=self.status, error=info.error,
+            prompt_tokens=info.prompt_tokens, completion_tokens=info.completion_tokens,
+        )
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> None:
         # Cancelling the request's task closes the upstream connection wherever it is
@@ -241,7 +264,7 @@ class ProxyCall(Response):
             # A canary attempt before stable's is extra: stable keeps its own retry after it.
             canary_first = stage != STABLE and engine.stage != STABLE
             tried += (engine,)
-            self.info.attempts, self.info.engine = len(tried), engine.name
+            self.info.attempts, self.info.engine, self.stage = len(tried), engine.name, engine.stage
             router.begin(engine)
             try:
                 await self._attempt(engine, send, canary_first)
