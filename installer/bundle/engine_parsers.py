@@ -1,7 +1,7 @@
 """The bundle's vLLM wheel against the serving profiles: the names the engines will be asked for.
 
 `installer validate` checks a profile's parsers against the checked-in table of what the bundled
-vLLM registers (installer/inventory/vllm_names.py). The bundle then carries a real wheel, and
+vLLM registers (installer/inventory/vllm_names.json). The bundle then carries a real wheel, and
 this reads that wheel's registries again (installer/inventory/vllm_registry.py): a table that
 no longer matches the wheel (another vLLM release, a re-resolved lock) is refused, as is a name
 the wheel lacks, before any host is asked to start an engine with it. A deployment whose models
@@ -75,7 +75,7 @@ def check(inv: Inventory, root: Path) -> None:
         if differences:
             raise BundleError(
                 f"the bundle carries {wheel.name}, which registers other names than the table the "
-                f"inventory was validated against ({table.label}, installer/inventory/vllm_names.py)",
+                f"inventory was validated against ({table.label}, installer/inventory/vllm_names.json)",
                 [*differences, REGENERATE],
             )
         known = {"reasoning parser": have.reasoning_parsers, "tool-call parser": have.tool_call_parsers,

@@ -207,7 +207,7 @@ def _profile_name(value: str) -> str:
     return value
 
 
-# A parser's name as vLLM registers it (installer/inventory/vllm_names.py lists the bundled
+# A parser's name as vLLM registers it (installer/inventory/vllm_names.json lists the bundled
 # engines' own; the checks refuse any other), or `none` for no parser.
 ParserName = Annotated[str, _matching(
     r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", "a vLLM parser name such as deepseek_r1, or none"

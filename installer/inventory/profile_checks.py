@@ -5,7 +5,7 @@ Refused, each at its setting's file:line with the fix (the loader runs these, so
 refuses them before anything changes):
 - a profile, parser or MTP setting on an embed or score model (profiles serve generate models);
 - a profile of another family than the checkpoint's architecture (deepseek-r1 on a Llama);
-- a parser the bundled vLLM for the device does not register (installer/inventory/vllm_names.py);
+- a parser the bundled vLLM for the device does not register (installer/inventory/vllm_names.json);
 - MTP asked for (`mtp_tokens` > 0) on CPU engines, or for a checkpoint without MTP layers
   (`num_nextn_predict_layers`), or a count vLLM refuses for those layers;
 - `engine.quantization` that contradicts the checkpoint's own `quantization_config`;
@@ -119,7 +119,7 @@ def _parsers(
         given_here = getattr(m, key) is not None
         yield (*base, key if given_here else "profile"), (
             f"{kind} parser {name!r} is not one {names.label} registers (the {device} engine the bundle "
-            f"carries, installer/inventory/vllm_names.py); use one of: {', '.join(known)}"
+            f"carries, installer/inventory/vllm_names.json); use one of: {', '.join(known)}"
             + ("" if given_here else f"; or set {key} to one of them, or none")
         )
 
@@ -143,7 +143,7 @@ def _mtp(
                     f"set it to {ck.mtp_layers} or {2 * ck.mtp_layers}")
     elif profiles.MTP_METHOD not in names.speculative_methods:
         yield loc, (f"{names.label} has no speculative method {profiles.MTP_METHOD!r} "
-                    "(installer/inventory/vllm_names.py): set mtp_tokens to 0")
+                    "(installer/inventory/vllm_names.json): set mtp_tokens to 0")
 
 
 def _quantization_loc(inv: Inventory, base: Loc) -> Loc:

@@ -12,7 +12,7 @@ A model's `profile` chooses them: `auto` (the default) reads the checkpoint
 fp8 weights need no flag: vLLM reads `quantization_config` from config.json and serves the
 weights as they are (vllm/config/model.py `_verify_quantization`).
 
-Every name here is one the bundled vLLM registers (installer/inventory/vllm_names.py, read from
+Every name here is one the bundled vLLM registers (installer/inventory/vllm_names.json, read from
 the wheels): DeepSeek-V2 has no parser of its own in it, V3 and R1 share the `deepseek_v3` tool
 parser, V3.1 and V3.2 switch reasoning on per request (`chat_template_kwargs: {"thinking":
 true}`), which the `deepseek_v3` reasoning parser follows.

