@@ -29,14 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from installer.gpu import matrix, planner, tuner
+from installer.gpu import matrix, planner, ray_checks, ray_ports, tuner
 from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, profiles
 from installer.topology import HOST_LAYOUT, cross_host
 
 UNIT = "private-llm-engine"
 RAY_UNIT = "private-llm-ray"
-# Not the tuner's 6379: the gateways' Redis (ports.redis) listens there by default.
-RAY_PORT = 6390
+RAY_PORT = ray_ports.GCS_PORT
 # OpenSSL cipher list for TLS 1.2 clients of an engine on the network (TLS 1.3 suites are all modern).
 TLS_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 # What vLLM runs a model as, per task (vLLM 0.26's --runner/--convert); generate needs nothing.
@@ -168,6 +167,7 @@ def tuned(inv: Inventory) -> tuner.Tuned | None:
             f"{inv.ports.engine}-{max(e.port for e in t.engines)}, which includes {what} {port}",
             ["move ports.engine (or that port) so the ranges do not overlap"],
         )
+    ray_checks.check_ports(inv, t)
     return t
 
 
@@ -402,12 +402,13 @@ def ray_node(inv: Inventory, tuned: tuner.Tuned | None, host: Host) -> RayNode |
     if host.name == head.name:
         return RayNode("head", RAY_UNIT, (
             "start", "--head", f"--node-ip-address={head.address}", f"--port={RAY_PORT}",
-            f"--num-gpus={per_host}", "--include-dashboard=false", "--disable-usage-stats", "--block",
+            f"--num-gpus={per_host}", "--include-dashboard=false", "--disable-usage-stats",
+            *ray_ports.flags("head"), "--block",
         ), head.address)
     if host.name in tuned.ray.workers:
         return RayNode("worker", RAY_UNIT, (
             "start", f"--address={head.address}:{RAY_PORT}", f"--node-ip-address={host.address}",
-            f"--num-gpus={per_host}", "--disable-usage-stats", "--block",
+            f"--num-gpus={per_host}", "--disable-usage-stats", *ray_ports.flags("worker"), "--block",
         ), host.address)
     return None
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from installer.errors import InstallerError
-from installer.gpu import doctor
+from installer.gpu import doctor, ray_ports
 from installer.gpu.matrix import GPUType, gpu_type
 from installer.gpu.planner import ModelSpec, Recommendation, recommend
 
@@ -35,7 +35,6 @@ MIN_UTILIZATION, MAX_UTILIZATION = 0.80, 0.94
 # vLLM's default max_num_seqs on GPUs under 70 GB (1024 above, where vLLM 0.26 captures CUDA
 # graphs up to 512); a ceiling for the derived value.
 MAX_DERIVED_SEQS = 256
-RAY_PORT = 6379
 
 # The measurements behind the Hopper choices below: docs/gpu.md, "What the tuner's Hopper
 # defaults rest on".
@@ -180,11 +179,13 @@ class EngineSpec:
 
 @dataclass
 class RaySpec:
+    """Which hosts form the Ray cluster. The tuner knows host names, not addresses: the units'
+    `ray start` argv (head address and port, which Ray needs as ip:port) is written by
+    installer/engines.py ray_node, from the inventory's addresses."""
+
     head: str
     workers: list[str]
     port: int
-    head_argv: list[str]
-    worker_argv: list[str]
 
 
 @dataclass
@@ -438,15 +439,7 @@ def _pipeline(hosts: list[HostHardware], pp: int, per_host: int, args: list[str]
     if len(hosts) % pp:
         notes.append(f"{len(hosts) % pp} host(s) left out: {len(hosts)} hosts do not divide into pipelines of {pp}")
     head = hosts[0]
-    ray = RaySpec(
-        head=head.name,
-        workers=[h.name for h in hosts[1:pp]],
-        port=RAY_PORT,
-        head_argv=["ray", "start", "--head", f"--port={RAY_PORT}", f"--num-gpus={per_host}",
-                   "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        worker_argv=["ray", "start", f"--address={head.name}:{RAY_PORT}", f"--num-gpus={per_host}",
-                     "--disable-usage-stats", "--block"],
-    )
+    ray = RaySpec(head=head.name, workers=[h.name for h in hosts[1:pp]], port=ray_ports.GCS_PORT)
     if groups > 1:
         notes.append(f"{groups} pipelines fit; this plan runs the first (one Ray cluster)")
     cpus = sorted(c for cs in head.numa_cpus.values() for c in cs)

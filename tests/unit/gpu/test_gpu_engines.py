@@ -92,6 +92,10 @@ def test_a_model_larger_than_a_host_gets_a_ray_head_and_worker(tmp_path: Path) -
     h, w = head.ray, worker.ray
     assert h and h.role == "head" and f"--port={engines.RAY_PORT}" in h.argv and h.node_ip == "10.0.0.1"
     assert w and w.role == "worker" and f"--address=10.0.0.1:{engines.RAY_PORT}" in w.argv
+    # the head's address, never its inventory name (Ray wants head_ip:port), and every port pinned
+    assert not any(a.startswith("--address=h0") for a in w.argv)
+    assert "--node-manager-port=6391" in w.argv and "--ray-client-server-port=10001" in h.argv
+    assert "--ray-client-server-port=10001" not in w.argv and h.argv[-1] == w.argv[-1] == "--block"
 
 
 def test_cpu_unit_is_rendered_as_before(tmp_path: Path) -> None:
