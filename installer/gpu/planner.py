@@ -279,8 +279,21 @@ def load_config(path: Path) -> ModelSpec:
     return from_hf_config(cfg, name=(path.name if path.is_dir() else path.parent.name))
 
 
-# Presets: the published config.json fields of each model (Hugging Face deepseek-ai/*).
+# Presets: the published config.json fields of each model (Hugging Face deepseek-ai/*). The
+# DeepSeek ones share multi-head latent attention's sizes, MoE on every layer after the dense
+# ones, the context and the dtype.
+_DEEPSEEK = {
+    "moe_layer_freq": 1,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
 _DEEPSEEK_V3 = {
+    **_DEEPSEEK,
     "model_type": "deepseek_v3",
     "vocab_size": 129280,
     "hidden_size": 7168,
@@ -293,16 +306,8 @@ _DEEPSEEK_V3 = {
     "n_routed_experts": 256,
     "num_experts_per_tok": 8,
     "first_k_dense_replace": 3,
-    "moe_layer_freq": 1,
     "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "max_position_embeddings": 163840,
     "num_nextn_predict_layers": 1,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
     "quantization_config": {
         "quant_method": "fp8",
         "fmt": "e4m3",
@@ -319,6 +324,7 @@ _QWEN2 = {
 }
 PRESETS: dict[str, dict[str, Any]] = {
     "deepseek-v2-lite": {
+        **_DEEPSEEK,
         "model_type": "deepseek_v2",
         "vocab_size": 102400,
         "hidden_size": 2048,
@@ -331,17 +337,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 64,
         "num_experts_per_tok": 6,
         "first_k_dense_replace": 1,
-        "moe_layer_freq": 1,
         "q_lora_rank": None,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "max_position_embeddings": 163840,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
     },
     "deepseek-v2.5": {
+        **_DEEPSEEK,
         "model_type": "deepseek_v2",
         "vocab_size": 102400,
         "hidden_size": 5120,
@@ -354,15 +353,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 160,
         "num_experts_per_tok": 6,
         "first_k_dense_replace": 1,
-        "moe_layer_freq": 1,
         "q_lora_rank": 1536,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "max_position_embeddings": 163840,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
     },
     "deepseek-v3": _DEEPSEEK_V3,
     "deepseek-r1": _DEEPSEEK_V3,  # same architecture and FP8 checkpoint layout as V3
