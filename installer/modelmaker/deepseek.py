@@ -64,6 +64,7 @@ from tokenizers import AddedToken, Tokenizer, processors
 from installer.modelmaker.files import (
     RawTensor,
     bf16,
+    config_ids_and_dtype,
     f8_e4m3,
     f32,
     write_generation_config,
@@ -313,14 +314,7 @@ def config(*, quantized: bool, bos_id: int, eos_id: int) -> dict[str, Any]:
             "mscale": 1.0,
             "mscale_all_dim": 1.0,
         },
-        "tie_word_embeddings": False,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "initializer_range": 0.02,
-        "use_cache": True,
-        # "dtype" is the transformers>=4.56 name, "torch_dtype" the older one; write both.
-        "dtype": DTYPE,
-        "torch_dtype": DTYPE,
+        **config_ids_and_dtype(bos_id, eos_id, DTYPE),
     }
     if quantized:
         data["quantization_config"] = FP8_CONFIG

@@ -55,6 +55,21 @@ def write_tokenizer(tmp: Path, tokenizer: Tokenizer, bos: str, eos: str, pad: st
     return bos_id, eos_id
 
 
+def config_ids_and_dtype(bos_id: int, eos_id: int, dtype: str) -> dict[str, Any]:
+    """The part of config.json every checkpoint here writes alike: untied embeddings, the
+    special tokens' ids, and the dtype under both names ("dtype" is the transformers>=4.56 name,
+    "torch_dtype" the older one)."""
+    return {
+        "tie_word_embeddings": False,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "dtype": dtype,
+        "torch_dtype": dtype,
+    }
+
+
 def write_generation_config(tmp: Path, bos_id: int, eos_id: int) -> None:
     write_json(tmp / "generation_config.json", {"bos_token_id": bos_id, "eos_token_id": eos_id, "max_new_tokens": 64})
 

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 from safetensors.numpy import save_file
 
-from installer.modelmaker.files import write_generation_config, write_json, write_tokenizer
+from installer.modelmaker.files import config_ids_and_dtype, write_generation_config, write_json, write_tokenizer
 from installer.modelmaker.tokenizer import train_byte_level_bpe
 
 HIDDEN = 256
@@ -119,15 +119,8 @@ def _base_config(bos_id: int, eos_id: int) -> dict[str, Any]:
         "rope_theta": 10000.0,
         "attention_bias": False,
         "mlp_bias": False,
-        "tie_word_embeddings": False,
         "vocab_size": VOCAB,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "initializer_range": 0.02,
-        "use_cache": True,
-        # "dtype" is the transformers>=4.56 name, "torch_dtype" the older one; write both.
-        "dtype": DTYPE,
-        "torch_dtype": DTYPE,
+        **config_ids_and_dtype(bos_id, eos_id, DTYPE),
     }
 
 
