@@ -85,12 +85,20 @@ def size_by_kind(man: Manifest) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class ComponentChange:
-    change: str  # "added", "removed", "changed"
+class Change:
+    """A component one bundle has and another lacks, or has in another version (sbom.diff)."""
+
+    change: str  # "added", "removed", "version"; a ComponentChange's "changed": other files
     kind: str
     name: str
     old_version: str
     new_version: str
+
+
+@dataclass(frozen=True)
+class ComponentChange(Change):
+    """A Change of the manifests' components, with their sizes."""
+
     old_size: int
     new_size: int
 

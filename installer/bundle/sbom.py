@@ -34,6 +34,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from installer import __version__
 from installer.bundle import deb_licence, monitoring_tarballs
+from installer.bundle.contents import Change
 from installer.bundle.manifest import SBOM, FileEntry, Manifest
 from installer.errors import BundleError, InstallerError
 from installer.inventory import targets as os_targets
@@ -293,15 +294,6 @@ def entries(doc: dict[str, Any]) -> list[Entry]:
         found.append(Entry(props.get(KIND_PROPERTY, c.get("type", "")), name, c.get("version", ""),
                            ", ".join(licences), props.get(PATH_PROPERTY, c.get("bom-ref", "")), sha))
     return sorted(found, key=lambda e: e.path)
-
-
-@dataclass(frozen=True)
-class Change:
-    change: str  # "added", "removed", "version"
-    kind: str
-    name: str
-    old_version: str
-    new_version: str
 
 
 def diff(old: list[Entry], new: list[Entry]) -> list[Change]:

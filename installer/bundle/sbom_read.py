@@ -52,7 +52,7 @@ def read(path: Path, trust: sign.Trust) -> SignedSbom:
 @dataclass(frozen=True)
 class Diff:
     bundle: contents.BundleDiff
-    sbom: list[sbom.Change] | None  # None when either bundle has no SBOM
+    sbom: list[contents.Change] | None  # None when either bundle has no SBOM
     old_signature: sign.SignatureCheck
     new_signature: sign.SignatureCheck
 
