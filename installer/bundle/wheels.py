@@ -30,8 +30,10 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -266,29 +268,13 @@ def download_wheels(
     Treat cache paths as read-only.
     """
     tags = list(platform_tags) if platform_tags is not None else list(DEFAULT_PLATFORM_TAGS)
-    excluded: set[str] = {canonicalize_name(e) for e in exclude}
-    key = request_key(
-        requirements,
-        python_version=python_version,
-        platform_tags=tags,
-        index_url=index_url,
-        extra_index_urls=extra_index_urls,
-        find_links=find_links,
-        exclude=excluded,
+    request = _Request(
+        requirements, python_version, tags, index_url, extra_index_urls, find_links,
+        frozenset(canonicalize_name(e) for e in exclude),
     )
-    entry = cache_dir() / "wheels" / key
+    entry = cache_dir() / "wheels" / request.key()
     if not entry.is_dir():
-        _fill_cache_entry(
-            entry,
-            requirements,
-            python_version=python_version,
-            platform_tags=tags,
-            index_url=index_url,
-            extra_index_urls=extra_index_urls,
-            find_links=find_links,
-            excluded=excluded,
-            timeout=timeout,
-        )
+        _fill_cache_entry(entry, request, timeout)
     cached = sorted(entry.glob("*.whl"))
     if dest is None:
         return cached
@@ -303,30 +289,37 @@ def download_wheels(
     return out
 
 
-def _fill_cache_entry(
-    entry: Path,
-    requirements: Sequence[str],
-    *,
-    python_version: str,
-    platform_tags: Sequence[str],
-    index_url: str | None,
-    extra_index_urls: Sequence[str],
-    find_links: Sequence[str],
-    excluded: set[str],
-    timeout: float,
-) -> None:
+@dataclass(frozen=True)
+class _Request:
+    """One pip download: what is asked for and from where, which the cache entry is named by."""
+
+    requirements: Sequence[str]
+    python_version: str
+    platform_tags: Sequence[str]
+    index_url: str | None = None
+    extra_index_urls: Sequence[str] = ()
+    find_links: Sequence[str] = ()
+    excluded: frozenset[str] = frozenset()
+
+    def _sources(self) -> dict[str, Any]:
+        return {
+            "python_version": self.python_version, "platform_tags": self.platform_tags,
+            "index_url": self.index_url, "extra_index_urls": self.extra_index_urls, "find_links": self.find_links,
+        }
+
+    def key(self) -> str:
+        return request_key(self.requirements, exclude=self.excluded, **self._sources())
+
+    def pip_argv(self, dest: Path) -> list[str]:
+        return pip_download_command(self.requirements, dest, **self._sources())
+
+
+def _fill_cache_entry(entry: Path, request: _Request, timeout: float) -> None:
+    requirements, python_version, platform_tags = request.requirements, request.python_version, request.platform_tags
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
     try:
-        argv = pip_download_command(
-            requirements,
-            tmp,
-            python_version=python_version,
-            platform_tags=platform_tags,
-            index_url=index_url,
-            extra_index_urls=extra_index_urls,
-            find_links=find_links,
-        )
+        argv = request.pip_argv(tmp)
         started = time.monotonic()
         try:
             proc = subprocess.run(
@@ -350,7 +343,7 @@ def _fill_cache_entry(
             raise BundleError("pip downloaded non-wheel files", not_wheels)
         removed = []
         for wheel in tmp.glob("*.whl"):
-            if dist_name(wheel) in excluded:
+            if dist_name(wheel) in request.excluded:
                 wheel.unlink()
                 removed.append(wheel.name)
         wheels = sorted(p.name for p in tmp.glob("*.whl"))
@@ -358,9 +351,9 @@ def _fill_cache_entry(
             "requirements": list(requirements),
             "python_version": python_version,
             "platform_tags": list(platform_tags),
-            "index_url": index_url,
-            "extra_index_urls": list(extra_index_urls),
-            "find_links": list(find_links),
+            "index_url": request.index_url,
+            "extra_index_urls": list(request.extra_index_urls),
+            "find_links": list(request.find_links),
             "excluded": sorted(removed),
             "wheels": wheels,
             "seconds": round(time.monotonic() - started, 1),
@@ -518,19 +511,13 @@ def download_locked(
 
 
 def _download_no_deps(reqs: list[str], *, python_version: str, platform_tags: list[str]) -> list[Path]:
-    key = request_key(
-        reqs, python_version=python_version, platform_tags=platform_tags, index_url=None,
-        extra_index_urls=[], find_links=[], exclude=[],
-    )
-    entry = cache_dir() / "wheels" / f"nodeps-{key}"  # never the entry of a resolve with deps
+    request = _Request(reqs, python_version, platform_tags)
+    entry = cache_dir() / "wheels" / f"nodeps-{request.key()}"  # never the entry of a resolve with deps
     if not entry.is_dir():
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
         try:
-            argv = pip_download_command(
-                reqs, tmp, python_version=python_version, platform_tags=platform_tags,
-                index_url=None, extra_index_urls=[], find_links=[],
-            )
+            argv = request.pip_argv(tmp)
             argv.insert(argv.index("--dest"), "--no-deps")
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
             if proc.returncode != 0:
