@@ -5,10 +5,11 @@ its config.json, and installer/gpu/tuner.py derives the vLLM settings and engine
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from installer import engines
 from installer.errors import InstallerError
+from installer.gpu import multihost
 from installer.gpu.matrix import gpu_type
 from installer.gpu.planner import ModelSpec, load_config
 from installer.gpu.tuner import HostHardware, Tuned, TuneError
@@ -30,6 +31,14 @@ class Fit:
     tuned: Tuned | None = None
     unknown: str = ""  # why nothing could be sized
     refused: TuneError | None = None  # the model does not fit these GPUs
+    hosts: list[HostHardware] = field(default_factory=list)  # the hosts it was laid out on
+    addresses: dict[str, str] = field(default_factory=dict)  # their inventory addresses, where known
+
+    def layout(self) -> multihost.HostsLayout | None:
+        """Ranks per host, links and reasons when the hosts are more than one."""
+        if self.tuned is None or self.spec is None:
+            return None
+        return multihost.describe(self.spec, self.tuned, self.hosts, self.addresses)
 
 
 def doctor_hosts(inv: Inventory) -> list[HostHardware]:
@@ -83,8 +92,9 @@ def fit(inv: Inventory) -> Fit | None:
     if not hosts:
         return Fit(unknown=NO_GPU_FACTS)
     spec = load_config(inv.model.path)
+    addresses = {h.name: h.address for h in inv.hosts}
     try:
         tuned = engines.tune_for(inv, hosts)  # the call `up` makes (installer/plan.py)
     except TuneError as exc:
-        return Fit(spec, source, refused=exc)
-    return Fit(spec, source, tuned)
+        return Fit(spec, source, refused=exc, hosts=hosts, addresses=addresses)
+    return Fit(spec, source, tuned, hosts=hosts, addresses=addresses)

@@ -120,11 +120,10 @@ def print_fit_section(inv: Inventory) -> Tuned | None:
             ],
         )
     )
-    if tuned.ray:
-        console.print(
-            f"Ray: head {tuned.ray.head}, workers {', '.join(tuned.ray.workers)} "
-            f"(port {tuned.ray.port})"
-        )
+    spread = fit.layout()
+    if spread is not None:  # which ranks on which host, over which links, and why (docs/multinode.md)
+        for line in spread.lines():
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
     for note in tuned.notes:
         console.print(f"[yellow]note:[/] {note}")
     return tuned

@@ -342,6 +342,9 @@ class GPUType:
     # Dense bf16 tensor-core peak from NVIDIA's datasheet (TFLOP/s, no sparsity); 0 where the
     # part has no bf16 tensor cores, so the GEMM gate has nothing to hold it to.
     peak_bf16_tflops: float = 0.0
+    # NVLink bandwidth per GPU, both directions together, as NVIDIA's datasheet states it (GB/s;
+    # 0 without NVLink). Sources: docs/multinode.md, "The GPUs' figures".
+    nvlink_gbps: float = 0.0
 
     @property
     def generation(self) -> str:
@@ -360,19 +363,19 @@ GPU_TYPES: dict[str, GPUType] = {
     for t in (
         # peaks: H100/H800/H200 SXM 989 (same GH100 silicon), H20 148, B200 2250, A100/A800 312,
         # L40S 362, L20 119.5, L4 121, A10 125 (datasheets); Volta and Turing have no bf16 cores
-        GPUType("h200", "NVIDIA H200", 143771, "9.0", True, 989.0),
-        GPUType("h100", "NVIDIA H100 80GB HBM3", 81559, "9.0", True, 989.0),
-        GPUType("h800", "NVIDIA H800", 81559, "9.0", True, 989.0),
-        GPUType("h20", "NVIDIA H20", 97871, "9.0", True, 148.0),
-        GPUType("b200", "NVIDIA B200", 183359, "10.0", True, 2250.0),
-        GPUType("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, "8.0", True, 312.0),
-        GPUType("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, "8.0", True, 312.0),
-        GPUType("a800", "NVIDIA A800-SXM4-80GB", 81920, "8.0", True, 312.0),
+        GPUType("h200", "NVIDIA H200", 143771, "9.0", True, 989.0, nvlink_gbps=900),
+        GPUType("h100", "NVIDIA H100 80GB HBM3", 81559, "9.0", True, 989.0, nvlink_gbps=900),
+        GPUType("h800", "NVIDIA H800", 81559, "9.0", True, 989.0, nvlink_gbps=400),
+        GPUType("h20", "NVIDIA H20", 97871, "9.0", True, 148.0, nvlink_gbps=900),
+        GPUType("b200", "NVIDIA B200", 183359, "10.0", True, 2250.0, nvlink_gbps=1800),
+        GPUType("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, "8.0", True, 312.0, nvlink_gbps=600),
+        GPUType("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, "8.0", True, 312.0, nvlink_gbps=600),
+        GPUType("a800", "NVIDIA A800-SXM4-80GB", 81920, "8.0", True, 312.0, nvlink_gbps=400),
         GPUType("l40s", "NVIDIA L40S", 46068, "8.9", False, 362.0),
         GPUType("l20", "NVIDIA L20", 46068, "8.9", False, 119.5),
         GPUType("l4", "NVIDIA L4", 23034, "8.9", False, 121.0),
         GPUType("a10", "NVIDIA A10", 23028, "8.6", False, 125.0),
-        GPUType("v100-32g", "Tesla V100-SXM2-32GB", 32768, "7.0", True),
+        GPUType("v100-32g", "Tesla V100-SXM2-32GB", 32768, "7.0", True, nvlink_gbps=300),
         GPUType("t4", "Tesla T4", 15360, "7.5", False),
     )
 }

@@ -17,10 +17,14 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def two_hosts(tmp_path: Path) -> Callable[..., Inventory]:
-    def make(gpu: str = "h100", count: int = 8, extra: str = "", preset: str = "deepseek-v3") -> Inventory:
+    def make(gpu: str = "h100", count: int = 8, extra: str = "", preset: str = "deepseek-v3",
+             bf16: bool = False) -> Inventory:
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
-        (model / "config.json").write_text(json.dumps(planner.PRESETS[preset]))
+        config = dict(planner.PRESETS[preset])
+        if bf16:  # the checkpoint as DeepSeek's fp8-to-bf16 conversion leaves it
+            config.pop("quantization_config", None)
+        (model / "config.json").write_text(json.dumps(config))
         f = tmp_path / "inventory.yml"
         f.write_text(
             "deployment: demo\n"
