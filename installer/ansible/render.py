@@ -202,6 +202,9 @@ def _monitoring_vars(plan: DeploymentPlan) -> dict[str, Any]:
         "monitoring_alert_profile": mon.alert_profile,
         "monitoring_install_from": mon.install_from,
         "monitoring_webhook_url": mon.webhook_url or "",
+        # the gateways' tracing section (the engines' flag is in their argv)
+        "monitoring_otlp_endpoint": mon.otlp_endpoint or "",
+        "monitoring_trace_sample_ratio": mon.trace_sample_ratio,
         # Prometheus fetches each engine's metrics from the gateway on the engine's own host.
         "monitoring_engines": {h.name: list(h.engine_names) for h in plan.serving()},
     }

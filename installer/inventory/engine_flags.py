@@ -60,6 +60,8 @@ WRITTEN: dict[str, str] = {
     "--ssl-cert-reqs": _TLS,
     "--ssl-ciphers": _TLS,
     "--enable-ssl-refresh": _TLS,
+    "--otlp-traces-endpoint": "set monitoring.otlp_endpoint: the engines then export over OTLP/HTTP to the "
+                              "collector the gateways export to, under the gateways' spans",
 }
 
 # Not written, but each would undo one of the flags above.

@@ -597,6 +597,21 @@ class Monitoring(_Strict):
     # bundle and unpacked on the hosts (installer/bundle/monitoring_tarballs.py checks them).
     install_from: Literal["packages", "tarballs"] = "packages"
     tarballs_dir: LocalPath | None = None
+    # An OpenTelemetry collector's OTLP/HTTP base URL (as OTEL_EXPORTER_OTLP_ENDPOINT: traces go
+    # to <it>/v1/traces). The gateways export a span per request and the engines vLLM's own spans
+    # (docs/tracing.md); None: no tracing, and no exporter is loaded. No user or query: the URL
+    # is in the engines' command lines.
+    otlp_endpoint: Annotated[str, _matching(
+        r"https?://[^/\s@?#]+(/[^\s?#]*)?",
+        "an http:// or https:// URL without a user, query or fragment (e.g. http://otel.example.internal:4318)",
+    )] | None = None
+    # The share of requests traced when the client sent no traceparent (a client's sampled flag
+    # is followed); the engines follow the gateway's decision.
+    trace_sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0
+
+    def otlp_traces_url(self) -> str | None:
+        """Where spans are posted: the collector's base URL and OTLP/HTTP's signal path."""
+        return self.otlp_endpoint.rstrip("/") + "/v1/traces" if self.otlp_endpoint else None
 
     @model_validator(mode="after")
     def _tarballs(self) -> "Monitoring":

@@ -137,7 +137,8 @@ def _inventory(tmp: Path, preset: str, hosts: int, engine: dict[str, Any], **mor
 
 def test_every_flag_the_writer_writes_is_classified_and_every_listed_one_is_written(tmp_path: Path) -> None:
     layouts = [
-        _inventory(tmp_path, "", 1, {"device": "cpu"}),  # one CPU host: eager, no TLS
+        _inventory(tmp_path, "", 1, {"device": "cpu"},  # one CPU host: eager, no TLS; a trace collector
+                   monitoring={"otlp_endpoint": "http://otel.example:4318"}),
         _inventory(tmp_path, "", 2, {"device": "cpu"}, models=[  # TLS on the network; a pooling task
             {"name": "chat", "served_name": "c"}, {"name": "emb", "served_name": "e", "task": "embed"}]),
         _inventory(tmp_path, "deepseek-r1-distill-qwen-7b", 1, {"quantization": "fp8"}),  # untuned GPU sizing
