@@ -22,6 +22,7 @@ from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle import terraform_tools
 from installer.bundle.manifest import WEIGHTS_PREFIXES, Manifest
+from installer.gpu import preflight_ray
 from installer.inventory import Inventory, ServedModel, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan
@@ -206,6 +207,8 @@ def prepare(
             inv, deployment_plan = laid_out, preflight_gpu.plan_probed(laid_out, build)
         elif inv is not validated:  # provisioned: the cloud's hosts and addresses
             deployment_plan = plan.build(inv, canaries)
+        # A model spanning hosts: its Ray ports are free and every worker reaches the head.
+        preflight_ray.check(inv, [(h.name, h.ray) for h in deployment_plan.hosts if h.ray is not None])
 
     prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, deployment_plan,
                         adopted_above=adopted_above)

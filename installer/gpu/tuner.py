@@ -332,9 +332,13 @@ def _identical(hosts: list[HostHardware]) -> tuple[GPUType, int]:
     gpu, per_host = hosts[0].gpu_type(), len(hosts[0].gpus)
     for h in hosts[1:]:
         if h.gpu_type().name != gpu.name or len(h.gpus) != per_host:
+            # a model spanning hosts runs one pipeline stage of TP GPUs on each (Ray's --num-gpus
+            # is one figure for all), and replicas must be alike for the gateways to balance them
             raise TuneError(
-                f"{h.name} has other GPUs than {hosts[0].name}; hosts of one deployment "
-                "must be identical"
+                f"{h.name} has {len(h.gpus)} x {h.gpus[0].name if h.gpus else 'no GPU'}, {hosts[0].name} "
+                f"{per_host} x {gpu.name}; the serving hosts of one deployment must have the same GPUs, "
+                "as many on each",
+                ["give every serving host the same GPUs, or serve the odd host from a deployment of its own"],
             )
     return gpu, per_host
 
