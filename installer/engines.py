@@ -29,12 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from installer.gpu import matrix, planner, ray_checks, ray_ports, tuner
+from installer import ray_checks
+from installer.gpu import matrix, planner, ray_ports, tuner
 from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, profiles
 from installer.topology import HOST_LAYOUT, cross_host
 
 UNIT = "private-llm-engine"
-RAY_UNIT = "private-llm-ray"
+RAY_UNIT = ray_ports.UNIT
 RAY_PORT = ray_ports.GCS_PORT
 # OpenSSL cipher list for TLS 1.2 clients of an engine on the network (TLS 1.3 suites are all modern).
 TLS_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"

@@ -15,14 +15,13 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from installer import inventory_checks, plan, preflight_gpu, revisions
+from installer import inventory_checks, plan, preflight_gpu, preflight_ray, revisions
 from installer.bundle import build as bundle_build
 from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle import terraform_tools
 from installer.bundle.manifest import WEIGHTS_PREFIXES, Manifest
-from installer.gpu import preflight_ray
 from installer.inventory import Inventory, ServedModel, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan

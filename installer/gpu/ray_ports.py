@@ -2,8 +2,8 @@
 
 Ray picks most of its ports at random unless told. The units pin every one, so that the
 deployment's own ports are checked against them before any host changes
-(installer/gpu/ray_checks.py), preflight can find them taken on a host
-(installer/gpu/preflight_ray.py), and a firewall between the hosts can name them
+(installer/ray_checks.py), preflight can find them taken on a host
+(installer/preflight_ray.py), and a firewall between the hosts can name them
 (docs/multinode.md). Standard library only: the tuner and the engines both read it.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+UNIT = "private-llm-ray"  # the systemd unit of a Ray head or worker
 # Not Ray's default 6379: the gateways' Redis (ports.redis) listens there by default.
 GCS_PORT = 6390
 NODE_MANAGER_PORT = 6391

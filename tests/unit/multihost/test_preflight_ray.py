@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from installer import inventory_checks, remote
+from installer import inventory_checks, preflight_ray, remote
 from installer.errors import PreflightError
-from installer.gpu import preflight_ray, ray_ports
+from installer.gpu import ray_ports
 from installer.inventory import Inventory
 from installer.ssh import Target
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from installer import remote
-from installer.engines import RAY_UNIT, RayNode
 from installer.errors import PreflightError
 from installer.gpu import ray_ports
 from installer.inventory import Inventory
@@ -32,7 +32,7 @@ CONNECT_S = 5
 
 # `active=<unit state>` and `listen=<hex ports>` (LISTEN is state 0A in /proc/net/tcp*).
 PROBE = (
-    f"echo active=$(systemctl is-active {RAY_UNIT} 2>/dev/null); "
+    f"echo active=$(systemctl is-active {ray_ports.UNIT} 2>/dev/null); "
     "echo listen=$(awk 'FNR>1 && $4==\"0A\" {n=split($2,a,\":\"); print a[n]}' "
     "/proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u | tr '\\n' ' ')"
 )
@@ -74,6 +74,14 @@ except OSError as exc:
 """
 
 RunOne = Callable[..., remote.Result]
+
+
+class RayNode(Protocol):
+    """What this check reads of installer/engines.py's RayNode (engines imports this module's
+    sibling ray_checks, so the type is described here rather than imported)."""
+
+    role: str
+    node_ip: str
 
 
 def _python(code: str, *args: object) -> str:
