@@ -40,6 +40,7 @@ from installer.gpu import matrix as gpu_matrix
 from installer.inventory import profiles
 from installer.inventory import targets as os_targets
 from installer.inventory.source import Loc, Source, dotted
+from service import release_slo
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 # DNS label rules: these names become host names, systemd unit suffixes and file names.
@@ -375,6 +376,12 @@ class ModelEngine(_Strict):
         return Engine.model_validate(given)
 
 
+def _slo_line(text: str) -> str:
+    """An absolute SLO line the release controller can judge (ValueError names what is wrong)."""
+    release_slo.parse(text)
+    return text
+
+
 class SLO(_Strict):
     """How a canary is judged against stable during a gray release (installer/release/)."""
 
@@ -388,6 +395,18 @@ class SLO(_Strict):
     canary_first_byte_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 10
     # A whole (not streamed) canary answer, which comes all at once, with none by then: the same.
     canary_answer_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120
+    # The canary against stable (the ratios and margin above) over window_s; false: absolute only.
+    relative: bool = True
+    # The canary alone against limits, one line each: `e2e_p95 <= 800 ms over 2 min`
+    # (service/release_slo.py, the grammar the release controller reads them with).
+    absolute: list[Annotated[str, AfterValidator(_slo_line)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _judged(self) -> "SLO":
+        if not self.relative and not self.absolute:
+            raise ValueError("relative is false and absolute lists nothing: the canary would never be judged; "
+                             "keep relative: true or add absolute lines (e.g. `e2e_p95 <= 800 ms over 2 min`)")
+        return self
 
 
 class ReleaseSettings(_Strict):
