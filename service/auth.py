@@ -8,13 +8,17 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 from pydantic import ValidationError
 
 from service.errors import GatewayError
 from service.keyfile import QUOTAS_FILE_NAME, ROLES_FILE_NAME, HostKeyFile, HostKeyRoles, HostQuotaFile
+
+if TYPE_CHECKING:
+    from service.config import JWTConfig
+    from service.jwt_auth import Verifier
 
 log = logging.getLogger("service.auth")
 
@@ -56,8 +60,9 @@ class KeyRing:
     (/readyz, with the scrape token) to tell that a pushed file was taken.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, jwt: "Verifier | None" = None) -> None:
         self.path = path
+        self.jwt = jwt  # bearer JWTs beside the keys (service/jwt_auth.py); None: keys only
         self._keys: tuple[ApiKey, ...] = ()
         self._stamp: _Stamp | None = None
         self.digests: dict[str, str | None] = {"keys_sha256": None, "quotas_sha256": None, "roles_sha256": None}
@@ -147,6 +152,27 @@ class KeyRing:
         """Names of the keys that have a token quota."""
         return [k.name for k in self._keys if k.quota_tokens]
 
+    async def identify(self, authorization: str | None) -> ApiKey:
+        """`authenticate`, or with JWTs configured, a bearer that looks like one checked as one."""
+        if self.jwt is not None and authorization:
+            scheme, _, token = authorization.partition(" ")
+            token = token.strip()
+            if scheme.lower() == "bearer" and self.jwt.claims_token(token):
+                return await self._from_jwt(self.jwt, token)
+        return self.authenticate(authorization)
+
+    @staticmethod
+    async def _from_jwt(verifier: "Verifier", token: str) -> ApiKey:
+        # Here, not at the top: only a gateway that accepts JWTs loads the JOSE library.
+        from service.jwt_auth import Invalid, subject_name
+
+        try:
+            issuer, subject, expires = await verifier.verify(token)
+        except Invalid as exc:
+            log.warning("refused a bearer JWT: %s", exc)  # the reason, never the token
+            raise _unauthorized("Invalid or expired token.", "invalid_token") from None
+        return ApiKey(name=subject_name(issuer, subject), digest=b"", expires=expires)
+
     def authenticate(self, authorization: str | None) -> ApiKey:
         if self.path is None:
             return ANONYMOUS
@@ -169,6 +195,16 @@ class KeyRing:
         if found.expires is not None and time.time() >= found.expires:
             raise _unauthorized("This API key has expired.", "expired_api_key")
         return found
+
+
+def jwt_verifier(cfg: "JWTConfig | None") -> "Verifier | None":
+    """The bearer-JWT verifier for a config's jwt section; its JWKS file, if any, is read now
+    (a missing or keyless one fails start-up, loudly)."""
+    if cfg is None:
+        return None
+    from service.jwt_auth import Verifier  # only gateways that accept JWTs load the JOSE library
+
+    return Verifier(cfg)
 
 
 async def require_key(request: Request) -> ApiKey:

@@ -114,6 +114,37 @@ class TracingConfig(_Strict):
     export_timeout_s: Seconds = 10.0
 
 
+JWTAlgorithm = Literal["RS256", "ES256", "EdDSA"]
+JWT_ALGORITHMS: tuple[JWTAlgorithm, ...] = ("RS256", "ES256", "EdDSA")
+
+
+class JWTConfig(_Strict):
+    """Bearer JWTs from the organisation's identity provider, beside API keys (service/jwt_auth.py)."""
+
+    issuers: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(min_length=1)
+    audiences: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(min_length=1)
+    # Asymmetric only (service/jwks.py says why): never none, never HS*.
+    algorithms: list[JWTAlgorithm] = Field(default_factory=lambda: list(JWT_ALGORITHMS), min_length=1)
+    clock_skew_s: float = Field(default=60, ge=0, le=300, description="leeway on exp, nbf and iat")
+    jwks_file: Path | None = None
+    jwks_url: str | None = Field(default=None, pattern=r"^https://[^/\s@?#]+(/[^\s#]*)?$")
+    # None: the system's trust store; else the CA bundle the IdP's certificate chains to.
+    jwks_ca_file: Path | None = None
+    jwks_refresh_s: Seconds = Field(default=300, le=86_400)
+    # An unknown kid fetches the set again at once, at most this often.
+    jwks_min_refresh_interval_s: Seconds = Field(default=30, le=3600)
+    jwks_fetch_timeout_s: Seconds = Field(default=5, le=60)
+    max_token_bytes: int = Field(default=8192, ge=1024, le=65536, description="401 above it, before parsing")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "JWTConfig":
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("set exactly one of jwks_file and jwks_url")
+        if self.jwks_ca_file is not None and self.jwks_url is None:
+            raise ValueError("jwks_ca_file goes with jwks_url")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PLI_GATEWAY_", env_nested_delimiter="__", extra="forbid"
@@ -171,6 +202,8 @@ class Settings(BaseSettings):
     log_prompts: bool = Field(default=False, description="debug only: prompts in the access log")
     tls: TLSConfig | None = Field(default=None, description="None: plain HTTP in and out")
     tracing: TracingConfig | None = Field(default=None, description="None: no spans, no SDK loaded")
+    # Bearer JWTs accepted beside the API keys of keys_file; None: API keys only.
+    jwt: JWTConfig | None = None
 
     @field_validator("session_header", "stage_header")
     @classmethod
@@ -183,6 +216,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 "keys_file is required (set allow_anonymous: true to serve without keys)"
             )
+        if self.jwt is not None and self.keys_file is None:
+            raise ValueError("jwt needs keys_file: an anonymous gateway checks no credential at all")
         if self.keys_file is not None and self.allow_anonymous:
             raise ValueError("set either keys_file or allow_anonymous, not both")
         if (self.metrics_host is None) != (self.metrics_port is None):

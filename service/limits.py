@@ -249,7 +249,7 @@ class AdmissionMiddleware:
             return
         info: RequestInfo = scope["state"]["info"]
         try:
-            key = self._admit(scope, info)
+            key = await self._admit(scope, info)
         except GatewayError as exc:
             await self._refuse(scope, send, info, exc)
             return
@@ -298,7 +298,7 @@ class AdmissionMiddleware:
         rate = f", or slower than {self.body.min_rate:g} bytes/s" if self.body.min_rate else ""
         return f"The request body did not arrive within {self.body.timeout_s:g} s{rate}."
 
-    def _admit(self, scope: Scope, info: RequestInfo) -> ApiKey:
+    async def _admit(self, scope: Scope, info: RequestInfo) -> ApiKey:
         adm = self.admission
         if adm.draining:
             raise GatewayError(
@@ -307,7 +307,7 @@ class AdmissionMiddleware:
             )
         if adm.in_flight >= adm.max_in_flight:
             raise _overloaded("The gateway is at capacity.")
-        key = self.keys.authenticate(header(scope, b"authorization"))
+        key = await self.keys.identify(header(scope, b"authorization"))
         info.key_name = key.name  # its refusals below are counted against it
         if adm.by_key.get(key.name, 0) >= adm.max_per_key:
             raise GatewayError(

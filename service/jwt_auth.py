@@ -1,0 +1,202 @@
+"""Bearer JWTs from the organisation's identity provider, beside the gateway's API keys.
+
+A token is checked with joserfc (README, "Library choice"): size first, then the header's alg
+against the allow-list, the key by kid, the signature, and iss, aud, exp and nbf with the
+configured clock skew. A refusal says only "invalid token" to the client; the reason goes to
+the log, never the token. The subject becomes the caller's name for limits, usage and metrics
+(`subject_name`), bounded and made of characters safe in a Redis key and a label.
+
+Keys come from a JWKS file (carried to the hosts by the installer) or an https URL fetched with
+the given CA file (or the system store), cached for `jwks_refresh_s`. A token naming a kid the
+cache lacks makes the gateway fetch the set again at once, at most once per
+`jwks_min_refresh_interval_s`: a rotation is picked up on its first token, and a stream of
+made-up kids costs at most one fetch per interval.
+"""
+
+import asyncio
+import hashlib
+import logging
+import re
+import ssl
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from joserfc import jws, jwt
+from joserfc.errors import JoseError, SecurityWarning
+from joserfc.jwk import Key, import_key
+
+from service import jwks
+
+if TYPE_CHECKING:
+    from service.config import JWTConfig
+
+log = logging.getLogger("service.jwt_auth")
+
+# RFC 9864 prefers the algorithm names Ed25519/Ed448 to "EdDSA", and joserfc warns on every use;
+# identity providers still sign as "EdDSA", which the inventory allows by name.
+warnings.filterwarnings("ignore", message="EdDSA is deprecated", category=SecurityWarning)
+
+# Three base64url parts: what a JWS compact token looks like. API keys are one plain string.
+_SHAPE = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
+_UNSAFE = re.compile(r"[^a-z0-9_.@-]+")
+SUBJECT_PREFIX = "jwt:"  # ':' is never in an API key's name, so the two never share a name
+
+
+def looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2 and _SHAPE.match(token.encode()) is not None
+
+
+def subject_name(issuer: str, subject: str) -> str:
+    """The caller's name: readable where the subject is plain, never longer than 64 characters,
+    and distinct per (issuer, subject) through a digest of both."""
+    digest = hashlib.sha256(f"{issuer}\0{subject}".encode()).hexdigest()[:12]
+    readable = _UNSAFE.sub("_", subject.lower())[:40].strip("_.")
+    return f"{SUBJECT_PREFIX}{readable}.{digest}" if readable else f"{SUBJECT_PREFIX}{digest}"
+
+
+class Invalid(Exception):
+    """Why a token was refused: logged, never sent to the client."""
+
+
+class KeySource:
+    """The verifying keys by kid, from a file or a URL; `refresh` replaces them when the set
+    parses and has a usable key, and keeps the previous ones otherwise."""
+
+    def __init__(self, cfg: "JWTConfig") -> None:
+        self.cfg = cfg
+        self.keys: dict[str, Key] = {}
+        self.loaded_at = 0.0  # monotonic; 0: never
+        self._tried_at = -1e9
+        self._lock = asyncio.Lock()
+        self._ssl: ssl.SSLContext | None = None
+        if cfg.jwks_file is not None:  # a missing or bad file fails start-up, loudly
+            self._install(cfg.jwks_file.read_bytes(), str(cfg.jwks_file))
+
+    def _install(self, raw: bytes, where: str) -> None:
+        checked = jwks.check(jwks.parse(raw), tuple(self.cfg.algorithms))
+        for line in checked.left_out:
+            log.warning("JWKS %s: left out %s", where, line)
+        if checked.private:
+            # A set served by the IdP may hold private parts by mistake: never used, said loudly.
+            log.error("JWKS %s: left out keys with private material: %s", where, ", ".join(checked.private))
+        if not checked.keys:
+            raise ValueError(f"JWKS {where} has no usable key")
+        self.keys = {k["kid"]: import_key(k) for k in checked.keys}
+        self.loaded_at = time.monotonic()
+        log.info("JWKS %s: %d keys (%s)", where, len(self.keys), ", ".join(sorted(self.keys)))
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            ca = self.cfg.jwks_ca_file
+            self._ssl = ssl.create_default_context(cafile=str(ca) if ca else None)
+        return self._ssl
+
+    async def refresh(self, *, unknown_kid: bool = False) -> None:
+        """Fetch the URL's set again (a file's set is re-read on change by `watch`). With
+        `unknown_kid`, at most once per jwks_min_refresh_interval_s across all callers."""
+        url = self.cfg.jwks_url
+        if url is None:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            if unknown_kid and now - self._tried_at < self.cfg.jwks_min_refresh_interval_s:
+                return
+            self._tried_at = now
+            try:
+                timeout = aiohttp.ClientTimeout(total=self.cfg.jwks_fetch_timeout_s)
+                async with aiohttp.ClientSession(timeout=timeout) as session, session.get(
+                    url, ssl=self._context(), allow_redirects=False
+                ) as resp:
+                    if resp.status != 200:
+                        raise ValueError(f"HTTP {resp.status}")
+                    raw = await resp.content.read(jwks.MAX_JWKS_BYTES + 1)
+                self._install(raw, url)
+            except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as exc:
+                log.error("keeping the previous JWKS: cannot load %s: %s", url, exc)
+
+    async def watch(self) -> None:
+        """Keep the set fresh: the URL's every jwks_refresh_s, the file's when it changes."""
+        cfg = self.cfg
+        if cfg.jwks_url is not None:
+            while True:
+                if time.monotonic() - self.loaded_at >= cfg.jwks_refresh_s or not self.keys:
+                    await self.refresh()
+                await asyncio.sleep(min(cfg.jwks_refresh_s, cfg.jwks_min_refresh_interval_s))
+        path = cfg.jwks_file
+        assert path is not None
+        stamp = _stamp(path)
+        while True:
+            await asyncio.sleep(1.0)
+            now = _stamp(path)
+            if now == stamp:
+                continue
+            stamp = now
+            try:
+                self._install(await asyncio.to_thread(path.read_bytes), str(path))
+            except (OSError, ValueError) as exc:
+                log.error("keeping the previous JWKS: cannot load %s: %s", path, exc)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
+class Verifier:
+    def __init__(self, cfg: "JWTConfig", source: KeySource | None = None) -> None:
+        self.cfg = cfg
+        self.source = source or KeySource(cfg)
+        self.algorithms = tuple(cfg.algorithms)
+        self._issuers = list(cfg.issuers)
+        self._audiences = list(cfg.audiences)
+
+    def claims_token(self, token: str) -> bool:
+        """Whether a bearer is this verifier's to check: shaped like a JWT, or over the size cap
+        (refused as a token before even its shape is looked at, never hashed as a key)."""
+        return len(token) > self.cfg.max_token_bytes or looks_like_jwt(token)
+
+    def _registry(self) -> jwt.JWTClaimsRegistry:
+        return jwt.JWTClaimsRegistry(
+            leeway=int(self.cfg.clock_skew_s),
+            iss={"essential": True, "values": self._issuers},
+            aud={"essential": True, "values": self._audiences},
+            exp={"essential": True},
+            sub={"essential": True},
+        )
+
+    async def verify(self, token: str) -> tuple[str, str, float]:
+        """(issuer, subject, exp) of a valid token; Invalid with the reason otherwise."""
+        if len(token) > self.cfg.max_token_bytes:
+            raise Invalid(f"token of {len(token)} bytes, above max_token_bytes {self.cfg.max_token_bytes}")
+        raw = token.encode()
+        try:
+            header: dict[str, Any] = jws.extract_compact(raw).headers()
+        except (JoseError, ValueError) as exc:
+            raise Invalid(f"malformed token: {type(exc).__name__}") from None
+        alg = header.get("alg")
+        if alg not in self.algorithms:
+            raise Invalid(f"alg {str(alg)[:16]!r} is not allowed")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or len(kid) > 256:
+            raise Invalid("no kid in the token's header")
+        key = self.source.keys.get(kid)
+        if key is None:
+            await self.source.refresh(unknown_kid=True)
+            key = self.source.keys.get(kid)
+            if key is None:
+                raise Invalid(f"unknown kid {kid[:64]!r}")
+        try:
+            decoded = jwt.decode(raw, key, algorithms=[alg])
+            self._registry().validate(decoded.claims)
+        except JoseError as exc:
+            raise Invalid(f"{type(exc).__name__}: {exc.description or exc.error}") from None
+        except (ValueError, TypeError) as exc:  # a key of another type than the alg's
+            raise Invalid(f"{type(exc).__name__}") from None
+        claims = decoded.claims
+        return str(claims["iss"]), str(claims["sub"]), float(claims["exp"])
