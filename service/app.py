@@ -5,7 +5,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from fastapi import Depends, FastAPI, Request
@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from service import metrics_port, scrape_auth
 from service.accesslog import AccessLog, AccessLogMiddleware
-from service.auth import KeyRing, jwt_verifier
+from service.auth import KeyRing
 from service.config import Settings
 from service.drain import DrainFile
 from service.engine_metrics import engine_metrics
@@ -37,6 +37,9 @@ from service.tls import watch as watch_certs
 from service.tracing import start as start_tracing
 from service.usage import NullLedger, UsageLedger
 
+if TYPE_CHECKING:
+    from service.release_weights import ControlledWeights
+
 log = logging.getLogger("service.app")
 
 
@@ -47,7 +50,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     limits = settings.limits
     workers = shared.workers if shared else 1
     limiter = _limiter(settings, metrics, shared)
-    keys = KeyRing(settings.keys_file, jwt_verifier(settings.jwt))  # a missing or bad file fails start-up, loudly
+    keys = KeyRing(settings.keys_file)  # a missing or bad file fails start-up, loudly
     gateway = Gateway(
         settings=settings,
         keys=keys,
@@ -70,6 +73,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         ),
         started_at=int(time.time()),
     )
+    gateway.router.weights = _release_weights(settings, limiter)
     if settings.tls is not None:  # unreadable or mismatched files fail start-up, loudly
         gateway.server_ssl = server_context(settings.tls, metrics.cert_expiry)
         gateway.client_ssl = client_context(settings.tls)
@@ -106,8 +110,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             asyncio.create_task(gateway.health.run()),
             asyncio.create_task(gateway.keys.watch()),
         ]
-        if gateway.keys.jwt is not None:
-            tasks.append(asyncio.create_task(gateway.keys.jwt.source.watch()))
+        if gateway.router.weights is not None:
+            tasks.append(asyncio.create_task(gateway.router.weights.run()))
         if settings.tls is not None:
             tasks.append(asyncio.create_task(watch_certs(
                 settings.tls, gateway.server_ssl, gateway.client_ssl, metrics.cert_expiry,
@@ -187,6 +191,17 @@ def _limiter(settings: Settings, metrics: Metrics, shared: SharedState | None) -
     from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
 
     return RedisLimiter(settings.limits.redis_url, metrics, settings.tls)
+
+
+def _release_weights(settings: Settings, limiter: Limiter) -> "ControlledWeights | None":
+    """The release controller's weights, read on the limiter's Redis connections; none without Redis."""
+    if settings.limits.redis_url is None:
+        return None
+    from service.redis_limits import RedisLimiter
+    from service.release_weights import ControlledWeights  # only deployments that use Redis need it
+
+    assert isinstance(limiter, RedisLimiter)
+    return ControlledWeights(limiter.client)
 
 
 def _ledger(settings: Settings, limiter: Limiter, keys: KeyRing, metrics: Metrics) -> UsageLedger:

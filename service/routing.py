@@ -15,6 +15,7 @@ from service.drain import DrainFile
 from service.stages import CANARY, STABLE, StagesFile
 
 if TYPE_CHECKING:
+    from service.release_weights import ControlledWeights
     from service.shared import SharedState
 
 
@@ -77,11 +78,13 @@ class Router:
         drain: DrainFile | None = None,
         shared: "SharedState | None" = None,
         stages: StagesFile | None = None,
+        weights: "ControlledWeights | None" = None,
     ) -> None:
         self.engines = [Engine(e.name, e.url, e.model, e.task, e.stage) for e in engines]
         self.ready_window_s = ready_window_s
         self.drain = drain or DrainFile(None)
         self.stages = stages or StagesFile(None)
+        self.weights = weights  # the release controller's, for models the stages file gives it
         # With several workers (service/shared.py), outstanding counts are gateway-wide.
         self.shared = shared
         self.by_model: dict[str, list[Engine]] = {}
@@ -132,10 +135,13 @@ class Router:
         if asked:
             return asked if any(e.stage == asked and self.ready(e) for e in engines) else STABLE
         split = self.stages.split(model)
-        if split.canary <= 0 or not any(e.stage == CANARY and self.ready(e) for e in engines):
+        canary = split.canary
+        if split.controller and self.weights is not None:
+            canary = self.weights.canary(model, canary)
+        if canary <= 0 or not any(e.stage == CANARY and self.ready(e) for e in engines):
             return STABLE
         sticky = session if split.sticky == "session" and session else caller
-        return CANARY if bucket(model, sticky) < split.canary else STABLE
+        return CANARY if bucket(model, sticky) < canary else STABLE
 
     def pick(
         self,
