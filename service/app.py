@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from service import metrics_port, scrape_auth
 from service.accesslog import AccessLog, AccessLogMiddleware
-from service.auth import KeyRing
+from service.auth import KeyRing, jwt_verifier
 from service.config import Settings
 from service.drain import DrainFile
 from service.engine_metrics import engine_metrics
@@ -50,7 +50,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     limits = settings.limits
     workers = shared.workers if shared else 1
     limiter = _limiter(settings, metrics, shared)
-    keys = KeyRing(settings.keys_file)  # a missing or bad file fails start-up, loudly
+    keys = KeyRing(settings.keys_file, jwt_verifier(settings.jwt))  # a missing or bad file fails start-up, loudly
     gateway = Gateway(
         settings=settings,
         keys=keys,
@@ -110,6 +110,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             asyncio.create_task(gateway.health.run()),
             asyncio.create_task(gateway.keys.watch()),
         ]
+        if gateway.keys.jwt is not None:
+            tasks.append(asyncio.create_task(gateway.keys.jwt.source.watch()))
         if gateway.router.weights is not None:
             tasks.append(asyncio.create_task(gateway.router.weights.run()))
         if settings.tls is not None:
