@@ -70,8 +70,10 @@ class Placement:
         where = f"{self.host} ({self.address})" if self.address else self.host
         part = (f"stage {self.stage}: ranks {self.ranks[0]}-{self.ranks[-1]}, layers {self.layers[0]}-"
                 f"{self.layers[1] - 1}" if self.stage is not None and self.layers else
-                f"ranks {self.ranks[0]}-{self.ranks[-1]} of each engine")
-        return f"{where}, {self.role}: {part} on GPUs {','.join(map(str, self.gpus))}, TP over {self.link}"
+                f"ranks {self.ranks[0]}-{self.ranks[-1]} of each engine" if len(self.ranks) > 1 else
+                "one GPU per engine")
+        link = f", TP over {self.link}" if self.link else ""
+        return f"{where}, {self.role}: {part} on GPUs {','.join(map(str, self.gpus))}{link}"
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def tp_link(host: HostHardware, gpus: tuple[int, ...], gpu: GPUType) -> str:
     """The worst link inside a TP group: probed (`nvidia-smi topo -m` in doctor facts), else
     what the GPU type has (SXM parts: NVLink)."""
     if len(gpus) < 2:
-        return "no link (one GPU)"
+        return ""  # one GPU: no TP traffic
     probed = [host.link(a, b) for a, b in itertools.combinations(gpus, 2)]
     if all(probed):
         worst = max(probed, key=doctor.link_rank)
@@ -154,7 +156,7 @@ def describe(spec: ModelSpec, tuned: Tuned, hosts: list[HostHardware],
             gpus = tuple(g for e in mine for g in e.gpus)
             placements.append(Placement(h.name, addresses.get(h.name, ""), f"{len(mine)} engine(s)",
                                         tuple(range(tp)), gpus, None, None,
-                                        tp_link(h, tuple(mine[0].gpus), gpu) if mine else "-"))
+                                        tp_link(h, tuple(mine[0].gpus), gpu) if mine else ""))
         why.append(f"the model fits one host: each host serves it on its own ({len(hosts)} replicas "
                    "behind the gateways), so a host lost takes only its share of the capacity")
         return HostsLayout(tp, pp, "replicas", tuple(placements),

@@ -118,3 +118,10 @@ def test_a_probed_tp_group_names_its_worst_link() -> None:
     assert multihost.tp_link(nv, (0, 1, 2), gpu_type("h100")) == "NVLink (NV18, probed)"
     assert multihost.tp_link(nv, (0, 1, 2, 3), gpu_type("h100")) == "PCIe/CPU (SYS, probed)"
     assert multihost.tp_link(hw, (0, 1), gpu_type("l40s")) == "PCIe (NVIDIA L40S has no NVLink)"
+
+
+def test_small_engines_on_two_hosts_are_replicas_of_one_gpu(two_hosts: Callable[..., Inventory]) -> None:
+    spread = layout_of(two_hosts(gpu="h200", preset="deepseek-r1-distill-qwen-7b"))
+    assert (spread.tp, spread.kind) == (1, "replicas")
+    assert spread.placements[1].line() == (
+        "h1 (10.0.0.2), 8 engine(s): one GPU per engine on GPUs 0,1,2,3,4,5,6,7")
