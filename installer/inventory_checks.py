@@ -12,7 +12,7 @@ from installer import plan
 from installer.bundle import layout as bundle_layout
 from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
-from installer.inventory import Inventory, ServedModel
+from installer.inventory import Inventory, ServedModel, jwks_file
 from installer.tls import check as tls_check
 
 
@@ -55,9 +55,10 @@ def _parallel_of(inv: Inventory, tp: int, loc: tuple[str | int, ...]) -> Iterato
 
 
 def _named_files(inv: Inventory) -> Iterator[str]:
-    """The certificates of tls.mode provided, the release tarballs of monitoring.tarballs_dir, and
-    the hosts' OS targets (os.packages_dirs, CPU engines on ubuntu-22.04)."""
-    named = [*tls_check.provided(inv), *monitoring_tarballs.check(inv), *bundle_layout.inventory_problems(inv)]
+    """The certificates of tls.mode provided, the release tarballs of monitoring.tarballs_dir, the
+    hosts' OS targets (os.packages_dirs, CPU engines on ubuntu-22.04), and auth.jwt's JWKS file."""
+    named = [*tls_check.provided(inv), *monitoring_tarballs.check(inv), *bundle_layout.inventory_problems(inv),
+             *jwks_file.check(inv)]
     for loc, problem in named:
         yield f"{inv.where(*loc)}: {problem}"
 

@@ -133,6 +133,10 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
     for host in data.get("hosts") or []:
         if isinstance(host, dict):
             fix(host.get("ssh"), "private_key")
+    auth = data.get("auth")
+    jwt = auth.get("jwt") if isinstance(auth, dict) else None
+    fix(jwt, "jwks_file")
+    fix(jwt, "jwks_ca")
     tls = data.get("tls")
     fix(tls, "ca")
     if isinstance(tls, dict) and isinstance(tls.get("certificates"), dict):

@@ -694,6 +694,60 @@ class TLS(_Strict):
         return self
 
 
+# What the gateways verify tokens with (service/jwks.py says why only these).
+JWT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+
+
+def _jwt_algorithm(value: Any) -> Any:
+    if isinstance(value, str) and value not in JWT_ALGORITHMS:
+        why = (
+            "an unsigned token is accepted from anyone" if value.lower() == "none" else
+            "a shared-secret algorithm: with a JWKS its 'secret' is a public key anyone can read"
+            if value.upper().startswith("HS") else "not an algorithm the gateways verify"
+        )
+        raise ValueError(f"{value!r} is refused ({why}); use {', '.join(JWT_ALGORITHMS)}")
+    return value
+
+
+class JWTAuth(_Strict):
+    """Bearer JWTs from the organisation's identity provider, accepted beside API keys
+    (service/jwt_auth.py, docs/identity.md). The keys come from a JWKS file on this machine,
+    pushed to the hosts, or from an intranet https URL each gateway fetches and refreshes."""
+
+    issuers: Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]], Field(min_length=1)]
+    audiences: Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]], Field(min_length=1)]
+    algorithms: Annotated[
+        list[Annotated[str, BeforeValidator(_jwt_algorithm)]], Field(min_length=1)
+    ] = Field(default_factory=lambda: list(JWT_ALGORITHMS))
+    # Leeway on exp, nbf and iat for hosts whose clocks drift from the IdP's.
+    clock_skew_s: Annotated[int, Field(ge=0, le=300)] = 60
+    jwks_file: LocalPath | None = None
+    jwks_url: Annotated[str, _matching(
+        r"https://[^/\s@?#]+(/[^\s#]*)?", "an https:// URL without a user (e.g. https://idp.example.internal/jwks)"
+    )] | None = None
+    # The CA bundle the IdP's certificate chains to, pushed to the hosts; None: the hosts' own
+    # trust store (where an organisation installs its CA).
+    jwks_ca: LocalPath | None = None
+    # How long a fetched set is kept; a token with an unknown kid refetches sooner (rotation).
+    jwks_refresh_s: Annotated[int, Field(ge=60, le=86_400)] = 300
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "JWTAuth":
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("set exactly one of jwks_file (a JWKS on this machine, air-gapped) and jwks_url")
+        if self.jwks_ca is not None and self.jwks_url is None:
+            raise ValueError("jwks_ca is for jwks_url; remove it or fetch the keys from a URL")
+        if len(set(self.algorithms)) != len(self.algorithms):
+            raise ValueError(f"algorithms lists one twice: {self.algorithms}")
+        return self
+
+
+class Auth(_Strict):
+    """Who may call the gateways besides API keys (`installer keys`)."""
+
+    jwt: JWTAuth | None = None
+
+
 class Disk(_Strict):
     size_gb: Annotated[int, Field(ge=1, le=65536)]
     type: str | None = None  # the provider's disk type name; None: the module's default
@@ -884,6 +938,7 @@ class Inventory(_Strict):
     ports: Ports = Ports()
     gateway: Gateway = Gateway()
     tls: TLS = TLS()
+    auth: Auth = Auth()
     monitoring: Monitoring = Monitoring()
     os: OSSettings = OSSettings()
     # The file it was loaded from, with the line of every key (set by the loader).
@@ -991,6 +1046,8 @@ class Inventory(_Strict):
         loaded again); a single-model inventory dumps as before `models:` existed, so its
         revision's config digest stays what it was."""
         data: dict[str, Any] = handler(self)
+        if self.auth.jwt is None:  # as before `auth` existed: an inventory without it keeps its digest
+            data.pop("auth", None)
         if self.models is None:
             data.pop("models", None)
         else:
