@@ -17,7 +17,7 @@ from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
-from installer.inventory import Host, Inventory
+from installer.inventory import Host, Inventory, jwks_file
 from installer.plan import DeploymentPlan, HostPlan
 from installer.ssh import target
 from installer.tls import store as tls_store
@@ -124,8 +124,25 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         "pli_metrics_token_src": str(secret_files.metrics_token_file(inv.deployment)),
         "healthcheck_model": inv.model.served_name,
         **_tls_vars(plan),
+        **_jwt_vars(plan),
         **_redis_vars(plan),
         **_monitoring_vars(plan),
+    }
+
+
+def _jwt_vars(plan: DeploymentPlan) -> dict[str, Any]:
+    """auth.jwt for the gateways: the settings, the JWKS file's usable public keys (content: public
+    keys only, checked again here), and the path on this machine of the JWKS URL's CA bundle."""
+    jwt = plan.inventory.auth.jwt
+    if jwt is None:
+        return {"gateway_jwt": {}, "gateway_jwks_json": "", "gateway_jwks_ca_src": ""}
+    return {
+        "gateway_jwt": {
+            "issuers": list(jwt.issuers), "audiences": list(jwt.audiences), "algorithms": list(jwt.algorithms),
+            "clock_skew_s": jwt.clock_skew_s, "jwks_url": jwt.jwks_url or "", "jwks_refresh_s": jwt.jwks_refresh_s,
+        },
+        "gateway_jwks_json": jwks_file.public_document(plan.inventory),
+        "gateway_jwks_ca_src": str(jwt.jwks_ca) if jwt.jwks_ca else "",
     }
 
 

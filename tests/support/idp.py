@@ -46,7 +46,8 @@ class SigningKey:
         body = {k: v for k, v in body.items() if v is not None}
         with warnings.catch_warnings():  # joserfc's note that RFC 9864 prefers "Ed25519" to "EdDSA"
             warnings.simplefilter("ignore", SecurityWarning)
-            return jwt.encode({"alg": self.alg, "kid": self.kid, **(header or {})}, body, self.key, algorithms=[self.alg])
+            protected = {"alg": self.alg, "kid": self.kid, **(header or {})}
+            return jwt.encode(protected, body, self.key, algorithms=[self.alg])
 
 
 def make_key(alg: str, kid: str) -> SigningKey:
@@ -94,7 +95,7 @@ def serve_jwks(root: Path, document: dict[str, Any]) -> Iterator[JWKSServer]:
     state = JWKSServer("", ca_file, document)
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path != "/jwks":
                 self.send_error(404)
                 return

@@ -58,7 +58,9 @@ def test_a_jwks_file_of_public_keys_passes_and_the_hosts_get_the_usable_ones(tmp
     ],
     ids=["symmetric-secret", "wrong-kty", "empty", "not-jwks"],
 )
-def test_a_jwks_file_with_no_usable_key_is_refused_with_its_line(tmp_path: Path, document: object, message: str) -> None:
+def test_a_jwks_file_with_no_usable_key_is_refused_with_its_line(
+    tmp_path: Path, document: object, message: str
+) -> None:
     path = _with_file(tmp_path, document)
     text = _problems(path)
     assert f"{path}:10: auth.jwt.jwks_file" in text, text
@@ -68,7 +70,8 @@ def test_a_jwks_file_with_no_usable_key_is_refused_with_its_line(tmp_path: Path,
 def test_keys_for_other_uses_or_algorithms_are_not_usable(tmp_path: Path) -> None:
     rsa = idp.make_key("RS256", "r1").public()
     ec = idp.make_key("ES256", "e1").public()
-    text = _problems(_with_file(tmp_path, {"keys": [{**rsa, "use": "enc"}, {**ec, "alg": "HS256"}, {**ec, "kid": "p384", "crv": "P-384"}]}))
+    keys = [{**rsa, "use": "enc"}, {**ec, "alg": "HS256"}, {**ec, "kid": "p384", "crv": "P-384"}]
+    text = _problems(_with_file(tmp_path, {"keys": keys}))
     assert "use 'enc' is not sig" in text and "alg 'HS256' is not one of the allowed" in text and "crv 'P-384'" in text
 
 
