@@ -68,6 +68,12 @@ class ControllerMetrics:
         self.last_tick = Gauge(p + "last_tick_timestamp_seconds", "when the controller last ran a tick",
                                registry=self.registry)
 
+    def idle(self) -> None:
+        """No release: nothing for the rules to alert on (a past rollback stops firing)."""
+        for labelled in (self.weight, self.step, self.verdict, self.figure):
+            labelled.clear()
+        self.blind.set(0)
+
     def observe(self, served: str, state: dict[str, Any], v: Verdict | None) -> None:
         self.weight.labels(served).set(state["weight"])
         self.step.labels(served).set(state["step"])
@@ -112,6 +118,7 @@ class Controller:
         spec = self.store.spec()
         if spec is None:
             self.metrics.leader.set(0)
+            self.metrics.idle()
             self.store.give_up()  # no release: another controller may as well hold it next time
             return None
         if not self.store.lease():

@@ -16,6 +16,8 @@ WANTED = {
     "PLIEngineDown", "PLIGatewayDown", "PLIGatewayNotReady", "PLITTFTHigh", "PLIKVCacheNearlyFull",
     "PLIQueueGrowing", "PLIGPUMemoryLeak", "PLIGPUTemperatureHigh", "PLIGPUXidError",
     "PLIDiskAlmostFull", "PLIHighErrorRate", "PLITLSCertExpiresSoon",
+    # the release controller's rollback and blind hold (#35)
+    "PLIReleaseRolledBack", "PLIReleaseHeldBlind",
 }
 
 

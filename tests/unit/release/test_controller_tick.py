@@ -131,6 +131,10 @@ def test_a_breach_sets_the_canary_to_0_at_once_and_the_metrics_say_so(tmp_path: 
     assert reg.get_sample_value("pli_release_controller_canary_weight", {"model": "tiny-llama"}) == 0
     assert reg.get_sample_value("pli_release_controller_figure", {"model": "tiny-llama", "stage": "canary",
                                                                   "window": "120", "metric": "e2e_p95"}) == 2.4
+    store.spec_doc = None  # the release finished (installer release abort): the alert stops
+    c.tick()
+    assert reg.get_sample_value("pli_release_controller_verdict", {"model": "tiny-llama",
+                                                                   "verdict": "rolled_back"}) is None
 
 
 def test_prometheus_unreachable_holds_blind_for_ever_and_raises_the_blind_metric(tmp_path: Path) -> None:
