@@ -2,7 +2,7 @@
 gateway (and, as anchors, through nginx and LiteLLM), alternating, in one run.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--rounds 5] [--litellm-cmd PATH]
-        [--servers granian,uvicorn] [--tracing [--baseline-rev REV]]
+        [--servers granian,uvicorn] [--tracing [--baseline-rev REV]] [--jwt]
 
 `gateway` is the gateway as it is deployed (`python -m service`: uvicorn with the connection
 guards of service/connections.py). `--servers` adds the same app (benchmarks/gateway_asgi.py)
@@ -13,6 +13,8 @@ guards: what they cost). Their throughput is given against nginx and against `ga
 to a sink that answers every export at once) and, with `--baseline-rev`, `gateway-before`: the
 service/ of that git revision (extracted with `git archive`, so the checkout is not touched),
 which tells what the tracing code costs a gateway whose tracing is off.
+`--jwt` adds `gateway-jwt-rs256`, `-es256` and `-eddsa`: the same gateway with an auth.jwt
+section, called with a bearer JWT instead of an API key (benchmarks/jwt_paths.py).
 
 The engine is benchmarks/fake_upstream.py (16 SSE chunks, no delay), so the proxies are what
 is measured. Each round runs, for every path in a rotating order:
@@ -57,6 +59,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from benchmarks import jwt_paths  # noqa: E402
 from installer import keys  # noqa: E402
 from installer.bench import send_one  # noqa: E402
 from service.config import LimitsConfig  # noqa: E402
@@ -651,6 +654,8 @@ def main() -> None:
         help="comma-separated: the gateway's app also on these servers (granian, uvicorn)",
     )
     parser.add_argument("--tracing", action="store_true", help="add gateway-traced (spans to an OTLP sink)")
+    parser.add_argument("--jwt", action="store_true",
+                        help="add gateway-jwt-<alg>: the gateway called with a bearer JWT (benchmarks/jwt_paths.py)")
     parser.add_argument("--baseline-rev", help="with --tracing: add gateway-before, this git revision's service/")
     parser.add_argument(
         "--vllm-python",
@@ -677,6 +682,10 @@ def main() -> None:
                 targets.append(other)
         if args.tracing:
             targets += start_tracing_paths(stack, work, upstream, args)
+        if args.jwt:
+            for name, extra, token in jwt_paths.setups(work):
+                path = start_gateway(stack, work, upstream, args.gateway_workers, name, extra)
+                targets.append(Target(name, path.url, path.pid, {"Authorization": f"Bearer {token}"}))
         for anchor in (
             start_nginx(stack, work, upstream),
             None if args.no_litellm else start_litellm(stack, work, upstream, args.litellm_cmd),

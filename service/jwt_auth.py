@@ -15,6 +15,7 @@ made-up kids costs at most one fetch per interval.
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 import ssl
@@ -153,30 +154,28 @@ class Verifier:
         self.cfg = cfg
         self.source = source or KeySource(cfg)
         self.algorithms = tuple(cfg.algorithms)
-        self._issuers = list(cfg.issuers)
-        self._audiences = list(cfg.audiences)
+        # One registry for every token: its "now" is read at each validation.
+        self._claims = jwt.JWTClaimsRegistry(
+            leeway=int(cfg.clock_skew_s),
+            iss={"essential": True, "values": list(cfg.issuers)},
+            aud={"essential": True, "values": list(cfg.audiences)},
+            exp={"essential": True},
+            sub={"essential": True},
+        )
 
     def claims_token(self, token: str) -> bool:
         """Whether a bearer is this verifier's to check: shaped like a JWT, or over the size cap
         (refused as a token before even its shape is looked at, never hashed as a key)."""
         return len(token) > self.cfg.max_token_bytes or looks_like_jwt(token)
 
-    def _registry(self) -> jwt.JWTClaimsRegistry:
-        return jwt.JWTClaimsRegistry(
-            leeway=int(self.cfg.clock_skew_s),
-            iss={"essential": True, "values": self._issuers},
-            aud={"essential": True, "values": self._audiences},
-            exp={"essential": True},
-            sub={"essential": True},
-        )
-
     async def verify(self, token: str) -> tuple[str, str, float]:
         """(issuer, subject, exp) of a valid token; Invalid with the reason otherwise."""
         if len(token) > self.cfg.max_token_bytes:
             raise Invalid(f"token of {len(token)} bytes, above max_token_bytes {self.cfg.max_token_bytes}")
-        raw = token.encode()
         try:
-            header: dict[str, Any] = jws.extract_compact(raw).headers()
+            # Parsed once: the same object's signature is checked below (jwt.decode would parse again).
+            obj = jws.extract_compact(token.encode())
+            header: dict[str, Any] = obj.headers()
         except (JoseError, ValueError) as exc:
             raise Invalid(f"malformed token: {type(exc).__name__}") from None
         alg = header.get("alg")
@@ -192,11 +191,14 @@ class Verifier:
             if key is None:
                 raise Invalid(f"unknown kid {kid[:64]!r}")
         try:
-            decoded = jwt.decode(raw, key, algorithms=[alg])
-            self._registry().validate(decoded.claims)
+            if not jws.validate_compact(obj, key, algorithms=[alg]):
+                raise Invalid("bad_signature")
+            claims = json.loads(obj.payload or b"")
+            if not isinstance(claims, dict):
+                raise Invalid("the payload is not a JSON object")
+            self._claims.validate(claims)
         except JoseError as exc:
             raise Invalid(f"{type(exc).__name__}: {exc.description or exc.error}") from None
-        except (ValueError, TypeError) as exc:  # a key of another type than the alg's
+        except (ValueError, TypeError) as exc:  # a key of another type than the alg's; bad JSON
             raise Invalid(f"{type(exc).__name__}") from None
-        claims = decoded.claims
         return str(claims["iss"]), str(claims["sub"]), float(claims["exp"])
