@@ -86,7 +86,7 @@ class Receiver:
 
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+        def do_POST(self) -> None:  # http.server's name for it
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path != "/v1/traces" or self.headers.get("Content-Type") != PROTOBUF:
                 self.send_error(404 if self.path != "/v1/traces" else 415)
@@ -95,7 +95,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 body = gzip.decompress(body)
             try:
                 spans = decode(body)
-            except Exception:  # noqa: BLE001  (protobuf's DecodeError and friends: a bad request)
+            except Exception:  # protobuf's DecodeError and friends: a bad request
                 self.send_error(400)
                 return
             with receiver.lock:
@@ -108,7 +108,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(answer)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
     return Handler

@@ -77,7 +77,8 @@ def test_without_a_collector_nothing_is_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("line", "message"), [
     ("  otlp_endpoint: otel.example.internal:4318\n",
      "monitoring.otlp_endpoint: 'otel.example.internal:4318' is not an http:// or https:// URL"),
-    ("  otlp_endpoint: http://user:token@otel:4318\n", "monitoring.otlp_endpoint: 'http://user:token@otel:4318' is not"),
+    ("  otlp_endpoint: http://user:token@otel:4318\n",
+     "monitoring.otlp_endpoint: 'http://user:token@otel:4318' is not"),
     ("  otlp_endpoint: http://otel:4318/?k=v\n", "is not an http:// or https:// URL without a user, query or fragment"),
     ("  trace_sample_ratio: 2\n", "monitoring.trace_sample_ratio: Input should be less than or equal to 1"),
 ])
