@@ -119,6 +119,9 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
         "gateway_workers": inv.gateway.workers,
         "gateway_docs": inv.gateway.docs,
+        # the gateways' tracing section (the engines' flag is in their argv: installer/engines.py)
+        "gateway_otlp_endpoint": inv.monitoring.otlp_endpoint or "",
+        "gateway_trace_sample_ratio": inv.monitoring.trace_sample_ratio,
         # The gateways ask Prometheus for it on /metrics; a path on this machine, never the
         # token: the roles read it in no_log tasks. write() makes the file.
         "pli_metrics_token_src": str(secret_files.metrics_token_file(inv.deployment)),
@@ -219,9 +222,6 @@ def _monitoring_vars(plan: DeploymentPlan) -> dict[str, Any]:
         "monitoring_alert_profile": mon.alert_profile,
         "monitoring_install_from": mon.install_from,
         "monitoring_webhook_url": mon.webhook_url or "",
-        # the gateways' tracing section (the engines' flag is in their argv)
-        "monitoring_otlp_endpoint": mon.otlp_endpoint or "",
-        "monitoring_trace_sample_ratio": mon.trace_sample_ratio,
         # Prometheus fetches each engine's metrics from the gateway on the engine's own host.
         "monitoring_engines": {h.name: list(h.engine_names) for h in plan.serving()},
     }
