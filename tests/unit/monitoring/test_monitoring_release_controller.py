@@ -4,6 +4,9 @@ controller reads (the Redis URL, with the deployment certificate only for rediss
 Prometheus scraping it only when it runs."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jinja2
@@ -57,3 +60,33 @@ def test_prometheus_scrapes_the_controller_only_when_it_runs() -> None:
     assert "release-controller" not in jobs()  # off by default
     job = jobs(monitoring_release_controller=True)["release-controller"]
     assert job["static_configs"] == [{"targets": ["127.0.0.1:9465"], "labels": {"host": "gw"}}]
+
+
+def test_ansible_renders_the_settings_with_the_password_from_its_file(tmp_path: Path) -> None:
+    """The URL as installer/ansible/render.py gives it: a template that reads the password file,
+    evaluated by Ansible into the 0600 settings (and nowhere else)."""
+    password = tmp_path / "redis.password"
+    password.write_text("s3cret-pw")
+    out = tmp_path / "release-controller.json"
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{
+        "hosts": "all", "gather_facts": False, "vars_files": [str(ROLE / "defaults" / "main.yml")],
+        "tasks": [{"ansible.builtin.template": {"src": str(ROLE / "templates" / "release-controller.json.j2"),
+                                                "dest": str(out), "mode": "0600"}, "no_log": True}],
+    }]))
+    url = "rediss://:{{ lookup('ansible.builtin.file', redis_password_file) }}@10.0.0.1:6379/0"
+    variables = {**HOST, "monitoring_prometheus_port": 9090, "redis_password_file": str(password),
+                 "gateway_redis_url": url}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'vars.json'}", str(play)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "s3cret-pw" not in proc.stdout + proc.stderr
+    s = _settings(out)
+    assert s["redis_url"] == "rediss://:s3cret-pw@10.0.0.1:6379/0"
+    assert s["tls"]["certfile"] == "/etc/private-llm/tls/server.pem"
+    assert out.stat().st_mode & 0o777 == 0o600
