@@ -108,10 +108,15 @@ class Audit:
 
 
 class Controller:
+    # A hold like the last one written goes to the audit log at most this often (the state in
+    # Redis and /metrics always have the latest): a long dwell is not thousands of equal lines.
+    REPEAT_HOLD_S = 60.0
+
     def __init__(self, store: Store, query: release_promql.Query, audit: Audit,
                  metrics: ControllerMetrics | None = None) -> None:
         self.store, self.query, self.audit = store, query, audit
         self.metrics = metrics or ControllerMetrics()
+        self._last_hold: tuple[str, str, int, float] | None = None  # release, kind, weight, when written
 
     def tick(self) -> dict[str, Any] | None:
         """One look at the release: the record written, or None (idle, standby, or over)."""
@@ -171,7 +176,13 @@ class Controller:
                   "held_s": round(now - state["step_since"], 3), "holder": self.store.token, **v.to_record()}
         new["last"] = record
         self.store.write(new, weights)
-        self.audit.write(record)
+        if v.action != "hold":
+            self._last_hold = None
+            self.audit.write(record)
+        elif (self._last_hold is None or self._last_hold[:3] != (spec["id"], v.kind, weight)
+              or now - self._last_hold[3] >= self.REPEAT_HOLD_S):
+            self._last_hold = (spec["id"], v.kind, weight, now)
+            self.audit.write(record)
         self.metrics.observe(served, new, v)
         return record
 

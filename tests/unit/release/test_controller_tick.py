@@ -189,3 +189,19 @@ def test_a_spec_with_a_line_the_controller_cannot_read_fails_the_tick_loudly(tmp
     with pytest.raises(ValueError, match="no metric"):
         c.tick()
     assert store.weights_doc == {"tiny-llama": 10}
+
+
+def test_equal_holds_are_written_once_a_minute_and_a_new_cause_at_once(tmp_path: Path) -> None:
+    store = MemoryStore()
+    store.spec_doc = {**SPEC, "dwell_s": 600}
+    c = _controller(store, _unreachable, tmp_path)
+    c.tick()
+    for _ in range(31):  # a minute of ticks every 2 s, all blind
+        store.clock += 2
+        assert _tick(c)["kind"] == "blind"
+    c.query = _answers("healthy")
+    store.clock += 2
+    _tick(c)  # the cause changed (dwell): written at once
+    kinds = [(r["action"], r.get("kind")) for r in _audit(tmp_path)]
+    assert kinds == [("start", None), ("hold", "blind"), ("hold", "blind"), ("hold", "dwell")]
+    assert store.st["last"]["kind"] == "dwell"  # the state has every tick's decision
