@@ -48,6 +48,28 @@ def _gateway(start_gateway: Any, keys: Any, stable: Any, canary: Any, tmp_path: 
     })
 
 
+def _until_canary_serves(gateway: Any, headers: dict[str, str]) -> None:
+    """/readyz needs one ready engine: wait until the canary is in rotation too (its first check)."""
+    deadline = time.monotonic() + 15
+    while True:
+        resp = httpx.post(gateway.url + "/v1/chat/completions", json=_chat(False), headers=headers)
+        if resp.headers.get("x-release-stage") == "canary":
+            return
+        assert time.monotonic() < deadline, "the canary never served"
+        time.sleep(0.2)
+
+
+def _traces(receiver: Any, trace_ids: set[str], timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        with receiver.lock:
+            found = {s.trace_id: s for s in receiver.spans if s.trace_id in trace_ids}
+        if len(found) == len(trace_ids):
+            return found
+        assert time.monotonic() < deadline, f"spans of {trace_ids - set(found)} not received"
+        time.sleep(0.05)
+
+
 def test_spans_reach_the_collector_with_the_clients_trace_and_no_key(
     start_upstream: Any, start_gateway: Any, keys: Any, tmp_path: Path
 ) -> None:
@@ -59,6 +81,7 @@ def test_spans_reach_the_collector_with_the_clients_trace_and_no_key(
             tracing={"otlp_endpoint": receiver.url, "schedule_delay_s": 0.1},
         )
         auth = {"Authorization": f"Bearer {secret}", **CLOSE}
+        _until_canary_serves(gateway, auth)
         sent: dict[str, tuple[str, dict[str, int]]] = {}
         for stream in (False, True):
             trace_id, parent = secrets.token_hex(16), secrets.token_hex(8)
@@ -77,7 +100,7 @@ def test_spans_reach_the_collector_with_the_clients_trace_and_no_key(
         assert resp.status_code == 200
         _, own_trace, own_span, _ = canary.stats()["last_trace_headers"]["traceparent"].split("-")
 
-        spans = {s.trace_id: s for s in receiver.wait_spans(3)}
+        spans = _traces(receiver, {*sent, own_trace})
         for trace_id, (engine_parent, usage) in sent.items():
             span = spans[trace_id]
             assert span.span_id == engine_parent  # the engine's parent is the gateway's span
@@ -105,6 +128,7 @@ def test_tracing_off_passes_the_clients_headers_through(
     gateway = _gateway(start_gateway, keys, stable, canary, tmp_path)
     traceparent = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
     headers = {"Authorization": f"Bearer {secret}", "traceparent": traceparent, "tracestate": "a=b", **CLOSE}
+    _until_canary_serves(gateway, headers)
     resp = httpx.post(gateway.url + "/v1/chat/completions", json=_chat(True), headers=headers)
     assert resp.status_code == 200
     assert canary.stats()["last_trace_headers"] == {"traceparent": traceparent, "tracestate": "a=b"}
