@@ -43,7 +43,9 @@ warnings.filterwarnings("ignore", message="EdDSA is deprecated", category=Securi
 # Three base64url parts: what a JWS compact token looks like. API keys are one plain string.
 _SHAPE = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
 _UNSAFE = re.compile(r"[^a-z0-9_.@-]+")
-SUBJECT_PREFIX = "jwt:"  # ':' is never in an API key's name, so the two never share a name
+# '/' is never in an API key's name (KEY_NAME_PATTERN), so a token's caller and a key never share
+# one; not ':', which separates the key from the model in usage's Redis fields (service/usage.py).
+SUBJECT_PREFIX = "jwt/"
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -52,7 +54,7 @@ def looks_like_jwt(token: str) -> bool:
 
 def subject_name(issuer: str, subject: str) -> str:
     """The caller's name: readable where the subject is plain, never longer than 64 characters,
-    and distinct per (issuer, subject) through a digest of both."""
+    distinct per (issuer, subject) through a digest of both, and without ':'."""
     digest = hashlib.sha256(f"{issuer}\0{subject}".encode()).hexdigest()[:12]
     readable = _UNSAFE.sub("_", subject.lower())[:40].strip("_.")
     return f"{SUBJECT_PREFIX}{readable}.{digest}" if readable else f"{SUBJECT_PREFIX}{digest}"

@@ -15,8 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
+from installer.usage import rows
+from service.jwt_auth import subject_name
 from tests.support import idp
 from tests.support.loopback import until
+from tests.support.usage_report import usage_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -98,7 +101,7 @@ def test_jwks_file(tmp_path: Path, start_upstream: Any, start_gateway: Any, keys
     assert accepted.count("service-a") == 1
     jwt_names = [name for name in accepted if name != "service-a"]
     assert len(jwt_names) == 3 and len(set(jwt_names)) == 1  # one subject, one name
-    assert jwt_names[0].startswith("jwt:alice@example.internal.")
+    assert jwt_names[0].startswith("jwt/alice@example.internal.")
 
     output = gateway.output.read_text()
     for token in (*refused.values(), *(s.token() for s in signers)):
@@ -149,3 +152,26 @@ def test_jwks_url_rotates(tmp_path: Path, start_upstream: Any, start_gateway: An
         _assert_refused(gateway, idp.make_key("EdDSA", "other").token(), "unknown kid")
         assert _post(gateway, new.token()).status_code == 200
         assert "keeping the previous JWKS" in gateway.output.read_text()
+
+
+
+def test_a_token_callers_usage_is_recorded_under_its_subject(
+    tmp_path: Path, start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str
+) -> None:
+    signer = idp.make_key("ES256", "ec-usage")
+    jwks_file = tmp_path / "jwks.json"
+    jwks_file.write_text(json.dumps(idp.jwks(signer)))
+    subject = f"batch-{uuid.uuid4().hex[:8]}@example.internal"
+    upstream = start_upstream()
+    gateway = start_gateway({
+        "keys_file": str(keys.hosts_file),
+        "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+        "limits": {"redis_url": redis_url},
+        "jwt": _jwt_section(jwks_file=str(jwks_file)),
+    })
+    for _ in range(2):
+        assert _post(gateway, signer.token(sub=subject)).status_code == 200
+    name = subject_name(idp.ISSUER, subject)
+    # `installer usage` reads the fields back as <kind>:<caller>:<model>: the caller's name is whole.
+    [row] = [r for r in rows(usage_report(tmp_path / "gateway-0.yaml"), ("key", "model")) if r["key"] == name]
+    assert (row["model"], row["requests"]) == ("tiny", 2) and row["completion_tokens"] > 0
