@@ -632,6 +632,16 @@ class Monitoring(_Strict):
         """Where spans are posted: the collector's base URL and OTLP/HTTP's signal path."""
         return self.otlp_endpoint.rstrip("/") + "/v1/traces" if self.otlp_endpoint else None
 
+    @model_serializer(mode="wrap")
+    def _dump_tracing_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Left unset, monitoring dumps as before traces existed: the config digest of a revision
+        made then (installer/revisions.py) stays what it was."""
+        data: dict[str, Any] = handler(self)
+        for key in ("otlp_endpoint", "trace_sample_ratio"):
+            if key not in self.model_fields_set:
+                data.pop(key, None)
+        return data
+
     @model_validator(mode="after")
     def _tarballs(self) -> "Monitoring":
         if self.install_from == "tarballs" and self.tarballs_dir is None:

@@ -113,3 +113,11 @@ def test_extra_args_may_not_set_the_engines_collector(tmp_path: Path) -> None:
         "monitoring.otlp_endpoint: the engines then export over OTLP/HTTP to the collector the gateways "
         "export to, under the gateways' spans"
     ]
+
+
+def test_an_inventory_without_a_collector_keeps_its_config_digest(tmp_path: Path) -> None:
+    # revisions.config_digest hashes the dump: the new keys appear in it only when written
+    dumped = _inventory(tmp_path).model_dump()["monitoring"]
+    assert "otlp_endpoint" not in dumped and "trace_sample_ratio" not in dumped
+    dumped = _inventory(tmp_path, otlp_endpoint=COLLECTOR).model_dump()["monitoring"]
+    assert dumped["otlp_endpoint"] == COLLECTOR and "trace_sample_ratio" not in dumped
