@@ -3,8 +3,8 @@ limits and usage, password-protected):
 
     pli:release:spec      the release to run, pushed by `installer release start` (JSON)
     pli:release:state     the controller's record of it: step, step_since, verdict, last decision
-    pli:release:weights   {"generation": n, "models": {served name: canary percent}}, which the
-                          gateways poll (service/release_weights.py)
+    pli:release:weights   {"generation": n, "release": id, "models": {served name: canary
+                          percent}}, which the gateways poll (service/release_weights.py)
     pli:release:lease     the token of the one controller that acts, with a deadline (PX)
 
 Exactly one controller acts: a controller takes the lease only when it is free (SET NX PX
@@ -42,14 +42,14 @@ return token
 """
 
 # KEYS: lease, state, weights, weights generation. ARGV: my token, state JSON, weights JSON of
-# {served: percent} or '' (unchanged). Returns the weights generation written, 0 without
-# weights, -1 when the token is not the lease's (nothing written).
+# {served: percent} or '' (unchanged), the release's id. Returns the weights generation written,
+# 0 without weights, -1 when the token is not the lease's (nothing written).
 _WRITE_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[2], ARGV[2])
 if ARGV[3] == '' then return 0 end
 local gen = redis.call('INCR', KEYS[4])
-local doc = {generation = gen, lease = ARGV[1], models = cjson.decode(ARGV[3])}
+local doc = {generation = gen, lease = ARGV[1], release = ARGV[4], models = cjson.decode(ARGV[3])}
 redis.call('SET', KEYS[3], cjson.encode(doc))
 return gen
 """
@@ -113,12 +113,14 @@ class Store:
         return _json(self.client.get(WEIGHTS))
 
     def write(self, state: dict[str, Any], weights: dict[str, int] | None = None) -> int:
-        """The state (and the weights, if given) under the lease; Fenced if not ours."""
+        """The state (and the weights of the state's release, if given) under the lease; Fenced
+        if not ours."""
         if self.token is None:
             raise Fenced("this controller holds no lease")
         got = int(self._write(keys=[LEASE, STATE, WEIGHTS, WEIGHTS_GENERATION],
                               args=[self.token, json.dumps(state, sort_keys=True),
-                                    "" if weights is None else json.dumps(weights, sort_keys=True)]))
+                                    "" if weights is None else json.dumps(weights, sort_keys=True),
+                                    str(state.get("release", ""))]))
         if got < 0:
             self.token = None
             raise Fenced("the lease passed to another controller")

@@ -137,7 +137,7 @@ class Router:
         split = self.stages.split(model)
         canary = split.canary
         if split.controller and self.weights is not None:
-            canary = self.weights.canary(model, canary)
+            canary = self.weights.canary(model, canary, split.controller)
         if canary <= 0 or not any(e.stage == CANARY and self.ready(e) for e in engines):
             return STABLE
         sticky = session if split.sticky == "session" and session else caller

@@ -9,9 +9,9 @@
 keeps a caller on one stage: its API key, or ("session") the session header's value when the
 request sends one; `first_byte_timeout_s` (optional) overrides the gateway's
 canary_first_byte_timeout_s for the model's streamed canary answers, `answer_timeout_s`
-(optional) its canary_answer_timeout_s for whole (not streamed) ones; `controller` (optional,
-default false) true: the release controller on the monitoring host sets the canary's weight in
-Redis (service/release_weights.py), the file's weights standing until the gateway read one. A model that is not in
+(optional) its canary_answer_timeout_s for whole (not streamed) ones; `controller` (optional)
+names a release whose controller on the monitoring host sets the canary's weight in Redis
+(service/release_weights.py), the file's weights standing until the gateway read that release's. A model that is not in
 the file, or no file at all, sends everything to stable.
 
 Re-read like the drain file (service/drain.py): a file a gateway restarted mid-release reads
@@ -38,9 +38,9 @@ class Split:
     sticky: str = "key"  # "key" | "session"
     first_byte_timeout_s: float | None = None  # a streamed canary answer's first byte
     answer_timeout_s: float | None = None  # a whole canary answer (its first byte is its end)
-    # The release controller sets the weight in Redis (service/release_weights.py); `canary`
-    # stands until the gateway has read one.
-    controller: bool = False
+    # The id of the release whose controller sets the weight in Redis (service/release_weights.py);
+    # `canary` stands until the gateway has read that release's weights. None: the file's weight.
+    controller: str | None = None
 
 
 NO_SPLIT = Split()
@@ -77,9 +77,9 @@ def _split(name: str, entry: Any) -> Split:
     if sticky not in ("key", "session"):
         raise ValueError(f"models.{name}.sticky must be key or session, not {sticky!r}")
     first_byte, answer = (_seconds(name, entry, k) for k in ("first_byte_timeout_s", "answer_timeout_s"))
-    controller = entry.get("controller", False)
-    if not isinstance(controller, bool):
-        raise ValueError(f"models.{name}.controller must be true or false, not {controller!r}")
+    controller = entry.get("controller")
+    if controller is not None and (not isinstance(controller, str) or not controller):
+        raise ValueError(f"models.{name}.controller must be the release's id, not {controller!r}")
     return Split(weights.get(CANARY, 0), sticky, first_byte, answer, controller)
 
 

@@ -49,9 +49,9 @@ def secured_redis(tmp_path: Path) -> Iterator[str]:
         yield url.replace("redis://", f"redis://:{password}@")
 
 
-def _spec(window_s: int = 4, dwell_s: float = 4, min_requests: int = 5, relative: bool = True,
+def _spec(release: str, window_s: int = 4, dwell_s: float = 4, min_requests: int = 5, relative: bool = True,
           absolute: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"id": f"demo/{uuid.uuid4().hex[:6]}", "served_name": "tiny", "steps": STEPS, "dwell_s": dwell_s,
+    return {"id": release, "served_name": "tiny", "steps": STEPS, "dwell_s": dwell_s,
             "slo": {"window_s": window_s, "min_requests": min_requests, "relative": relative,
                     "error_ratio_margin": 0.02, "ttft_p99_ratio": 1.5, "e2e_p95_ratio": 3,
                     "latency_floor_s": 0.8, "absolute": list(absolute)}}
@@ -140,12 +140,12 @@ class Traffic:
 
 
 def _deployment(tmp_path: Path, start_upstream: Any, start_gateway: Any, scrape_token: Any, redis_url: str,
-                canary_args: tuple[str, ...] = ()) -> tuple[Any, subprocess.Popen[bytes], str]:
+                release: str, canary_args: tuple[str, ...] = ()) -> tuple[Any, subprocess.Popen[bytes], str]:
     stable, canary = start_upstream(), start_upstream(*canary_args)
     stages = tmp_path / "stages.json"
     # As `installer release start` leaves it: the first step's weight, the controller in charge.
     stages.write_text(json.dumps({"models": {"tiny": {"weights": {"stable": 90, "canary": 10},
-                                                      "sticky": "session", "controller": True}}}))
+                                                      "sticky": "session", "controller": release}}}))
     gateway = start_gateway({
         "allow_anonymous": True, "workers": 2, "metrics_token_file": str(scrape_token.file),
         "session_header": "X-Session", "stages_file": str(stages), "limits": {"redis_url": redis_url},
@@ -161,7 +161,7 @@ def test_the_lease_has_one_holder_renews_passes_on_at_its_deadline_and_fences_wr
     a, b = Store(client, "mon-a/1/x", lease_ms=400), Store(client, "mon-b/2/y", lease_ms=400)
     assert a.lease() and not b.lease()
     assert a.token == "mon-a/1/x#1"
-    assert a.write({"step": 0}, {"tiny": 10}) == 1
+    assert a.write({"release": "demo/r1", "step": 0}, {"tiny": 10}) == 1
     for _ in range(4):  # renewed past its first deadline: still a's
         time.sleep(0.2)
         assert a.lease() and not b.lease()
@@ -171,9 +171,9 @@ def test_the_lease_has_one_holder_renews_passes_on_at_its_deadline_and_fences_wr
         a.write({"step": 9}, {"tiny": 100})
     assert not a.lease()  # a's old token no longer renews anything
     assert json.loads(client.get(release_store.WEIGHTS) or "{}")["models"] == {"tiny": 10}
-    assert b.write({"step": 1}, {"tiny": 50}) == 2
-    assert json.loads(client.get(release_store.WEIGHTS) or "{}") == {"generation": 2, "lease": "mon-b/2/y#2",
-                                                                     "models": {"tiny": 50}}
+    assert b.write({"release": "demo/r1", "step": 1}, {"tiny": 50}) == 2
+    assert json.loads(client.get(release_store.WEIGHTS) or "{}") == {
+        "generation": 2, "lease": "mon-b/2/y#2", "release": "demo/r1", "models": {"tiny": 50}}
     b.give_up()
     assert a.lease() and a.token == "mon-a/1/x#3"
 
@@ -181,12 +181,14 @@ def test_the_lease_has_one_holder_renews_passes_on_at_its_deadline_and_fences_wr
 def test_a_healthy_canary_is_promoted_along_its_steps_though_the_leading_controller_is_killed(
     tmp_path: Path, start_upstream: Any, start_gateway: Any, scrape_token: Any, secured_redis: str
 ) -> None:
-    gateway, prom, prom_url = _deployment(tmp_path, start_upstream, start_gateway, scrape_token, secured_redis)
+    release = f"demo/{uuid.uuid4().hex[:6]}"
+    gateway, prom, prom_url = _deployment(tmp_path, start_upstream, start_gateway, scrape_token, secured_redis,
+                                          release)
     client = redis.Redis.from_url(secured_redis)
     controllers = {name: _controller(tmp_path, name, secured_redis, prom_url)[0] for name in ("mon-a", "mon-b")}
     traffic = Traffic(gateway.url)
     try:
-        release_store.push_spec(client, _spec())
+        release_store.push_spec(client, _spec(release))
         until(lambda: _state(client).get("weight") == 50, timeout=60)
         # the leader, by the PID in its lease token, killed mid-step
         lease: Any = client.get(release_store.LEASE)
@@ -225,13 +227,14 @@ def test_a_slow_canary_is_rolled_back_at_once_with_no_failed_request(
     tmp_path: Path, start_upstream: Any, start_gateway: Any, scrape_token: Any, secured_redis: str
 ) -> None:
     # every canary answer takes 3 tokens x 60 ms, stable's none
+    release = f"demo/{uuid.uuid4().hex[:6]}"
     gateway, prom, prom_url = _deployment(tmp_path, start_upstream, start_gateway, scrape_token, secured_redis,
-                                          ("--delay-ms", "60"))
+                                          release, ("--delay-ms", "60"))
     client = redis.Redis.from_url(secured_redis)
     proc, port = _controller(tmp_path, "mon-a", secured_redis, prom_url)
     traffic = Traffic(gateway.url, threads=4)
     try:
-        release_store.push_spec(client, _spec(relative=False, absolute=("e2e_p95 <= 100 ms over 4 s",),
+        release_store.push_spec(client, _spec(release, relative=False, absolute=("e2e_p95 <= 100 ms over 4 s",),
                                               min_requests=3, dwell_s=600))
         until(lambda: _state(client).get("verdict") == "rolled_back", timeout=60)
         rolled_back = time.monotonic()
@@ -257,7 +260,7 @@ def test_prometheus_unreachable_holds_the_weights_blind(tmp_path: Path, secured_
     client = redis.Redis.from_url(secured_redis)
     proc, port = _controller(tmp_path, "mon-a", secured_redis, f"http://127.0.0.1:{free_port()}")
     try:
-        release_store.push_spec(client, _spec(dwell_s=0.1))
+        release_store.push_spec(client, _spec("demo/blind", dwell_s=0.1))
         until(lambda: _state(client).get("last", {}).get("kind") == "blind", timeout=30)
         time.sleep(2)  # many ticks: still holding
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text

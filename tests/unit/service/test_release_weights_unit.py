@@ -28,14 +28,18 @@ class FakeRedis:
             raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
         return self.value
 
-    def set(self, generation: int, models: dict[str, Any]) -> None:
-        self.value = json.dumps({"generation": generation, "lease": "h/1#1", "models": models}).encode()
+    def set(self, generation: int, models: dict[str, Any], release: str = "demo/r7") -> None:
+        self.value = json.dumps({"generation": generation, "lease": "h/1#1", "release": release,
+                                 "models": models}).encode()
 
 
-def _router(tmp_path: Path, weights: ControlledWeights, controller: bool = True) -> Router:
+def _router(tmp_path: Path, weights: ControlledWeights, controller: str | None = "demo/r7") -> Router:
     path = tmp_path / "stages.json"
     tmp = tmp_path / "stages.tmp"
-    tmp.write_text(json.dumps({"models": {"m": {"weights": {"stable": 90, "canary": 10}, "controller": controller}}}))
+    line: dict[str, Any] = {"weights": {"stable": 90, "canary": 10}}
+    if controller is not None:
+        line["controller"] = controller
+    tmp.write_text(json.dumps({"models": {"m": line}}))
     os.replace(tmp, path)
     engines = [EngineConfig(name="s", url="http://s:1", model="m"),
                EngineConfig(name="c", url="http://c:1", model="m", stage="canary")]
@@ -74,18 +78,35 @@ def test_a_model_the_file_does_not_give_to_the_controller_ignores_redis(tmp_path
     redis.set(5, {"m": 100})
     weights = ControlledWeights(redis)
     asyncio.run(weights.poll())
-    assert 0.07 < _canary_share(_router(tmp_path, weights, controller=False)) < 0.13
+    assert 0.07 < _canary_share(_router(tmp_path, weights, controller=None)) < 0.13
 
 
-@pytest.mark.parametrize("doc", ['{"generation": 1, "models": {"m": 101}}', '{"models": {}}', "[]",
-                                 '{"generation": 1, "models": {"m": true}}'])
+def test_weights_left_from_an_earlier_release_never_steer_a_new_one(tmp_path: Path) -> None:
+    """A promoted release left 100 in Redis; the next release's file says 10% until its
+    controller writes."""
+    redis = FakeRedis()
+    redis.set(9, {"m": 100}, release="demo/r6")
+    weights = ControlledWeights(redis)
+    asyncio.run(weights.poll())
+    router = _router(tmp_path, weights, controller="demo/r7")
+    assert 0.07 < _canary_share(router) < 0.13
+    redis.set(10, {"m": 30}, release="demo/r7")
+    asyncio.run(weights.poll())
+    assert 0.25 < _canary_share(router) < 0.35
+
+
+@pytest.mark.parametrize("doc", ['{"generation": 1, "release": "r", "models": {"m": 101}}', '{"models": {}}', "[]",
+                                 '{"generation": 1, "release": "r", "models": {"m": true}}',
+                                 '{"generation": 1, "models": {"m": 10}}'])
 def test_bad_weight_documents_are_refused(doc: str) -> None:
     with pytest.raises(ValueError):
         parse(doc)
 
 
-def test_the_stages_file_controller_flag_is_a_boolean() -> None:
-    doc = {"models": {"m": {"weights": {"stable": 100}, "controller": "yes"}}}
-    with pytest.raises(ValueError, match="controller must be true or false"):
-        parse_stages(json.dumps(doc))
-    assert parse_stages(json.dumps({"models": {"m": {"weights": {"stable": 100}, "controller": True}}}))["m"].controller
+def test_the_stages_file_controller_names_a_release() -> None:
+    for bad in (True, "", 7):
+        doc = {"models": {"m": {"weights": {"stable": 100}, "controller": bad}}}
+        with pytest.raises(ValueError, match="controller must be the release's id"):
+            parse_stages(json.dumps(doc))
+    doc = {"models": {"m": {"weights": {"stable": 100}, "controller": "demo/r7"}}}
+    assert parse_stages(json.dumps(doc))["m"].controller == "demo/r7"
