@@ -6,7 +6,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +14,14 @@ from installer.errors import CommandError
 
 
 def run(
-    argv: Sequence[str], *, check: bool = True, input: str | None = None, timeout: float | None = None
+    argv: Sequence[str], *, check: bool = True, input: str | None = None, timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run argv (never through a shell) and raise CommandError with its stderr on failure."""
     try:
         proc = subprocess.run(
-            list(argv), capture_output=True, text=True, input=input, timeout=timeout, check=False
+            list(argv), capture_output=True, text=True, input=input, timeout=timeout, check=False,
+            env=None if env is None else dict(env),
         )
     except FileNotFoundError as exc:
         raise CommandError(f"{argv[0]} is not installed: {exc}") from exc

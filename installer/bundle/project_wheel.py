@@ -7,7 +7,9 @@ its RECORD gives (a file changed since the install would otherwise reach every h
 
 import base64
 import hashlib
+import os
 import sys
+import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -38,7 +40,9 @@ def source_digest() -> str:
 def build(dest: Path) -> Path:
     """Write the wheel into `dest` and return its path."""
     if CHECKOUT is not None:
-        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(CHECKOUT)], timeout=600)
+        with tempfile.TemporaryDirectory(prefix="pli-wheel-build-") as scratch:  # no stale build/ (setup.py)
+            run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(CHECKOUT)],
+                timeout=600, env={**os.environ, "PLI_BUILD_BASE": scratch})
         (wheel,) = dest.glob("private_llm_installer-*.whl")
         _normalise(wheel)
         return wheel
