@@ -94,7 +94,10 @@ def spec(packages: Iterable[str]) -> dict[str, Any]:
 
 # --- what Ansible was given -------------------------------------------------------------------
 
-_SOURCE_KEYS = ("tls_ca_src", "tls_cert_src", "tls_key_src", "pli_metrics_token_src", "redis_password_file")
+_SOURCE_KEYS = (
+    "tls_ca_src", "tls_cert_src", "tls_key_src", "pli_metrics_token_src", "redis_password_file",
+    "gateway_jwks_ca_src",  # auth.jwt.jwks_ca: a renewed IdP CA is a change to configure
+)
 
 
 def _sha(data: bytes) -> str:
