@@ -169,7 +169,7 @@ class KeyRing:
         try:
             issuer, subject, expires = await verifier.verify(token)
         except Invalid as exc:
-            log.warning("refused a bearer JWT: %s", exc)  # the reason, never the token
+            verifier.refusals.refused(str(exc))  # the reason, never the token
             raise _unauthorized("Invalid or expired token.", "invalid_token") from None
         return ApiKey(name=subject_name(issuer, subject), digest=b"", expires=expires)
 

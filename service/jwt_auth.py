@@ -64,6 +64,28 @@ class Invalid(Exception):
     """Why a token was refused: logged, never sent to the client."""
 
 
+class RefusalLog:
+    """One log line per refused token, at most `per_second` a second: a client sending bad tokens
+    in a loop cannot flood the log; the lines held back are counted in the next one."""
+
+    def __init__(self, per_second: int = 20) -> None:
+        self.per_second = per_second
+        self._second = 0
+        self._lines = 0
+        self._held = 0
+
+    def refused(self, reason: str) -> None:
+        now = int(time.monotonic())
+        if now != self._second:
+            self._second, self._lines = now, 0
+        if self._lines >= self.per_second:
+            self._held += 1
+            return
+        self._lines += 1
+        held, self._held = self._held, 0
+        log.warning("refused a bearer JWT: %s%s", reason, f" ({held} more refused, not logged)" if held else "")
+
+
 class KeySource:
     """The verifying keys by kid, from a file or a URL; `refresh` replaces them when the set
     parses and has a usable key, and keeps the previous ones otherwise."""
@@ -115,7 +137,11 @@ class KeySource:
                 ) as resp:
                     if resp.status != 200:
                         raise ValueError(f"HTTP {resp.status}")
-                    raw = await resp.content.read(jwks.MAX_JWKS_BYTES + 1)
+                    raw = b""
+                    async for chunk in resp.content.iter_chunked(64 * 1024):  # read() may return part
+                        raw += chunk
+                        if len(raw) > jwks.MAX_JWKS_BYTES:
+                            raise ValueError(f"more than {jwks.MAX_JWKS_BYTES} bytes")
                 self._install(raw, url)
             except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as exc:
                 log.error("keeping the previous JWKS: cannot load %s: %s", url, exc)
@@ -156,6 +182,7 @@ class Verifier:
         self.cfg = cfg
         self.source = source or KeySource(cfg)
         self.algorithms = tuple(cfg.algorithms)
+        self.refusals = RefusalLog()
         # One registry for every token: its "now" is read at each validation.
         self._claims = jwt.JWTClaimsRegistry(
             leeway=int(cfg.clock_skew_s),

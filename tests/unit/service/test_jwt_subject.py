@@ -1,5 +1,7 @@
 """A bearer JWT's caller name (#38 item 1): bounded, safe as a Redis key and a metric label, never
-an API key's name, and read back whole from usage's Redis fields."""
+an API key's name, and read back whole from usage's Redis fields; refusals logged at a bounded rate."""
+
+import pytest
 
 from service.jwt_auth import looks_like_jwt, subject_name
 from service.keyfile import KEY_NAME_PATTERN
@@ -32,3 +34,21 @@ def test_what_looks_like_a_jwt() -> None:
     assert looks_like_jwt("eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.")  # alg none: checked, and refused
     assert not looks_like_jwt("sk-pli-0123456789abcdef")
     assert not looks_like_jwt("a.b.c.d") and not looks_like_jwt("a b.c.d") and not looks_like_jwt("a.b=.c")
+
+
+def test_refusals_are_logged_at_most_so_many_a_second(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from service import jwt_auth
+
+    clock = [100.0]
+    monkeypatch.setattr(jwt_auth.time, "monotonic", lambda: clock[0])
+    refusals = jwt_auth.RefusalLog(per_second=3)
+    with caplog.at_level("WARNING", logger="service.jwt_auth"):
+        for _ in range(5):
+            refusals.refused("unknown kid 'x'")
+        clock[0] += 1
+        refusals.refused("ExpiredTokenError: The token is expired")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["refused a bearer JWT: unknown kid 'x'"] * 3 + [
+        "refused a bearer JWT: ExpiredTokenError: The token is expired (2 more refused, not logged)"]
