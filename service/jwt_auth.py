@@ -107,9 +107,17 @@ class KeySource:
         if checked.private:
             # A set served by the IdP may hold private parts by mistake: never used, said loudly.
             log.error("JWKS %s: left out keys with private material: %s", where, ", ".join(checked.private))
-        if not checked.keys:
+        keys = {}
+        for k in checked.keys:
+            # jwks.check is the shape validate applies; joserfc may still refuse a key it passed
+            # (key_ops, x5c): that key is left out, not the whole set.
+            try:
+                keys[k["kid"]] = import_key(k)
+            except (JoseError, ValueError, TypeError) as exc:
+                log.warning("JWKS %s: left out %s: %s", where, k["kid"], type(exc).__name__)
+        if not keys:
             raise ValueError(f"JWKS {where} has no usable key")
-        self.keys = {k["kid"]: import_key(k) for k in checked.keys}
+        self.keys = keys
         self.loaded_at = time.monotonic()
         log.info("JWKS %s: %d keys (%s)", where, len(self.keys), ", ".join(sorted(self.keys)))
 
@@ -143,7 +151,7 @@ class KeySource:
                         if len(raw) > jwks.MAX_JWKS_BYTES:
                             raise ValueError(f"more than {jwks.MAX_JWKS_BYTES} bytes")
                 self._install(raw, url)
-            except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as exc:
+            except (TimeoutError, OSError, ValueError, JoseError, aiohttp.ClientError) as exc:
                 log.error("keeping the previous JWKS: cannot load %s: %s", url, exc)
 
     async def watch(self) -> None:
@@ -165,7 +173,7 @@ class KeySource:
             stamp = now
             try:
                 self._install(await asyncio.to_thread(path.read_bytes), str(path))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, JoseError) as exc:
                 log.error("keeping the previous JWKS: cannot load %s: %s", path, exc)
 
 
@@ -204,9 +212,11 @@ class Verifier:
         try:
             # Parsed once: the same object's signature is checked below (jwt.decode would parse again).
             obj = jws.extract_compact(token.encode())
-            header: dict[str, Any] = obj.headers()
-        except (JoseError, ValueError) as exc:
+            header: Any = obj.headers()
+        except (JoseError, ValueError, TypeError, AttributeError) as exc:
             raise Invalid(f"malformed token: {type(exc).__name__}") from None
+        if not isinstance(header, dict):  # joserfc only asks that "alg" be in it: a string or list passes
+            raise Invalid("malformed token: the header is not a JSON object")
         alg = header.get("alg")
         if alg not in self.algorithms:
             raise Invalid(f"alg {str(alg)[:16]!r} is not allowed")
