@@ -401,6 +401,16 @@ class SLO(_Strict):
     # (service/release_slo.py, the grammar the release controller reads them with).
     absolute: list[Annotated[str, AfterValidator(_slo_line)]] = Field(default_factory=list)
 
+    @model_serializer(mode="wrap")
+    def _dump_kinds_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Left unset, an SLO dumps as before absolute SLOs existed: the config digest of a
+        revision made then (installer/revisions.py) stays what it was."""
+        data: dict[str, Any] = handler(self)
+        for key in ("relative", "absolute"):
+            if key not in self.model_fields_set:
+                data.pop(key, None)
+        return data
+
     @model_validator(mode="after")
     def _judged(self) -> "SLO":
         if not self.relative and not self.absolute:
