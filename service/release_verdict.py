@@ -27,7 +27,11 @@ from service.release_slo import LATENCY, METRICS, Objective
 
 Action = Literal["rollback", "hold", "advance", "promote"]
 # why a hold holds: what the alert and `installer release watch` show
-Kind = Literal["breach", "blind", "no_evidence", "no_stable_traffic", "dwell", "healthy"]
+Kind = Literal["breach", "blind", "no_evidence", "no_stable_traffic", "client_errors", "dwell", "healthy"]
+# A canary's share of 4xx answers is the callers' doing as much as the canary's: one caller whose
+# requests land on the canary (its key's or its chosen session's bucket) can send bad parameters
+# on purpose. So it never rolls back on its own; it holds the weights for a person to judge.
+CLIENT_STEERED = frozenset({"client_error_ratio"})
 STAGES = ("stable", "canary")
 
 
@@ -131,7 +135,8 @@ def _absolute(o: Objective, policy: Policy, figures: Figures) -> tuple[str, str]
     if value is None or math.isnan(value):
         return "no_evidence", f"{o.describe()}: the canary has no {o.metric} over {w:g} s"
     if value > o.limit:
-        return "breach", f"canary {o.metric} {_fmt(o.metric, value)} over {w:g} s > {o.describe()}"
+        kind = "client_errors" if o.metric in CLIENT_STEERED else "breach"
+        return kind, f"canary {o.metric} {_fmt(o.metric, value)} over {w:g} s > {o.describe()}"
     return "pass", f"canary {o.metric} {_fmt(o.metric, value)} within {o.describe()}"
 
 
@@ -148,8 +153,9 @@ def _relative(rel: Relative, policy: Policy, figures: Figures) -> list[tuple[str
     for metric, margin in (("error_ratio", rel.error_ratio_margin), ("client_error_ratio", rel.error_ratio_margin)):
         c, s = canary.value(metric) or 0.0, stable.value(metric) or 0.0
         if c > s + margin:
-            out.append(("breach", f"canary {metric} {_fmt(metric, c)} > stable's {_fmt(metric, s)} + margin "
-                                  f"{margin * 100:g}% over {w:g} s"))
+            kind = "client_errors" if metric in CLIENT_STEERED else "breach"
+            out.append((kind, f"canary {metric} {_fmt(metric, c)} > stable's {_fmt(metric, s)} + margin "
+                              f"{margin * 100:g}% over {w:g} s"))
     for metric, ratio in (("ttft_p99", rel.ttft_p99_ratio), ("e2e_p95", rel.e2e_p95_ratio)):
         cq, sq = canary.value(metric), stable.value(metric)
         if cq is None or sq is None or math.isnan(cq) or math.isnan(sq) or cq <= rel.latency_floor_s:
@@ -172,6 +178,10 @@ def decide(policy: Policy, figures: Figures | None, *, weight: int, held_s: floa
     breaches = tuple(why for kind, why in checks if kind == "breach")
     if breaches:
         return Verdict("rollback", "breach", breaches, figures)
+    steered = tuple(why for kind, why in checks if kind == "client_errors")
+    if steered:
+        return Verdict("hold", "client_errors", (*steered, "client errors hold the weights (callers can cause "
+                                                            "them); `installer release abort` rolls back"), figures)
     missing = tuple(why for kind, why in checks if kind == "no_evidence")
     if missing:
         return Verdict("hold", "no_evidence", missing, figures)

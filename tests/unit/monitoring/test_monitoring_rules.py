@@ -16,8 +16,8 @@ WANTED = {
     "PLIEngineDown", "PLIGatewayDown", "PLIGatewayNotReady", "PLITTFTHigh", "PLIKVCacheNearlyFull",
     "PLIQueueGrowing", "PLIGPUMemoryLeak", "PLIGPUTemperatureHigh", "PLIGPUXidError",
     "PLIDiskAlmostFull", "PLIHighErrorRate", "PLITLSCertExpiresSoon",
-    # the release controller's rollback and blind hold (#35)
-    "PLIReleaseRolledBack", "PLIReleaseHeldBlind",
+    # the release controller's rollback, blind hold and hold on client errors (#35)
+    "PLIReleaseRolledBack", "PLIReleaseHeldBlind", "PLIReleaseHeldOnClientErrors",
 }
 
 

@@ -143,3 +143,21 @@ def test_an_slo_without_the_new_kinds_dumps_as_before_them() -> None:
     given = SLO.model_validate({"absolute": ["e2e_p95 <= 800 ms over 2 min"]}).model_dump()
     assert given["absolute"] == ["e2e_p95 <= 800 ms over 2 min"] and "relative" not in given
     assert SLO.model_validate(given) == SLO.model_validate({"absolute": ["e2e_p95 <= 800 ms over 2 min"]})
+
+
+def test_client_errors_hold_the_weights_and_never_roll_back_alone() -> None:
+    # one caller in the canary's bucket can send bad parameters on purpose: its 4xx must not
+    # decide a rollback with nobody watching, nor let the release advance
+    from service.release_verdict import StageWindow
+
+    stable = StageWindow(requests=100, outcomes={"ok": 100})
+    canary = StageWindow(requests=40, outcomes={"ok": 20, "client_error": 20})
+    figures = {120.0: {"stable": stable, "canary": canary}}
+    relative = Policy(window_s=120, min_requests=20, dwell_s=0, relative=Relative())
+    absolute = _absolute("client_error_ratio <= 5% over 2 min")
+    for policy in (relative, absolute):
+        v = decide(policy, figures, weight=10, held_s=600, last_step=False)
+        assert (v.action, v.kind) == ("hold", "client_errors"), v
+        assert "client_error_ratio 50" in v.reasons[0]
+    errors = {120.0: {"stable": stable, "canary": StageWindow(requests=40, outcomes={"ok": 20, "error": 20})}}
+    assert decide(relative, errors, weight=10, held_s=600, last_step=False).action == "rollback"
