@@ -72,7 +72,8 @@ def read(folder: Path) -> dict[str, Any] | None:
 
 def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
     """`p` with each engine's argv and environment as `rec` recorded them, for the engines the
-    record has under the same host, name, unit and port.
+    record has under the same host, name, unit and port, and each Ray node's argv where the record
+    has the same role and unit on the host.
 
     A rollback must bring back what the revision ran. Rebuilding its plan from its inventory with
     a newer installer can add flags it never ran with (a serving profile's parsers, a new default).
@@ -85,9 +86,18 @@ def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
             return e
         return dataclasses.replace(e, argv=tuple(old["argv"]), env=tuple(sorted(old["env"].items())))
 
+    rays = {h["name"]: h["ray"] for h in rec["hosts"] if h.get("ray")}
+
+    def ray(host: str, node: Any) -> Any:
+        old = rays.get(host)
+        if node is None or old is None or (old["role"], old["unit"]) != (node.role, node.unit):
+            return node
+        return dataclasses.replace(node, argv=tuple(old["argv"]))
+
     hosts = tuple(
         dataclasses.replace(h, engines=tuple(engine(h.name, n, e) for n, e in zip(h.engine_names, h.engines,
-                                                                                   strict=True)))
+                                                                                   strict=True)),
+                            ray=ray(h.name, h.ray))
         for h in p.hosts
     )
     return dataclasses.replace(p, hosts=hosts)

@@ -19,8 +19,10 @@ def _deployment_ports(inv: Inventory, tuned: Tuned) -> list[tuple[int, str, tupl
     """(port, what, inventory key) of every port the deployment listens on beside Ray's."""
     first = tuned.engines[0].host if tuned.engines else ""
     count = sum(1 for e in tuned.engines if e.host == first) or 1
-    found = [(inv.ports.engine + i, f"engine port {inv.ports.engine + i}" if i else "ports.engine",
-              ("ports", "engine")) for i in range(count)]
+    found: list[tuple[int, str, tuple[str, ...]]] = [
+        (inv.ports.engine + i, f"engine port {inv.ports.engine + i}" if i else "ports.engine", ("ports", "engine"))
+        for i in range(count)
+    ]
     found += [
         (inv.ports.gateway, "ports.gateway", ("ports", "gateway")),
         (inv.ports.redis, "ports.redis", ("ports", "redis")),

@@ -147,3 +147,17 @@ def test_a_rollback_configures_the_argv_its_revision_recorded(tmp_path: Path) ->
             return rec
 
     assert rolling.Planned.of(Rev()).plan.host("h0").engines[0].argv == ("--model", "/old")  # type: ignore[arg-type]
+
+
+def test_a_pinned_plan_keeps_the_ray_argv_its_revision_ran(tmp_path: Path) -> None:
+    from installer import plan_record
+    from installer.engines import RayNode
+
+    built = deployment_plan.build(inventory(tmp_path, 1, {"device": "cpu"}))
+    host = dataclasses.replace(built.hosts[0], ray=RayNode("head", "private-llm-ray", ("start", "--new"), "10.0.0.1"))
+    p = dataclasses.replace(built, hosts=(host,))
+    rec = plan_record.record(p)
+    rec["hosts"][0]["ray"]["argv"] = ["start", "--old"]
+    assert plan_record.pinned(p, rec).hosts[0].ray.argv == ("start", "--old")  # type: ignore[union-attr]
+    rec["hosts"][0]["ray"]["role"] = "worker"  # another role since: today's argv
+    assert plan_record.pinned(p, rec).hosts[0].ray.argv == ("start", "--new")  # type: ignore[union-attr]
