@@ -127,15 +127,21 @@ class Controller:
             self.store.give_up()  # no release: another controller may as well hold it next time
             return None
         if not self.store.lease():
-            self.metrics.leader.set(0)
+            self._stand_by()
             return None
         self.metrics.leader.set(1)
         try:
             return self._tick(spec)
         except Fenced as exc:
-            self.metrics.leader.set(0)
+            self._stand_by()
             log.warning("standing by: %s", exc)
             return None
+
+    def _stand_by(self) -> None:
+        """Not the one acting: none of the release's gauges, so the alert rules read the leader's
+        alone (a standby's last `blind` or `rolled_back` would keep them firing)."""
+        self.metrics.leader.set(0)
+        self.metrics.idle()
 
     def _tick(self, spec: dict[str, Any]) -> dict[str, Any] | None:
         now = self.store.now()

@@ -205,3 +205,17 @@ def test_equal_holds_are_written_once_a_minute_and_a_new_cause_at_once(tmp_path:
     kinds = [(r["action"], r.get("kind")) for r in _audit(tmp_path)]
     assert kinds == [("start", None), ("hold", "blind"), ("hold", "blind"), ("hold", "dwell")]
     assert store.st["last"]["kind"] == "dwell"  # the state has every tick's decision
+
+
+def test_a_controller_that_loses_the_lease_drops_its_release_gauges(tmp_path: Path) -> None:
+    # a standby's last blind or rolled-back gauge would keep the alert rules firing
+    store = MemoryStore()
+    c = _controller(store, _unreachable, tmp_path)
+    c.tick()
+    store.clock += 1000
+    _tick(c)
+    assert c.metrics.registry.get_sample_value("pli_release_controller_blind") == 1
+    store.held = False
+    assert c.tick() is None
+    assert c.metrics.registry.get_sample_value("pli_release_controller_blind") == 0
+    assert c.metrics.registry.get_sample_value("pli_release_controller_canary_weight", {"model": "tiny-llama"}) is None
