@@ -1,5 +1,6 @@
 """The canary weights the release controller sets (service/release_controller.py), read by the
-gateway from the deployment's Redis for the models the stages file marks `"controller": true`.
+gateway from the deployment's Redis for the models whose stages-file line names the release
+(`"controller": "<release id>"`).
 
 Polled every interval (one GET of pli:release:weights, which only the lease holder writes, so
 the latest document is the one to follow; its generation is logged to tell writes apart), and
