@@ -12,7 +12,7 @@ both run, are installer/inventory_checks.py.
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
 from itertools import pairwise
@@ -93,6 +93,15 @@ class _Strict(BaseModel):
                 if isinstance(key, str):
                     _refuse_invisible(key, "key ")
         return value
+
+
+def _unset_dropped(model: BaseModel, data: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """`data` (the model's dump) without those of `keys` the input left unset: a setting added
+    later dumps as before it existed, so the config digest of a revision made then
+    (installer/revisions.py) stays what it was."""
+    for key in set(keys) - model.model_fields_set:
+        data.pop(key, None)
+    return data
 
 
 # POSIX portable user names (no leading '-', which ssh and sudo would read as an option).
@@ -228,12 +237,7 @@ class _Serving(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump_serving_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A model that sets none of them dumps as before profiles existed, so the config digest
-        of a revision made then (installer/revisions.py) stays what it was."""
-        data: dict[str, Any] = handler(self)
-        for key in SERVING_KEYS - self.model_fields_set:
-            data.pop(key, None)
-        return data
+        return _unset_dropped(self, handler(self), SERVING_KEYS)
 
     def serving(self) -> dict[str, Any]:
         """The serving settings given, to pass on to another model object."""
@@ -300,12 +304,7 @@ class Engine(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump_sampler_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Left unset, the engine dumps as before the setting existed: the config digest of a
-        revision made then (installer/revisions.py) stays what it was."""
-        data: dict[str, Any] = handler(self)
-        if "flashinfer_sampler" not in self.model_fields_set:
-            data.pop("flashinfer_sampler", None)
-        return data
+        return _unset_dropped(self, handler(self), ("flashinfer_sampler",))
 
     @model_validator(mode="after")
     def _host_torch_on_gpu(self) -> "Engine":
@@ -403,13 +402,7 @@ class SLO(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump_kinds_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Left unset, an SLO dumps as before absolute SLOs existed: the config digest of a
-        revision made then (installer/revisions.py) stays what it was."""
-        data: dict[str, Any] = handler(self)
-        for key in ("relative", "absolute"):
-            if key not in self.model_fields_set:
-                data.pop(key, None)
-        return data
+        return _unset_dropped(self, handler(self), ("relative", "absolute"))
 
     @model_validator(mode="after")
     def _judged(self) -> "SLO":
@@ -644,13 +637,7 @@ class Monitoring(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump_tracing_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Left unset, monitoring dumps as before traces existed: the config digest of a revision
-        made then (installer/revisions.py) stays what it was."""
-        data: dict[str, Any] = handler(self)
-        for key in ("otlp_endpoint", "trace_sample_ratio"):
-            if key not in self.model_fields_set:
-                data.pop(key, None)
-        return data
+        return _unset_dropped(self, handler(self), ("otlp_endpoint", "trace_sample_ratio"))
 
     @model_validator(mode="after")
     def _tarballs(self) -> "Monitoring":
