@@ -189,7 +189,7 @@ def _primary(inv: Inventory, key: str) -> bool:
     return inv.served_models()[0].name == key
 
 
-def _max_model_len(argv: tuple[str, ...]) -> int | None:
+def max_model_len_of(argv: tuple[str, ...]) -> int | None:
     """The engine's --max-model-len (vllm_argv writes it once; extra_args may not repeat it)."""
     for flag, value in itertools.pairwise(argv):
         if flag == "--max-model-len" and value.isdigit():
@@ -231,7 +231,7 @@ def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None, *, 
     _check_engine_names(inv, hosts)
     by_name = {h.name: h for h in hosts}
     upstreams = tuple(
-        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage, _max_model_len(e.argv))
+        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage, max_model_len_of(e.argv))
         for host in serving_hosts(inv)
         for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
     )

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from installer.plan import DeploymentPlan
+from installer.plan import DeploymentPlan, max_model_len_of
 
 PLAN_FILE = "plan.json"
 VERSION = 1
@@ -73,7 +73,8 @@ def read(folder: Path) -> dict[str, Any] | None:
 def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
     """`p` with each engine's argv and environment as `rec` recorded them, for the engines the
     record has under the same host, name, unit and port, and each Ray node's argv where the record
-    has the same role and unit on the host.
+    has the same role and unit on the host; the gateways' upstreams take their context length
+    from the pinned argv.
 
     A rollback must bring back what the revision ran. Rebuilding its plan from its inventory with
     a newer installer can add flags it never ran with (a serving profile's parsers, a new default).
@@ -100,7 +101,10 @@ def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
                             ray=ray(h.name, h.ray))
         for h in p.hosts
     )
-    return dataclasses.replace(p, hosts=hosts)
+    argv = {n: e.argv for h in hosts for n, e in zip(h.engine_names, h.engines, strict=True)}
+    upstreams = tuple(dataclasses.replace(u, max_model_len=max_model_len_of(argv[u.name])) if u.name in argv else u
+                      for u in p.upstreams)
+    return dataclasses.replace(p, hosts=hosts, upstreams=upstreams)
 
 
 def lines(rec: Mapping[str, Any]) -> Iterator[str]:

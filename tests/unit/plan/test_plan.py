@@ -122,12 +122,15 @@ def test_a_plan_pinned_to_its_record_runs_what_the_revision_ran(tmp_path: Path) 
     rec = json.loads(plan_record.dump(plan_record.record(built)))
     h0 = rec["hosts"][0]["engines"][0]
     h0["argv"] = [a for a in h0["argv"] if a != "--max-num-seqs" and a != "8"]
+    h0["argv"][h0["argv"].index("--max-model-len") + 1] = "1234"  # the context it ran with reaches its gateways
     h0["env"] = {"OLD": "1"}
     rec["hosts"][1]["engines"][0]["port"] += 1  # moved since: keeps the rebuilt values
     pinned = plan_record.pinned(built, rec)
     assert pinned.host("h0").engines[0].argv == tuple(h0["argv"]) != built.host("h0").engines[0].argv
     assert pinned.host("h0").engines[0].env == (("OLD", "1"),)
     assert pinned.host("h1").engines[0] == built.host("h1").engines[0]
+    name = pinned.host("h0").engine_names[0]
+    assert [u.max_model_len for u in pinned.upstreams if u.name == name] == [1234]
     assert plan_record.pinned(built, plan_record.record(built)) == built
 
 
