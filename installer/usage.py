@@ -22,7 +22,9 @@ from installer.inventory import Host, Inventory
 from installer.ssh import target
 from installer.topology import HOST_LAYOUT, redis_host, serving_hosts
 
-DIMENSIONS = ("key", "model", "day")
+DIMENSIONS = ("key", "model", "day", "tenant")
+# A caller in a tenant is recorded as "<caller>~<tenant>" (service/usage.py, usage_caller).
+_TENANT_MARK = "~"
 # x: requests whose stream was cut before the engine's usage (the client left, the engine broke
 # off); their tokens are the gateway's prompt estimate and one per event relayed.
 _COUNTS = {"r": "requests", "p": "prompt_tokens", "c": "completion_tokens", "x": "cut_requests"}
@@ -119,10 +121,11 @@ def rows(report: Report, by: Iterable[str] = ("key", "model")) -> list[dict[str,
     totals: dict[tuple[str, ...], dict[str, int]] = {}
     for day, fields in report.days.items():
         for name, value in fields.items():
-            kind, key, model = name.split(":", 2)
+            kind, caller, model = name.split(":", 2)
             if kind not in _COUNTS:
                 continue
-            where = {"key": key, "model": model, "day": day}
+            key, _, tenant = caller.partition(_TENANT_MARK)
+            where = {"key": key, "model": model, "day": day, "tenant": tenant or "-"}
             group = tuple(where[d] for d in by)
             counts = totals.setdefault(group, dict.fromkeys(_COUNTS.values(), 0))
             counts[_COUNTS[kind]] += value
@@ -134,5 +137,10 @@ def rows(report: Report, by: Iterable[str] = ("key", "model")) -> list[dict[str,
 
 
 def quota_use(report: Report) -> dict[str, dict[str, Any]]:
-    """Each quota key's use in its current period, by key name."""
-    return {q["key"]: q for q in report.quotas}
+    """Each quota key's use in its current period, by key name (tenants' quotas are left out)."""
+    return {q["key"]: q for q in report.quotas if "key" in q}
+
+
+def tenant_quotas(report: Report) -> list[dict[str, Any]]:
+    """Each tenant's quota and its use in the current period."""
+    return [q for q in report.quotas if "tenant" in q]

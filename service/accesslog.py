@@ -37,6 +37,17 @@ class RequestInfo:
     ttft_s: float | None = None
     error: str | None = None
     prompt: Any = None  # only set when log_prompts is on
+    tenant: str | None = None
+    stage: str | None = None  # the release stage of the engine that answered
+
+    @property
+    def metric_key(self) -> str:
+        """The metrics' key label: an API key's name (an operator makes those, a few), but for a
+        token's caller (jwt/<subject>: '/' is in no key name) its tenant: an IdP's subjects are
+        unbounded, and every label value is a series Prometheus keeps."""
+        if "/" not in self.key_name:
+            return self.key_name
+        return f"tenant/{self.tenant}" if self.tenant else "jwt"
 
 
 class AccessLog:
@@ -126,6 +137,7 @@ class AccessLogMiddleware:
             "path": scope["path"],
             "status": status,
             "key": info.key_name,
+            "tenant": info.tenant,
             "model": info.model,
             "stream": info.stream,
             "engine": info.engine,
@@ -141,10 +153,10 @@ class AccessLogMiddleware:
             record["prompt"] = info.prompt
         self.log.emit(record)
         m = self.metrics
-        m.requests.labels(info.model, info.key_name, str(status)).inc()
+        m.requests.labels(info.model, info.metric_key, str(status)).inc()
         if status < 400:
             m.request_seconds.labels(info.model).observe(elapsed)
         if info.prompt_tokens:
-            m.prompt_tokens.labels(info.model, info.key_name).inc(info.prompt_tokens)
+            m.prompt_tokens.labels(info.model, info.metric_key).inc(info.prompt_tokens)
         if info.completion_tokens:
-            m.completion_tokens.labels(info.model, info.key_name).inc(info.completion_tokens)
+            m.completion_tokens.labels(info.model, info.metric_key).inc(info.completion_tokens)

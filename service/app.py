@@ -32,6 +32,7 @@ from service.scrape_auth import ScrapeToken
 from service.shared import SharedLimiter, SharedState
 from service.stages import StagesFile
 from service.state import Gateway
+from service.tenants import Tenants
 from service.tls import client_context, server_context
 from service.tls import watch as watch_certs
 from service.tracing import start as start_tracing
@@ -50,7 +51,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     limits = settings.limits
     workers = shared.workers if shared else 1
     limiter = _limiter(settings, metrics, shared)
-    keys = KeyRing(settings.keys_file, jwt_verifier(settings.jwt))  # a missing or bad file fails start-up, loudly
+    tenants = Tenants.of(settings.tenants) if settings.tenants else None
+    keys = KeyRing(settings.keys_file, jwt_verifier(settings.jwt), tenants)  # a missing or bad file fails start-up, loudly
     gateway = Gateway(
         settings=settings,
         keys=keys,

@@ -19,6 +19,7 @@ from service.keyfile import QUOTAS_FILE_NAME, ROLES_FILE_NAME, HostKeyFile, Host
 if TYPE_CHECKING:
     from service.config import JWTConfig
     from service.jwt_auth import Verifier
+    from service.tenants import Tenants
 
 log = logging.getLogger("service.auth")
 
@@ -34,9 +35,23 @@ class ApiKey:
     quota_tokens: int | None = None  # per quota_period, across every gateway (service/usage.py)
     quota_period: str | None = None  # "day" or "month", UTC
     release_tester: bool = False  # may send the stage header (key_roles.json)
+    # The tenant whose policy (models, rpm/tpm, quota: service/tenants.py) replaced the fields
+    # above; its callers share its buckets and quota, on every gateway.
+    tenant: str | None = None
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
+
+    @property
+    def limit_name(self) -> str:
+        """Whose rate buckets and quota counter a request is charged to: its tenant's, shared by
+        the tenant's callers ('/' is in no key name), else its own."""
+        return f"tenant/{self.tenant}" if self.tenant else self.name
+
+    @property
+    def limit_owner(self) -> str:
+        """Who the limits belong to, for a 429's message."""
+        return f"tenant '{self.tenant}'" if self.tenant else f"key '{self.name}'"
 
 
 # No keys file: a lab or a test, where every caller is trusted alike.
@@ -60,9 +75,10 @@ class KeyRing:
     (/readyz, with the scrape token) to tell that a pushed file was taken.
     """
 
-    def __init__(self, path: Path | None, jwt: "Verifier | None" = None) -> None:
+    def __init__(self, path: Path | None, jwt: "Verifier | None" = None, tenants: "Tenants | None" = None) -> None:
         self.path = path
         self.jwt = jwt  # bearer JWTs beside the keys (service/jwt_auth.py); None: keys only
+        self.tenants = tenants  # policies callers share (service/tenants.py); None: each its own
         self._keys: tuple[ApiKey, ...] = ()
         self._stamp: _Stamp | None = None
         self.digests: dict[str, str | None] = {"keys_sha256": None, "quotas_sha256": None, "roles_sha256": None}
@@ -159,19 +175,20 @@ class KeyRing:
             token = token.strip()
             if scheme.lower() == "bearer" and self.jwt.claims_token(token):
                 return await self._from_jwt(self.jwt, token)
-        return self.authenticate(authorization)
+        key = self.authenticate(authorization)
+        return key if self.tenants is None else self.tenants.for_key(key)
 
-    @staticmethod
-    async def _from_jwt(verifier: "Verifier", token: str) -> ApiKey:
+    async def _from_jwt(self, verifier: "Verifier", token: str) -> ApiKey:
         # Here, not at the top: only a gateway that accepts JWTs loads the JOSE library.
         from service.jwt_auth import Invalid, subject_name
 
         try:
-            issuer, subject, expires = await verifier.verify(token)
+            issuer, subject, expires, claims = await verifier.verify(token)
         except Invalid as exc:
             verifier.refusals.refused(str(exc))  # the reason, never the token
             raise _unauthorized("Invalid or expired token.", "invalid_token") from None
-        return ApiKey(name=subject_name(issuer, subject), digest=b"", expires=expires)
+        caller = ApiKey(name=subject_name(issuer, subject), digest=b"", expires=expires)
+        return caller if self.tenants is None else self.tenants.for_token(caller, claims)
 
     def authenticate(self, authorization: str | None) -> ApiKey:
         if self.path is None:

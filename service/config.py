@@ -145,6 +145,49 @@ class JWTConfig(_Strict):
         return self
 
 
+TENANT_NAME = r"^[a-z0-9][a-z0-9_.-]{0,39}$"
+
+
+class TenantConfig(_Strict):
+    """A named policy its callers share (service/tenants.py): across every gateway through Redis."""
+
+    name: str = Field(pattern=TENANT_NAME)
+    models: list[str] = Field(default_factory=list)  # empty: every model
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    quota_tokens: int | None = Field(default=None, ge=1)
+    quota_period: Literal["day", "month"] | None = None
+    # The claim values (a group's name, say) that put a token's caller in it; empty: its name.
+    claim_values: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(default_factory=list)
+    keys: list[str] = Field(default_factory=list)  # API key names it holds
+
+    @model_validator(mode="after")
+    def _quota_pair(self) -> "TenantConfig":
+        if (self.quota_tokens is None) != (self.quota_period is None):
+            raise ValueError(f"tenant {self.name}: quota_tokens and quota_period go together")
+        return self
+
+
+class TenantsConfig(_Strict):
+    # The token claim that names a caller's tenant: a string or a list of strings (groups).
+    claim: str = Field(default="groups", min_length=1, max_length=128)
+    # A token whose claim names no tenant gets this one; None: it is refused (403).
+    default: str | None = None
+    tenants: list[TenantConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TenantsConfig":
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tenant names must be unique: {names}")
+        if self.default is not None and self.default not in names:
+            raise ValueError(f"default tenant {self.default!r} is not one of {names}")
+        keys = [k for t in self.tenants for k in t.keys]
+        if len(set(keys)) != len(keys):
+            raise ValueError("an API key is in one tenant at most")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PLI_GATEWAY_", env_nested_delimiter="__", extra="forbid"
@@ -204,6 +247,8 @@ class Settings(BaseSettings):
     tracing: TracingConfig | None = Field(default=None, description="None: no spans, no SDK loaded")
     # Bearer JWTs accepted beside the API keys of keys_file; None: API keys only.
     jwt: JWTConfig | None = None
+    # Tenants: policies chosen by a token's claim or given to API keys; None: none.
+    tenants: TenantsConfig | None = None
 
     @field_validator("session_header", "stage_header")
     @classmethod
@@ -218,6 +263,8 @@ class Settings(BaseSettings):
             )
         if self.jwt is not None and self.keys_file is None:
             raise ValueError("jwt needs keys_file: an anonymous gateway checks no credential at all")
+        if self.tenants is not None and self.keys_file is None:
+            raise ValueError("tenants need keys_file: an anonymous gateway knows no caller")
         if self.keys_file is not None and self.allow_anonymous:
             raise ValueError("set either keys_file or allow_anonymous, not both")
         if (self.metrics_host is None) != (self.metrics_port is None):

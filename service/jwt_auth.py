@@ -205,8 +205,8 @@ class Verifier:
         (refused as a token before even its shape is looked at, never hashed as a key)."""
         return len(token) > self.cfg.max_token_bytes or looks_like_jwt(token)
 
-    async def verify(self, token: str) -> tuple[str, str, float]:
-        """(issuer, subject, exp) of a valid token; Invalid with the reason otherwise."""
+    async def verify(self, token: str) -> tuple[str, str, float, dict[str, Any]]:
+        """(issuer, subject, exp, claims) of a valid token; Invalid with the reason otherwise."""
         if len(token) > self.cfg.max_token_bytes:
             raise Invalid(f"token of {len(token)} bytes, above max_token_bytes {self.cfg.max_token_bytes}")
         try:
@@ -240,4 +240,4 @@ class Verifier:
             raise Invalid(f"{type(exc).__name__}: {exc.description or exc.error}") from None
         except (ValueError, TypeError) as exc:  # a key of another type than the alg's; bad JSON
             raise Invalid(f"{type(exc).__name__}") from None
-        return str(claims["iss"]), str(claims["sub"]), float(claims["exp"])
+        return str(claims["iss"]), str(claims["sub"]), float(claims["exp"]), claims

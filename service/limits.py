@@ -79,9 +79,9 @@ class LocalLimiter:
 
     def _refilled(self, key: ApiKey) -> Bucket:
         now = time.monotonic()
-        bucket = self._buckets.get(key.name)
+        bucket = self._buckets.get(key.limit_name)
         if bucket is None:
-            bucket = self._buckets[key.name] = Bucket(key.rpm or 0, key.tpm or 0, now)
+            bucket = self._buckets[key.limit_name] = Bucket(key.rpm or 0, key.tpm or 0, now)
         refill(bucket, key, now)
         return bucket
 
@@ -110,7 +110,7 @@ async def reserve_or_raise(limiter: Limiter, key: ApiKey, tokens: int, requests:
     if wait > 0:
         raise GatewayError(
             429,
-            f"Rate limit reached for key '{key.name}' (rpm={key.rpm}, tpm={key.tpm}); "
+            f"Rate limit reached for {key.limit_owner} (rpm={key.rpm}, tpm={key.tpm}); "
             f"retry in {wait:.1f} s.",
             "rate_limit_error",
             "rate_limit_exceeded",
@@ -248,6 +248,23 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         info: RequestInfo = scope["state"]["info"]
+        adm = self.admission
+        try:
+            self._open()
+        except GatewayError as exc:
+            await self._refuse(scope, send, info, exc)
+            return
+        # The gateway's slot is taken before the caller is identified, which may await (a JWKS
+        # fetch for an unknown kid): requests arriving together cannot all pass the cap's check.
+        adm.in_flight += 1
+        self.metrics.in_flight.set(adm.in_flight)
+        try:
+            await self._serve(scope, receive, send, info)
+        finally:
+            adm.in_flight -= 1
+            self.metrics.in_flight.set(adm.in_flight)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, info: RequestInfo) -> None:
         try:
             key = await self._admit(scope, info)
         except GatewayError as exc:
@@ -255,11 +272,8 @@ class AdmissionMiddleware:
             return
         scope["state"]["key"] = key  # for the routes: the key is checked once
         adm = self.admission
-        # The slots are taken before anything is awaited: requests arriving together cannot all
-        # pass the caps' checks first.
-        adm.in_flight += 1
+        # The key's slot is taken before anything else is awaited, for the same reason.
         adm.by_key[key.name] = adm.by_key.get(key.name, 0) + 1
-        self.metrics.in_flight.set(adm.in_flight)
         held = 0  # body bytes this request holds in the gateway's budget
         try:
             if scope["method"] == "POST" and key.rpm:
@@ -286,19 +300,17 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
         finally:
             adm.give_bytes(key.name, held)
-            adm.in_flight -= 1
             left = adm.by_key[key.name] - 1
             if left:
                 adm.by_key[key.name] = left
             else:
                 del adm.by_key[key.name]
-            self.metrics.in_flight.set(adm.in_flight)
 
     def _late_message(self) -> str:
         rate = f", or slower than {self.body.min_rate:g} bytes/s" if self.body.min_rate else ""
         return f"The request body did not arrive within {self.body.timeout_s:g} s{rate}."
 
-    async def _admit(self, scope: Scope, info: RequestInfo) -> ApiKey:
+    def _open(self) -> None:
         adm = self.admission
         if adm.draining:
             raise GatewayError(
@@ -307,8 +319,11 @@ class AdmissionMiddleware:
             )
         if adm.in_flight >= adm.max_in_flight:
             raise _overloaded("The gateway is at capacity.")
+
+    async def _admit(self, scope: Scope, info: RequestInfo) -> ApiKey:
+        adm = self.admission
         key = await self.keys.identify(header(scope, b"authorization"))
-        info.key_name = key.name  # its refusals below are counted against it
+        info.key_name, info.tenant = key.name, key.tenant  # its refusals below are counted against it
         if adm.by_key.get(key.name, 0) >= adm.max_per_key:
             raise GatewayError(
                 429,

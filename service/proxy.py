@@ -265,6 +265,7 @@ class ProxyCall(Response):
             canary_first = stage != STABLE and engine.stage != STABLE
             tried += (engine,)
             self.info.attempts, self.info.engine, self.stage = len(tried), engine.name, engine.stage
+            self.info.stage = engine.stage
             router.begin(engine)
             try:
                 await self._attempt(engine, send, canary_first)

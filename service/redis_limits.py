@@ -71,7 +71,7 @@ class RedisLimiter:
     async def _run(self, key: ApiKey, tokens: int, mode: str, requests: int = 0) -> float:
         try:
             args: list[int | str] = [key.rpm or 0, key.tpm or 0, tokens, mode, requests]
-            return float(await self._script(keys=[f"pli:limit:{key.name}"], args=args))
+            return float(await self._script(keys=[f"pli:limit:{key.limit_name}"], args=args))
         except (RedisError, OSError) as exc:
             self._metrics.limiter_errors.inc()
             if time.monotonic() - self._last_warning > 10:

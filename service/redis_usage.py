@@ -21,6 +21,7 @@ from service.usage import (
     period_bounds,
     quota_error,
     quota_key,
+    usage_caller,
     usage_field,
 )
 
@@ -88,7 +89,7 @@ class RedisLedger:
         if not key.quota_tokens or not key.quota_period:
             return ticket
         period, resets = period_bounds(key.quota_period, now)
-        counter = quota_key(key.name, period)
+        counter = quota_key(key.limit_name, period)
         # The counter outlives its period by a day, so a late settlement still finds it.
         expire_at = int(resets.timestamp()) + 86400
         want = -1 if completion == 0 else (completion or 0)
@@ -110,13 +111,13 @@ class RedisLedger:
         return ticket
 
     async def release(self, key: ApiKey, ticket: Ticket) -> None:
-        await self._run(ticket, key.name, "", None, None, 0)
+        await self._run(ticket, usage_caller(key), "", None, None, 0)
 
     async def settle(
         self, key: ApiKey, model: str, ticket: Ticket, prompt: int | None, completion: int | None,
         used: int | None, cut: bool = False,
     ) -> None:
-        await self._run(ticket, key.name, model, prompt, completion, used, cut)
+        await self._run(ticket, usage_caller(key), model, prompt, completion, used, cut)
 
     async def _run(
         self, ticket: Ticket, name: str, model: str, prompt: int | None, completion: int | None,

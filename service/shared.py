@@ -90,7 +90,7 @@ class SharedState:
         """Refill `key`'s bucket, apply `change` to it, store it; what `change` returned."""
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            at, tag = self._slot(key.name)
+            at, tag = self._slot(key.limit_name)
             _, requests, tokens, stamp = _SLOT.unpack_from(self._mem, at)
             now = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the host
             if requests != requests:  # NaN: a new bucket starts full

@@ -30,9 +30,17 @@ QUOTA_PREFIX = "pli:quota:"  # + <key>:<period id>: tokens charged in that perio
 USAGE_RETENTION_DAYS = 400  # long enough for a year's monthly bills
 
 
+TENANT_MARK = "~"  # in no key, caller or tenant name: "<caller>~<tenant>" splits back
+
+
 def usage_field(kind: str, key: str, model: str) -> str:
     """A key name has no ':' (KEY_NAME_PATTERN), so the model, which may, goes last."""
     return f"{kind}:{key}:{model}"
+
+
+def usage_caller(key: ApiKey) -> str:
+    """The caller as usage records it: with its tenant, so `installer usage` reports by both."""
+    return f"{key.name}{TENANT_MARK}{key.tenant}" if key.tenant else key.name
 
 
 def period_bounds(period: str, now: datetime) -> tuple[str, datetime]:
@@ -71,7 +79,7 @@ def quota_error(key: ApiKey, used: int, resets: datetime, now: datetime, needs: 
     )
     return GatewayError(
         429,
-        f"Token quota reached for key '{key.name}': {quota} tokens per "
+        f"Token quota reached for {key.limit_owner}: {quota} tokens per "
         f"{key.quota_period} (UTC), {used} used{short}; it resets at {when}.",
         "insufficient_quota",
         "quota_exceeded",

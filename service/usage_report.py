@@ -49,6 +49,14 @@ def report(since: date) -> dict[str, Any]:
             "key": key.name, "quota_tokens": key.quota_tokens, "period": key.quota_period,
             "used": int(used or 0), "resets": resets.strftime("%Y-%m-%dT%H:%M:%SZ"),
         })
+    for tenant in settings.tenants.tenants if settings.tenants else ():
+        if tenant.quota_tokens and tenant.quota_period:
+            period, resets = period_bounds(tenant.quota_period, now)
+            used = client.get(quota_key(f"tenant/{tenant.name}", period))
+            quotas.append({
+                "tenant": tenant.name, "quota_tokens": tenant.quota_tokens, "period": tenant.quota_period,
+                "used": int(used or 0), "resets": resets.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            })
     client.close()
     return {"redis": True, "days": days, "quotas": quotas}
 

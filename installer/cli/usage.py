@@ -1,5 +1,6 @@
-"""`installer usage -i site.yml [--since 7d] [--by key,model,day] [--csv|--json]`: requests and
-tokens per key, model and day, as the gateways recorded them (installer/usage.py)."""
+"""`installer usage -i site.yml [--since 7d] [--by key,model,day,tenant] [--csv|--json]`: requests
+and tokens per key (or token subject), model, day and tenant, as the gateways recorded them
+(installer/usage.py)."""
 
 import csv
 import json
@@ -22,7 +23,7 @@ def usage_cmd(
         str, typer.Option("--since", help="From this UTC day on: 7d (seven days ago), today, or YYYY-MM-DD.")
     ] = "7d",
     by: Annotated[
-        str, typer.Option("--by", help="Group by any of key, model, day (comma-separated); the rest is summed.")
+        str, typer.Option("--by", help="Group by any of key, model, day, tenant (comma-separated); the rest is summed.")
     ] = "key,model",
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -36,7 +37,8 @@ def usage_cmd(
     rows = usage.rows(report, dims)
     columns = [*dims, "requests", "prompt_tokens", "completion_tokens", "total_tokens", "cut_requests"]
     if as_json:
-        print(json.dumps({"since": first.isoformat(), "by": list(dims), "rows": rows}, indent=2))
+        print(json.dumps({"since": first.isoformat(), "by": list(dims), "rows": rows,
+                          "tenant_quotas": usage.tenant_quotas(report)}, indent=2))
         return
     if as_csv:
         writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
@@ -50,3 +52,8 @@ def usage_cmd(
     lines = [[str(r[c]) for c in columns] for r in rows]
     lines.append(["total", *[""] * (len(dims) - 1), *map(str, total)])
     console.print(table(f"usage since {first.isoformat()} (UTC), read through {report.host}", columns, lines))
+    quotas = usage.tenant_quotas(report)
+    if quotas:
+        console.print(table("tenant quotas, this period", ["tenant", "quota_tokens", "period", "used", "resets"],
+                            [[str(q[c]) for c in ("tenant", "quota_tokens", "period", "used", "resets")]
+                             for q in quotas]))
