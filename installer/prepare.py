@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from installer import inventory_checks, plan, preflight_gpu, preflight_ray, revisions
+from installer import inventory_checks, plan, revisions
 from installer.bundle import build as bundle_build
 from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
@@ -25,7 +25,9 @@ from installer.bundle.manifest import WEIGHTS_PREFIXES, Manifest
 from installer.inventory import Inventory, ServedModel, load_inventory
 from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan
-from installer.preflight import HostReport, Needs, run_preflight
+from installer.preflight import gpu as preflight_gpu
+from installer.preflight import ray_cluster as preflight_ray
+from installer.preflight.hosts import HostReport, Needs, run_preflight
 from installer.runlog import RunLog
 from installer.ssh import targets
 from installer.terraform import provision

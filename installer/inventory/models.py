@@ -495,7 +495,7 @@ class GPUStack(_Strict):
     packages_dir: LocalPath | None = None
     # The GPUs of each serving host (identical hosts): the engines are laid out and tuned for
     # them (installer/engines.py). Left out, preflight fills them from what the hosts have;
-    # declared, preflight refuses hosts that contradict them (installer/preflight_gpu.py).
+    # declared, preflight refuses hosts that contradict them (installer/preflight/gpu.py).
     type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
     count: Annotated[int, Field(ge=1, le=64)] | None = None
     numa_nodes: Annotated[int, Field(ge=1, le=16)] = 1  # CPU sockets the GPUs are spread over

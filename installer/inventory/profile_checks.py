@@ -10,7 +10,7 @@ refuses them before anything changes):
   (`num_nextn_predict_layers`), or a count vLLM refuses for those layers;
 - `engine.quantization` that contradicts the checkpoint's own `quantization_config`;
 - fp8 weights on GPUs without fp8 tensor cores, where the inventory names them (`gpu.type` or
-  `gpu.generation`); preflight judges the probed GPUs otherwise (installer/preflight_gpu.py).
+  `gpu.generation`); preflight judges the probed GPUs otherwise (installer/preflight/gpu.py).
 """
 
 from __future__ import annotations

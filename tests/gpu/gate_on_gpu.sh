@@ -36,7 +36,7 @@ def const(path, name):
     for node in ast.parse(open(path).read()).body:
         if isinstance(node, ast.Assign) and node.targets[0].id == name:
             return ast.literal_eval(node.value)
-probe = const("installer/preflight.py", "_PROBE") + const("installer/preflight_gpu.py", "PROBE")
+probe = const("installer/preflight/hosts.py", "_PROBE") + const("installer/preflight/gpu.py", "PROBE")
 env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
        "PLI_BUNDLE_DIR": "/nonexistent", "PLI_RELEASE_FILE": "/nonexistent"}
 out = subprocess.run(["sh", "-c", probe], env=env, capture_output=True, text=True)

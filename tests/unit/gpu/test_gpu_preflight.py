@@ -1,4 +1,4 @@
-"""Preflight's GPU decisions (installer/preflight_gpu.py) and its refusal of hosts without systemd,
+"""Preflight's GPU decisions (installer/preflight/gpu.py) and its refusal of hosts without systemd,
 judged on what the real probe prints: preflight's shell probe runs here with a fake `nvidia-smi`
 printing the GPUs captured on the project's H200 machines (tests/unit/fixtures/gpu)."""
 
@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from installer import engines, plan, preflight, preflight_gpu
+from installer import engines, plan
 from installer.errors import PreflightError
 from installer.gpu import planner
 from installer.inventory import Inventory, load_inventory
+from installer.preflight import gpu as preflight_gpu
+from installer.preflight import hosts as preflight
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "gpu"
 GIB = 1024**3

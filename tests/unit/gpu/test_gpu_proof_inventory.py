@@ -18,13 +18,14 @@ from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from installer import plan as deployment_plan
-from installer import preflight, preflight_gpu
 from installer.bundle import build, planning, wheels
 from installer.cli import _register, app
 from installer.cli import terraform as tf_cli
 from installer.inventory import load_inventory
 from installer.inventory.targets import TARGETS
 from installer.inventory_checks import check_inventory
+from installer.preflight import gpu as preflight_gpu
+from installer.preflight import hosts as preflight
 from tests.support.monitoring_tarballs import VERSIONS, tarball
 
 HOST = Path(__file__).parents[2] / "gpu" / "host"

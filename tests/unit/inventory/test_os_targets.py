@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from installer import preflight
 from installer.errors import InstallerError
 from installer.inventory import targets
+from installer.preflight import hosts as preflight
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "os-release"
 GIB = 1024**3

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from installer import preflight_gpu
 from installer.errors import InventoryError
 from installer.inventory import load_inventory, profile_checks, vllm_registry
+from installer.preflight import gpu as preflight_gpu
 
 CHECKPOINTS = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 

@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from installer import inventory_checks, preflight_ray, remote
+from installer import inventory_checks, remote
 from installer.errors import PreflightError
 from installer.gpu import ray_ports
 from installer.inventory import Inventory
+from installer.preflight import ray_cluster as preflight_ray
 from installer.ssh import Target
 
 

@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 import pytest
 
-from installer import preflight_gpu
 from installer.errors import PreflightError
 from installer.gpu.matrix import gpu_type
 from installer.gpu.planner import preset
 from installer.gpu.tuner import HostHardware, TuneError, tune
 from installer.inventory import Inventory
+from installer.preflight import gpu as preflight_gpu
 
 H100 = "NVIDIA H100 80GB HBM3"
 

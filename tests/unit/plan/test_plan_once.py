@@ -19,7 +19,7 @@ from installer.ansible.runner import HostResult, PlaybookResult
 from installer.cli import _register, app
 from installer.day2 import rolling
 from installer.inventory import load_inventory
-from installer.preflight import HostReport, Needs
+from installer.preflight.hosts import HostReport, Needs
 from installer.prove import Proof
 from tests.support.revisions import anchored_site, signed_bundle
 

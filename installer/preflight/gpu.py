@@ -1,6 +1,6 @@
 """GPU preflight: what a GPU deployment needs from each host, judged before any host changes.
 
-The same SSH round trip as the rest of preflight (installer/preflight.py) runs PROBE, which
+The same SSH round trip as the rest of preflight (installer/preflight/hosts.py) runs PROBE, which
 reads nvidia-smi, the /dev/nvidia* nodes and NVIDIA display devices in sysfs. From those facts:
 
 - a GPU inventory (engine.device gpu) on a host with no NVIDIA GPU is refused;

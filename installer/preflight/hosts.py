@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 import paramiko
 from fabric import Connection
 
-from installer import preflight_gpu, remote
+from installer import remote
 from installer.errors import PreflightError
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
+from installer.preflight import gpu as preflight_gpu
 from installer.ssh import Target, targets
 
 MIN_PYTHON = (3, 9)
@@ -57,7 +58,7 @@ class Needs:
     # What the host says it runs (its release.json, on one line; "" when it has none), read so
     # that `up` can refuse a control-machine state that does not know that revision.
     release_file: str
-    # A GPU deployment's needs (installer/preflight_gpu.py); None for CPU engines.
+    # A GPU deployment's needs (installer/preflight/gpu.py); None for CPU engines.
     gpu: preflight_gpu.GPUNeeds | None = None
     # {host name: declared OS target} and the targets the bundle carries (None: not checked).
     host_targets: dict[str, str] = field(default_factory=dict)
