@@ -9,7 +9,17 @@ Each completion streams `chunks` one-word tokens. A request may steer its own an
 (end the stream without [DONE]), "not_http" (answer bytes that are not HTTP), "stall_s" (send
 nothing for this long: no headers, or for a stream no event), "finish_reason" (end with this
 one). `--chat-fake JSON` is the x_fake of every chat request that sends none: an engine that
-fails its clients while passing the gateway's readiness checks (/v1/completions). GET /_stats
+fails its clients while passing the gateway's readiness checks (/v1/completions).
+
+Answers are deterministic, as greedy decoding is: the i-th token is always " tok<i>", and a
+request that continues an answer (a chat whose last message is the assistant's with
+`continue_final_message`, or a completion prompt ending in " tok0 tok1 ...") goes on from the
+token after the last one given, so a resumed answer can be compared with one engine's whole
+answer (service/stream_resume.py). `--die-after N` (or x_fake "die_after") drops the connection
+of a fresh stream after N tokens, as an engine that crashes does; "die_resumed_after" does the
+same to a continuing one, and "stall_resumed_s" holds a continuing one before its first token.
+`stream_options.continuous_usage_stats` puts the usage so far in every chunk, as vLLM does, and
+`--role-chunk` opens a chat stream with vLLM's chunk that carries only the role. GET /_stats
 reports what the server saw (requests, streams started/completed/aborted, the last body and
 trace headers), so tests can check what the gateway sent and that it closed a stream when its
 client left.
@@ -20,6 +30,7 @@ document's words found in the query.
 import argparse
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -28,30 +39,56 @@ from aiohttp import web
 
 STATS_KEY = web.AppKey("stats", dict)
 OPTS_KEY = web.AppKey("opts", argparse.Namespace)
-_CACHE: dict[tuple[str, str, int, str], list[bytes]] = {}
+_CACHE: dict[tuple[str, str, int, str, int], list[bytes]] = {}
+_TOKEN = re.compile(r" tok(\d+)")
 
 
-def _events(kind: str, model: str, chunks: int, finish: str) -> list[bytes]:
-    """The SSE events of one streamed answer, built once per shape (the server must be cheap)."""
-    key = (kind, model, chunks, finish)
+def _continued_from(body: dict[str, Any], chat: bool) -> int:
+    """How many tokens of the answer the request already carries (0: a fresh request)."""
+    if chat:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        if not (body.get("continue_final_message") and last.get("role") == "assistant"):
+            return 0
+        text = str(last.get("content") or "")
+    else:
+        prompt = body.get("prompt", "")
+        text = prompt[0] if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) else str(prompt)
+    # The longest tail " tok0 tok1 ... tok<k-1>" of the text.
+    words = _TOKEN.findall(text)
+    k = 0
+    for n in range(len(words), 0, -1):
+        tail = "".join(f" tok{i}" for i in range(n))
+        if text.endswith(tail):
+            k = n
+            break
+    return k
+
+
+def _events(
+    kind: str, model: str, start: int, end: int, finish: str, role_chunk: bool = False, prompt: int | None = None
+) -> list[bytes]:
+    """The SSE events of tokens start..end-1 of an answer, built once per shape (the server must
+    be cheap); with `prompt` (the prompt's tokens), each carries the usage so far."""
+    key = (kind, model, start, end, finish, role_chunk, prompt)
     if key not in _CACHE:
         created = int(time.time())
         out = []
-        for i in range(chunks):
+        deltas: list[dict[str, Any] | None] = [None] if role_chunk and kind == "chat" else []
+        deltas += [{"content": f" tok{i}"} for i in range(start, end)]
+        for n, delta in enumerate(deltas):
+            last = n == len(deltas) - 1
             if kind == "chat":
-                choice: dict[str, Any] = {
-                    "index": 0,
-                    "delta": {"content": f" tok{i}"},
-                    "finish_reason": finish if i == chunks - 1 else None,
-                }
-                if i == 0:
-                    choice["delta"]["role"] = "assistant"
-                obj = {
+                if delta is None:  # vLLM's first chunk: the role, no token
+                    delta = {"role": "assistant", "content": ""}
+                elif n == 0:
+                    delta = {"role": "assistant", **delta}
+                obj: dict[str, Any] = {
                     "id": "chatcmpl-fake",
                     "object": "chat.completion.chunk",
                     "created": created,
                     "model": model,
-                    "choices": [choice],
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish if last else None}],
                 }
             else:
                 obj = {
@@ -59,10 +96,11 @@ def _events(kind: str, model: str, chunks: int, finish: str) -> list[bytes]:
                     "object": "text_completion",
                     "created": created,
                     "model": model,
-                    "choices": [
-                        {"index": 0, "text": f" tok{i}", "finish_reason": finish if i == chunks - 1 else None}
-                    ],
+                    "choices": [{"index": 0, "text": delta["content"], "finish_reason": finish if last else None}],
                 }
+            if prompt is not None:
+                done = n + 1 - (len(deltas) - (end - start))
+                obj["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt + done, "completion_tokens": done}
             out.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
         _CACHE[key] = out
     return _CACHE[key]
@@ -110,8 +148,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
             status=404,
         )
     kind = "chat" if request.path.endswith("chat/completions") else "text"
-    max_tokens = body.get("max_tokens") or 1 << 30
-    chunks = min(fake.get("chunks", opts.chunks), max_tokens)
+    if chat and body.get("continue_final_message") and body.get("add_generation_prompt", True):
+        return web.json_response(  # as vLLM refuses it
+            {"error": {"message": "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                       "type": "BadRequestError", "code": 400}},
+            status=400,
+        )
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30
+    start = _continued_from(body, chat)
+    if start:
+        stats["continuations"] += 1
+    end = min(fake.get("chunks", opts.chunks), start + max_tokens)
+    chunks = max(end - start, 0)
     finish = fake.get("finish_reason", "length" if chunks == max_tokens else "stop")
     delay = fake.get("delay_ms", opts.delay_ms) / 1000
     usage = fake.get("usage") or {
@@ -122,7 +170,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not body.get("stream"):
         if delay:
             await asyncio.sleep(delay * chunks)
-        text = "".join(f" tok{i}" for i in range(chunks))
+        text = "".join(f" tok{i}" for i in range(start, end))
         choice = (
             {
                 "index": 0,
@@ -148,7 +196,20 @@ async def generate(request: web.Request) -> web.StreamResponse:
     try:
         if fake.get("stall_s"):
             await asyncio.sleep(fake["stall_s"])
-        for event in _events(kind, model, chunks, finish):
+        if start and fake.get("stall_resumed_s"):
+            await asyncio.sleep(fake["stall_resumed_s"])
+        options = body.get("stream_options") or {}
+        continuous = options.get("include_usage") and options.get("continuous_usage_stats")
+        events = _events(kind, model, start, end, finish, opts.role_chunk,
+                         _prompt_tokens(body) if continuous else None)
+        die = fake.get("die_resumed_after") if start else fake.get("die_after", opts.die_after)
+        for n, event in enumerate(events):
+            if die is not None and n - (len(events) - chunks) >= die:
+                # An engine that crashes: the connection drops mid-stream, no [DONE].
+                stats["streams_died"] += 1
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
             if delay:
                 await asyncio.sleep(delay)
             await resp.write(event)
@@ -293,6 +354,8 @@ def make_app(opts: argparse.Namespace) -> web.Application:
         "streams_started": 0,
         "streams_completed": 0,
         "streams_aborted": 0,
+        "streams_died": 0,  # dropped on purpose (--die-after, die_after, die_resumed_after)
+        "continuations": 0,  # requests that continued an answer they carried
         "last_body": None,
         "last_trace_headers": {},  # a generation's traceparent and tracestate, as received
         "health_checks": 0,
@@ -324,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="pause before each token")
     parser.add_argument(
         "--status", type=int, default=0, help="answer every generation with this status"
+    )
+    parser.add_argument(
+        "--die-after", type=int, default=None, help="drop a fresh stream's connection after N tokens"
+    )
+    parser.add_argument(
+        "--role-chunk", action="store_true", help="open chat streams with a role-only chunk, as vLLM"
     )
     parser.add_argument(
         "--chat-fake", type=json.loads, default={}, help="x_fake of chat requests that send none"

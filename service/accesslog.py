@@ -36,6 +36,9 @@ class RequestInfo:
     completion_tokens: int | None = None
     ttft_s: float | None = None
     error: str | None = None
+    # A stream that broke off after its first byte: resumed, failed, or why it was not
+    # (service/stream_resume.py); None for every other request.
+    resume: str | None = None
     prompt: Any = None  # only set when log_prompts is on
     tenant: str | None = None
     stage: str | None = None  # the release stage of the engine that answered
@@ -147,6 +150,7 @@ class AccessLogMiddleware:
             "ttft_ms": round(info.ttft_s * 1000, 2) if info.ttft_s is not None else None,
             "duration_ms": round(elapsed * 1000, 2),
             "error": info.error,
+            "resume": info.resume,
             "pid": self.pid,  # which worker, when the gateway runs several
         }
         if info.prompt is not None:

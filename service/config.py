@@ -42,6 +42,9 @@ class EngineConfig(_Strict):
     # The engine's context (--max-model-len): a max_tokens the gateway sets for a request that
     # set none (a quota's cap) stays within it, or vLLM would refuse the request (400).
     max_model_len: int | None = Field(default=None, ge=1)
+    # A stream this engine's model breaks off after its first byte goes on from another engine of
+    # the model and stage (service/stream_resume.py); false on any of the model's engines: never.
+    resume_streams: bool = True
 
 
 class LimitsConfig(_Strict):

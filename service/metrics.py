@@ -125,6 +125,16 @@ class Metrics:
             buckets=_STAGE_BUCKETS,
             registry=r,
         )
+        # Streams whose engine broke off after the first byte (service/stream_resume.py).
+        self.stream_resumed = Counter(
+            p + "stream_resumed",
+            "streams broken off by their engine, by model and outcome (resumed: finished from another "
+            "engine; finished: only [DONE] was lost; failed: the next engine failed too; "
+            "client_disconnected; else why it was not resumed: off, n, logprobs, reasoning, tool_call, "
+            "no_engine, ...)",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.limiter_errors = Counter(
             p + "limiter_errors",
             "rate-limit checks skipped because the shared store failed",

@@ -92,6 +92,8 @@ class Router:
             self.by_model.setdefault(engine.model, []).append(engine)
         # Each model's context: the smallest --max-model-len of its engines that say one.
         self.context: dict[str, int] = {}
+        # Models whose broken streams are not resumed (EngineConfig.resume_streams).
+        self.no_resume = frozenset(e.model for e in engines if not e.resume_streams)
         for config in engines:
             if config.max_model_len is not None:
                 self.context[config.model] = min(config.max_model_len, self.context.get(config.model, 1 << 62))
