@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer import converged, gpu_checks, keys, revisions, secret_files, tls
+from installer import gpu_checks, keys, revisions, secret_files, tls
 from installer.ansible import render
 from installer.ansible.runner import HostResult, PlaybookResult, run_playbook
 from installer.bundle.manifest import Manifest
+from installer.converged import fast_path as converged
 from installer.day2 import uninstall
 from installer.errors import AnsibleError
 from installer.gpu import doctor as gpu_doctor
@@ -50,7 +51,7 @@ class UpResult:
     hosts: list[HostSummary] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     playbook: PlaybookResult | None = None
-    # "fast": the hosts matched their record and Ansible was skipped (installer/converged.py);
+    # "fast": the hosts matched their record and Ansible was skipped (installer/converged/fast_path.py);
     # "full": Ansible ran, for `full_reasons`; "check": --check
     configure: str = "full"
     full_reasons: list[str] = field(default_factory=list)

@@ -1,12 +1,12 @@
-"""The fast path's judgement (installer/converged.py): which differences send `up` to Ansible,
+"""The fast path's judgement (installer/converged/fast_path.py): which differences send `up` to Ansible,
 and how each is named."""
 
 from pathlib import Path
 
 import pytest
 
-from installer import converged
-from installer.converged import Probe
+from installer.converged import fast_path as converged
+from installer.converged.fast_path import Probe
 from installer.ssh import Target
 
 FILE = "sha256=" + "a" * 64 + " mode=0640 owner=0:998"

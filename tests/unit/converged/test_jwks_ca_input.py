@@ -5,8 +5,8 @@ from pathlib import Path
 
 import yaml
 
-from installer import converged
 from installer.bundle.manifest import Manifest
+from installer.converged import fast_path as converged
 
 
 def _inputs(tmp_path: Path) -> dict[str, dict[str, str]]:

@@ -1,4 +1,4 @@
-"""The host-side probe (installer/converged_probe.py), run the way SSH runs it (`python3 -`, the
+"""The host-side probe (installer/converged/probe.py), run the way SSH runs it (`python3 -`, the
 script on stdin), on a folder that stands in for a host; and the digests of Ansible's inputs."""
 
 import fnmatch
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from installer import converged
+from installer.converged import fast_path as converged
 
 
 def _probe(spec: dict) -> dict[str, str]:

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import converged, deploy, plan, plan_record, prepare, revisions
+from installer import deploy, plan, plan_record, prepare, revisions
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.cli import _register, app
+from installer.converged import fast_path as converged
 from installer.day2 import rolling
 from installer.inventory import load_inventory
 from installer.preflight.hosts import HostReport, Needs

@@ -1,6 +1,6 @@
 """Runs ON A HOST (standard library only): describes what the roles manage there as one flat
 JSON map, so the control machine can record it after a full configure and compare it on the
-next `installer up` (installer/converged.py). One SSH call per host, no Ansible.
+next `installer up` (installer/converged/fast_path.py). One SSH call per host, no Ansible.
 
 Input: one JSON argument, the spec (which files, trees, links, units, packages and users).
 Output: one JSON line, {"entries": {key: description}}. A key present on one side and not on

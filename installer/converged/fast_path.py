@@ -1,6 +1,6 @@
 """The verified fast path of a converged `installer up`.
 
-After a full configure that left a host serving, `record()` runs installer/converged_probe.py on
+After a full configure that left a host serving, `record()` runs installer/converged/probe.py on
 it (one SSH call) and keeps what it found: the sha256, mode and owner of every file the roles
 manage, the release `current` link, each release tree, the managed units' states, the packages
 and the service user, next to the digests of everything Ansible was given (the rendered
@@ -27,10 +27,11 @@ from typing import Any
 
 import yaml
 
-from installer import converged_probe, remote
+from installer import remote
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import HOST_BUNDLES
+from installer.converged import probe as converged_probe
 from installer.files import write_private
 from installer.paths import state_dir
 from installer.ssh import Target
