@@ -1,0 +1,356 @@
+"""Runs ON A HOST (standard library only) and on the control machine: the weights of one model
+folder against the signed list of its files (path, size, sha256 and, for a file larger than
+CHUNK, the sha256 of each CHUNK-sized piece), hashed on every core.
+
+Why pieces: one file's sha256 is sequential, so a 40 GB checkpoint of eight 5 GB shards would
+keep eight cores busy on a sixteen-core host. Each piece's sha256 is signed in the manifest as
+the whole file's is, so checking every piece proves the same bytes; the host checks pieces, and
+the whole-file sha256 stays in the list for `sha256sum -c` and for folders hashed elsewhere.
+Threads suffice: hashlib and os.pread release the GIL (docs/weights.md has the figures).
+
+The cache (one JSON file per folder, root's, 0600) keeps, per file, the stat key
+(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) it had when it was last found equal to a
+manifest entry, and that entry's digest. A file whose key and entry are unchanged is not read
+again, so a converged `up` re-hashes nothing; `--full` ignores the cache. What the cache cannot
+see is in docs/weights.md.
+
+Commands (one JSON line out; exit 0 when the folder matches, 1 when it does not, 2 on bad use):
+  describe --root DIR                  the list of DIR's files, for a bundle build or an operator
+  verify --root DIR --manifest FILE [--cache FILE] [--full] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+CHUNK = 256 << 20  # one piece of a large file: 1,400 signed hashes for 700 GB; about 1 s of one core
+_READ = 8 << 20
+# A file changed this close to the verify's start may change again within the same ctime tick
+# (the kernel's coarse clock) after it was hashed, unseen by its key: it is checked, not cached.
+_RACY_NS = 2_000_000_000
+CACHE_FORMAT = 1
+
+
+class ManifestError(ValueError):
+    """The list of files is unusable (a path escaping its folder, a malformed entry)."""
+
+
+def check_path(path: str) -> str:
+    """A manifest path must stay inside the model folder: relative, no '..', no '.' parts."""
+    if not isinstance(path, str) or not path or "\0" in path or "\\" in path:
+        raise ManifestError(f"{path!r}: not a file path")
+    parts = path.split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ManifestError(f"{path}: escapes the model folder (a path must be relative, without '.', '..' or '//')")
+    return path
+
+
+def check_entries(entries: object) -> list[dict]:
+    """The manifest's list of files, each with path, size, sha256 and (large files) chunks."""
+    if not isinstance(entries, list):
+        raise ManifestError("the list of weight files is not a list")
+    seen: set[str] = set()
+    for e in entries:
+        if not isinstance(e, dict) or set(e) - {"path", "size", "sha256", "chunks"}:
+            raise ManifestError(f"{e!r}: an entry has path, size, sha256 and chunks only")
+        path = check_path(e.get("path"))  # type: ignore[arg-type]
+        if path in seen or any(s.startswith(path + "/") or path.startswith(s + "/") for s in seen):
+            raise ManifestError(f"{path}: listed twice, or both a file and a folder")
+        seen.add(path)
+        size, digest, chunks = e.get("size"), e.get("sha256"), e.get("chunks")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ManifestError(f"{path}: size {size!r} is not a byte count")
+        if not _is_sha256(digest):
+            raise ManifestError(f"{path}: sha256 {digest!r} is not 64 hex digits")
+        if chunks is not None:
+            count = -(-size // CHUNK)
+            if not isinstance(chunks, list) or len(chunks) != count or not all(map(_is_sha256, chunks)):
+                raise ManifestError(f"{path}: chunks must be {count} sha256 of {CHUNK} bytes each")
+    return entries  # type: ignore[return-value]
+
+
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def entry_digest(entry: dict) -> str:
+    """What a cache entry was verified against: a new manifest entry for the path misses."""
+    return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
+
+
+def stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+@dataclass
+class Result:
+    problems: list[str] = field(default_factory=list)
+    hashed_files: int = 0
+    hashed_bytes: int = 0
+    cached_files: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "ok": not self.problems, "problems": self.problems, "hashed_files": self.hashed_files,
+            "hashed_bytes": self.hashed_bytes, "cached_files": self.cached_files,
+            "seconds": round(self.seconds, 3),
+        }, sort_keys=True)
+
+
+def scan(root: str) -> tuple[dict[str, os.stat_result], list[str]]:
+    """Every file under root by relative path (a link inside the folder to a file inside it is
+    read through), and the problems: a link out of the folder, a special file."""
+    real_root = os.path.realpath(root)
+    found: dict[str, os.stat_result] = {}
+    problems: list[str] = []
+    for top, dirs, files in os.walk(real_root):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            full = os.path.join(top, name)
+            rel = os.path.relpath(full, real_root).replace(os.sep, "/")
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.path.realpath(full)
+                if os.path.commonpath([real_root, target]) != real_root:
+                    problems.append(f"{rel}: a symlink to {target}, outside the model folder {real_root}")
+                    continue
+                if os.path.isdir(target):
+                    problems.append(f"{rel}: a symlink to a folder (list its files instead)")
+                    continue
+                st = os.stat(full)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                problems.append(f"{rel}: not a regular file")
+                continue
+            found[rel] = st
+    return found, problems
+
+
+@dataclass(frozen=True)
+class _Piece:
+    path: str  # relative
+    offset: int
+    length: int
+    sha256: str  # expected
+
+
+def _hash_range(full: str, offset: int, length: int) -> str:
+    """The sha256 of `length` bytes at `offset`; "" when the file cannot be read (gone since
+    the scan), which matches no expected digest."""
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(full, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_SEQUENTIAL)
+        end = offset + length
+        while offset < end:
+            block = os.pread(fd, min(_READ, end - offset), offset)
+            if not block:
+                break  # the file shrank under us: the digest will not match
+            digest.update(block)
+            offset += len(block)
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+def _pieces(entry: dict) -> list[_Piece]:
+    chunks = entry.get("chunks")
+    if not chunks:
+        return [_Piece(entry["path"], 0, entry["size"], entry["sha256"])]
+    size = entry["size"]
+    return [
+        _Piece(entry["path"], i * CHUNK, min(CHUNK, size - i * CHUNK), h) for i, h in enumerate(chunks)
+    ]
+
+
+def workers_default() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def load_cache(path: str | None) -> dict[str, dict]:
+    """The cache's entries, or none when it is absent, unreadable, or writable by anyone but
+    its owner, this process's user (a cache others could write could vouch for any bytes)."""
+    if not path:
+        return {}
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return {}
+    with os.fdopen(fd) as fh:
+        st = os.fstat(fh.fileno())
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return {}
+        try:
+            data = json.load(fh)
+        except ValueError:
+            return {}
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("files"), dict):
+        return {}
+    return data["files"]
+
+
+def save_cache(path: str, files: dict[str, dict]) -> None:
+    """Atomically, 0600: a crash leaves the old cache or the new one, never half of one."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".weights-cache-")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            json.dump({"format": CACHE_FORMAT, "files": files}, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def verify(
+    root: str, entries: list[dict], cache_path: str | None = None, full: bool = False,
+    workers: int | None = None,
+) -> Result:
+    """Compare the folder with the manifest: every listed file present with its size and bytes,
+    nothing else. The cache is read unless `full`, and written with every file found equal."""
+    start, started_ns = time.monotonic(), time.time_ns()
+    entries = check_entries(entries)
+    result = Result()
+    if not os.path.isdir(root):
+        result.problems.append(f"{root}: the model folder is missing")
+        return result
+    present, result.problems = scan(root)
+    listed = {e["path"]: e for e in entries}
+    cache = {} if full else load_cache(cache_path)
+    new_cache: dict[str, dict] = {}
+    todo: list[dict] = []
+    for path, entry in sorted(listed.items()):
+        st = present.get(path)
+        if st is None:
+            result.problems.append(f"{path}: missing (the signed manifest lists it)")
+            continue
+        if st.st_size != entry["size"]:
+            result.problems.append(f"{path}: {st.st_size} bytes, the signed manifest says {entry['size']}")
+            continue
+        hit = cache.get(path)
+        if hit and hit.get("key") == stat_key(st) and hit.get("entry") == entry_digest(entry):
+            result.cached_files += 1
+            new_cache[path] = hit
+        else:
+            todo.append(entry)
+    result.problems += [f"{p}: not in the signed manifest (an extra file)" for p in sorted(set(present) - set(listed))]
+    real_root = os.path.realpath(root)
+    pieces = [p for e in sorted(todo, key=lambda e: -e["size"]) for p in _pieces(e)]
+    bad: dict[str, list[str]] = {}
+    with ThreadPoolExecutor(max_workers=workers or workers_default()) as pool:
+        digests = pool.map(lambda p: _hash_range(os.path.join(real_root, p.path), p.offset, p.length), pieces)
+        for piece, got in zip(pieces, digests, strict=True):
+            result.hashed_bytes += piece.length
+            if got != piece.sha256:
+                whole = piece.length == listed[piece.path]["size"]
+                where = "" if whole else f" (bytes {piece.offset}-{piece.offset + piece.length - 1})"
+                bad.setdefault(piece.path, []).append(where)
+    for entry in todo:
+        path = entry["path"]
+        result.hashed_files += 1
+        if path in bad:
+            result.problems.append(f"{path}: sha256 differs from the signed manifest{bad[path][0]}")
+            continue
+        before = present[path]
+        try:
+            after = os.stat(os.path.join(real_root, path))
+        except OSError:
+            after = None
+        if after is None or stat_key(after) != stat_key(before):
+            result.problems.append(f"{path}: changed while it was being verified (run again)")
+        elif max(after.st_mtime_ns, after.st_ctime_ns) < started_ns - _RACY_NS:
+            new_cache[path] = {"key": stat_key(after), "entry": entry_digest(entry)}
+    if cache_path and new_cache != cache:
+        save_cache(cache_path, new_cache)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def describe(root: str, workers: int | None = None) -> list[dict]:
+    """Every file of a folder as a manifest entry (sha256 of the whole file, and of each CHUNK
+    of a larger one, from one read). Refuses a folder with a link out of it or a special file."""
+    present, problems = scan(root)
+    if problems:
+        raise ManifestError("; ".join(problems))
+    real_root = os.path.realpath(root)
+
+    def one(path: str) -> dict:
+        whole = hashlib.sha256()
+        chunks: list[str] = []
+        piece = hashlib.sha256()
+        in_piece = 0
+        with open(os.path.join(real_root, path), "rb", buffering=0) as fh:
+            while block := fh.read(_READ):
+                whole.update(block)
+                while block:
+                    take = block[: CHUNK - in_piece]
+                    piece.update(take)
+                    in_piece += len(take)
+                    block = block[len(take):]
+                    if in_piece == CHUNK:
+                        chunks.append(piece.hexdigest())
+                        piece, in_piece = hashlib.sha256(), 0
+        size = present[path].st_size
+        entry: dict = {"path": path, "size": size, "sha256": whole.hexdigest()}
+        if size > CHUNK:
+            if in_piece:
+                chunks.append(piece.hexdigest())
+            entry["chunks"] = chunks
+        return entry
+
+    with ThreadPoolExecutor(max_workers=workers or workers_default()) as pool:
+        return list(pool.map(one, sorted(present)))
+
+
+def _main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="weights_verify")
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("describe")
+    d.add_argument("--root", required=True)
+    d.add_argument("--workers", type=int)
+    v = sub.add_parser("verify")
+    v.add_argument("--root", required=True)
+    v.add_argument("--manifest", required=True, help="JSON: {\"files\": [entries]}")
+    v.add_argument("--cache")
+    v.add_argument("--full", action="store_true", help="hash every file, ignoring the cache")
+    v.add_argument("--workers", type=int)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "describe":
+            print(json.dumps({"files": describe(args.root, args.workers)}, sort_keys=True))
+            return 0
+        with open(args.manifest) as fh:
+            files = json.load(fh).get("files")
+        result = verify(args.root, files, args.cache, args.full, args.workers)
+    except (ManifestError, OSError, ValueError) as exc:
+        print(json.dumps({"ok": False, "problems": [str(exc)], "error": True}))
+        return 2
+    print(result.to_json())
+    return 0 if not result.problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
