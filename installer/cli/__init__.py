@@ -24,6 +24,7 @@ def _register() -> None:
         keys,
         lab,
         release,
+        state,
         status,
         terraform,
         tls,

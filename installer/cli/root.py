@@ -38,8 +38,10 @@ _NOT_ANCHORED = ("lab",)
 # The commands that change the deployment (its hosts, cloud resources, keys or trusted signers):
 # every run is appended to the state's audit trail, failed ones too. `up --check` changes nothing.
 # `lab up/down` make test machines, not a deployment; `ca export` and `releases` only read.
+# `state export` copies every secret off the machine: who did it is recorded. `state import`
+# appends its own entry to the trail it restored (installer/state_archive/restore.py).
 AUDITED = ("up", "upgrade", "rollback", "down", "keys create", "keys revoke", "keys quota", "bundle keygen",
-           "release start", "release promote", "release abort", "release watch")
+           "release start", "release promote", "release abort", "release watch", "state export")
 
 
 def _anchor(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
