@@ -161,13 +161,20 @@ class Controller:
             return None
         policy = policy_of(spec)
         step, weight = state["step"], steps[state["step"]]
-        blind = ""
+        blind, ready = "", None
         try:
-            figures: release_promql.Figures | None = release_promql.fetch(self.query, served, policy)
+            figures: release_promql.Figures | None = release_promql.fetch(self.query, served, policy,
+                                                                          self.store.lease_ms / 2000)
+            ready = release_promql.readiness(self.query, list(spec.get("canary_engines", ())), policy.window_s)
         except release_promql.Unreachable as exc:
             figures, blind = None, str(exc)
+        if not self.store.lease():  # renewed before writing: the queries may have taken a while
+            raise Fenced("the lease passed to another controller while Prometheus answered")
         v = decide(policy, figures, weight=weight, held_s=now - state["step_since"],
-                   last_step=step == len(steps) - 1, blind_reason=blind or "no figures")
+                   last_step=step == len(steps) - 1, blind_reason=blind or "no figures", canary_ready=ready)
+        if v.action in ("advance", "promote") and not spec.get("auto_promote", True):
+            v = Verdict("hold", "awaiting_promote", (*v.reasons, "auto_promote is off: `installer release "
+                                                                  "promote` takes the next step"), v.figures)
         new = dict(state)
         weights: dict[str, int] | None = None
         if v.action == "rollback":
@@ -193,13 +200,23 @@ class Controller:
         return record
 
 
-def _settings(path: Path) -> dict[str, Any]:
+def settings_of(path: Path) -> dict[str, Any]:
     """The controller's settings file (the monitoring role writes it, 0600, with the Redis URL
     and its password: never on a command line, never logged)."""
     doc = json.loads(path.read_text())
     if not isinstance(doc, dict) or "redis_url" not in doc or "prometheus_url" not in doc:
         raise SystemExit(f"{path}: expected an object with redis_url and prometheus_url")
     return doc
+
+
+def redis_client(settings: dict[str, Any]) -> Any:
+    """The deployment's Redis as the settings name it (rediss:// with the host's certificate)."""
+    import redis  # only the controller's hosts need it
+
+    tls = settings.get("tls") or {}
+    ssl = {"ssl_ca_certs": tls["ca_file"], "ssl_certfile": tls["certfile"], "ssl_keyfile": tls["keyfile"]} \
+        if tls and settings["redis_url"].startswith("rediss://") else {}
+    return redis.Redis.from_url(settings["redis_url"], socket_timeout=2, socket_connect_timeout=2, **ssl)
 
 
 def run(controller: Controller, interval_s: float, stop: Callable[[], bool],
@@ -215,23 +232,21 @@ def run(controller: Controller, interval_s: float, stop: Callable[[], bool],
 
 
 def main(argv: list[str] | None = None) -> None:
-    import redis  # only the controller's hosts need it
-
     parser = argparse.ArgumentParser(prog="python -m service.release_controller")
     parser.add_argument("--settings", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    s = _settings(args.settings)
-    tls = s.get("tls") or {}
-    ssl = {"ssl_ca_certs": tls["ca_file"], "ssl_certfile": tls["certfile"], "ssl_keyfile": tls["keyfile"]} \
-        if tls and s["redis_url"].startswith("rediss://") else {}
-    client = redis.Redis.from_url(s["redis_url"], socket_timeout=2, socket_connect_timeout=2, **ssl)
+    s = settings_of(args.settings)
+    client = redis_client(s)
     store = Store(client, holder_name(), lease_ms=int(s.get("lease_ms", 10_000)))
     metrics = ControllerMetrics()
     start_http_server(int(s.get("metrics_port", 9464)), addr=s.get("metrics_address", "127.0.0.1"),
                       registry=metrics.registry)
     audit = Audit(Path(s["audit_log"]) if s.get("audit_log") else None)
-    controller = Controller(store, release_promql.http_query(s["prometheus_url"]), audit, metrics)
+    # One query at most a quarter of the lease, all of a tick's at most half (fetch's budget):
+    # the lease is renewed after them, before anything is written.
+    query = release_promql.http_query(s["prometheus_url"], timeout_s=min(5.0, store.lease_ms / 4000))
+    controller = Controller(store, query, audit, metrics)
     stopping = False
 
     def _stop(*_: object) -> None:

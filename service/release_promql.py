@@ -10,6 +10,8 @@ the one call over the network, and any failure of it is `Unreachable` (the contr
 
 import json
 import math
+import re
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -19,6 +21,7 @@ from service.release_slo import METRICS
 from service.release_verdict import Figures, Policy, StageWindow
 
 REQUESTS = "pli_gateway_stage_requests_total"
+READY = "pli_gateway_engine_healthy"
 
 
 class Unreachable(Exception):
@@ -107,6 +110,28 @@ def http_query(base_url: str, timeout_s: float = 5.0) -> Query:
     return query
 
 
-def fetch(query: Query, served: str, policy: Policy) -> Figures:
-    """Every window's figures, or Unreachable."""
-    return figures({key: query(q) for key, q in queries(served, policy).items()})
+def fetch(query: Query, served: str, policy: Policy, budget_s: float | None = None) -> Figures:
+    """Every window's figures, or Unreachable; also when the answers together took over
+    `budget_s` (the controller's lease must be renewed before it writes: a slow Prometheus is a
+    blind hold, not a lease lost mid-tick)."""
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    answers = {}
+    for key, q in queries(served, policy).items():
+        if deadline is not None and time.monotonic() > deadline:
+            raise Unreachable(f"Prometheus took over {budget_s:g} s to answer the release's queries")
+        answers[key] = query(q)
+    return figures(answers)
+
+
+def ready_query(engines: list[str], window_s: float) -> str:
+    """1 if any gateway found any of `engines` ready at any scrape of the window, else 0."""
+    names = "|".join(_label(re.escape(e)) for e in engines)
+    return f'max(max_over_time({READY}{{engine=~"{names}"}}[{int(window_s)}s]))'
+
+
+def readiness(query: Query, engines: list[str], window_s: float) -> float | None:
+    """ready_query's answer; None when no gateway reported the engines (no verdict on silence)."""
+    if not engines:
+        return None
+    got = vector(query(ready_query(engines, window_s)))
+    return got[0][1] if got else None

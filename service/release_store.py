@@ -12,6 +12,11 @@ inside a script that also counts the lease generation), renews it only while it 
 it (compare and set), and every write of the state or the weights goes through a script that
 checks the writer's token first (fencing): a controller that lost its lease while it was
 stopped, swapped out or cut off writes nothing.
+
+The control machine's commands (service/release_admin.py, run on the controller's host) change
+a release through scripts of their own: `start` pushes a spec only while no release runs, and
+`stop` and `step` (abort, promote) take the lease over before they write, so a controller
+that was mid-tick has its next write fenced and cannot step the weights after them.
 """
 
 import json
@@ -57,6 +62,77 @@ return gen
 # KEYS: lease. ARGV: my token. Frees it only if mine.
 _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+# KEYS: spec, state. ARGV: the new spec JSON. A spec goes in only when none is there, or the one
+# there has ended (its state says so): returns 'ok', or the spec that runs (nothing written).
+_PUSH_LUA = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local spec = cjson.decode(cur)
+  local st = redis.call('GET', KEYS[2])
+  local state = st and cjson.decode(st) or nil
+  if not (state and state.release == spec.id and state.verdict ~= 'running') then return cur end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 'ok'
+"""
+
+# KEYS: lease, lease generation, spec, state, weights, weights generation. ARGV: the release's
+# id, the installer's holder name, lease ttl ms, Redis-clock now, the action ('stop' or 'step'),
+# the step the command saw ('step' only: a step the controller took meanwhile is not taken twice).
+# The lease is taken over first (any controller's next write is fenced), then the state and the
+# weights are written. Returns the new state JSON, or an error reply saying why nothing changed.
+_COMMAND_LUA = """
+local raw = redis.call('GET', KEYS[3])
+if not raw then return redis.error_reply('no release is in Redis') end
+local spec = cjson.decode(raw)
+if spec.id ~= ARGV[1] then return redis.error_reply('Redis runs release ' .. spec.id .. ', not ' .. ARGV[1]) end
+local st = redis.call('GET', KEYS[4])
+local state = st and cjson.decode(st) or nil
+if not state or state.release ~= spec.id then
+  state = {release = spec.id, served_name = spec.served_name, step = 0, step_since = tonumber(ARGV[4]),
+           weight = spec.steps[1], verdict = 'running'}
+end
+local gen = redis.call('INCR', KEYS[2])
+local token = ARGV[2] .. '#' .. gen
+redis.call('SET', KEYS[1], token, 'PX', ARGV[3])
+local weight
+if ARGV[5] == 'stop' then
+  if state.verdict == 'running' then state.verdict = 'aborted'; state.ended = tonumber(ARGV[4]) end
+  weight = 0
+else
+  if state.verdict ~= 'running' then return redis.error_reply('the release is ' .. state.verdict) end
+  if state.step ~= tonumber(ARGV[6]) then
+    return redis.error_reply('the controller moved to step ' .. state.step .. ' meanwhile')
+  end
+  if state.step + 1 < #spec.steps then
+    state.step = state.step + 1
+    state.step_since = tonumber(ARGV[4])
+  else
+    state.verdict = 'promoted'
+    state.ended = tonumber(ARGV[4])
+  end
+  weight = spec.steps[state.step + 1]
+end
+state.weight = weight
+state.last = {at = tonumber(ARGV[4]), release = spec.id, model = spec.served_name, action = ARGV[5],
+              kind = 'asked', weight = weight, holder = token,
+              reasons = {ARGV[5] == 'stop' and 'installer release abort' or 'installer release promote'}}
+redis.call('SET', KEYS[4], cjson.encode(state))
+local wgen = redis.call('INCR', KEYS[6])
+local models = {}
+models[spec.served_name] = weight
+redis.call('SET', KEYS[5], cjson.encode({generation = wgen, lease = token, release = spec.id, models = models}))
+return cjson.encode(state)
+"""
+
+# KEYS: spec. ARGV: the release's id. The spec goes once its cleanup is done (the controller idles).
+_FINISH_LUA = """
+local raw = redis.call('GET', KEYS[1])
+if raw and cjson.decode(raw).id == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 
@@ -127,9 +203,37 @@ class Store:
         return got
 
 
+class Refused(Exception):
+    """A command that does not fit the release in Redis; nothing was written."""
+
+
 def push_spec(client: "redis.Redis", spec: dict[str, Any]) -> None:
-    """A new release for the controller (installer release start, through the Redis host)."""
-    client.set(SPEC, json.dumps(spec, sort_keys=True))
+    """A new release for the controller (`installer release start`), or Refused naming the
+    release that runs."""
+    got = client.register_script(_PUSH_LUA)(keys=[SPEC, STATE], args=[json.dumps(spec, sort_keys=True)])
+    got = got.decode() if isinstance(got, bytes) else got
+    if got != "ok":
+        running = _json(got) or {}
+        raise Refused(f"the release controller runs release {running.get('id', '?')} of "
+                      f"{running.get('served_name', '?')}")
+
+
+def command(client: "redis.Redis", release: str, action: str, *, lease_ms: int, step: int = -1) -> dict[str, Any]:
+    """`stop` (abort: canary 0%, the release aborted) or `step` (promote: the step after `step`,
+    or promoted at the last) of `release`, the lease taken over first; the new state, or Refused."""
+    seconds, micros = client.time()
+    try:
+        got = client.register_script(_COMMAND_LUA)(
+            keys=[LEASE, LEASE_GENERATION, SPEC, STATE, WEIGHTS, WEIGHTS_GENERATION],
+            args=[release, f"installer/{socket.gethostname()}", lease_ms, seconds + micros / 1e6, action, step])
+    except redis.ResponseError as exc:
+        raise Refused(str(exc)) from None
+    return _json(got) or {}
+
+
+def finish(client: "redis.Redis", release: str) -> bool:
+    """The spec of `release` taken away once its cleanup is done; whether it was there."""
+    return bool(client.register_script(_FINISH_LUA)(keys=[SPEC], args=[release]))
 
 
 def _json(raw: Any) -> dict[str, Any] | None:

@@ -10,6 +10,11 @@ Checks, each giving pass, breach or no verdict:
     `min_requests` attempts gives no relative verdict at all: a canary is never judged by the
     floor alone (that once rolled back a healthy canary that stable could not be compared with).
 
+A canary that no gateway found ready at any scrape of a whole window, the step held that long,
+rolls back when it also lacks min_requests over the window: its requests cannot be counted
+when no gateway routes to it, so the figures alone would hold it forever (`installer release
+watch` had this rule before the controller).
+
 Then: any breach rolls back (its figures in the reasons); Prometheus unreachable holds (blind:
 never promote on no figures); any check without evidence holds; a relative check without
 stable traffic holds, except at 100% where stable is meant to get nothing (there the canary's
@@ -27,7 +32,8 @@ from service.release_slo import LATENCY, METRICS, Objective
 
 Action = Literal["rollback", "hold", "advance", "promote"]
 # why a hold holds: what the alert and `installer release watch` show
-Kind = Literal["breach", "blind", "no_evidence", "no_stable_traffic", "client_errors", "dwell", "healthy"]
+Kind = Literal["breach", "unready", "blind", "no_evidence", "no_stable_traffic", "client_errors", "dwell",
+               "awaiting_promote", "healthy"]
 # A canary's share of 4xx answers is the callers' doing as much as the canary's: one caller whose
 # requests land on the canary (its key's or its chosen session's bucket) can send bad parameters
 # on purpose. So it never rolls back on its own; it holds the weights for a person to judge.
@@ -167,11 +173,17 @@ def _relative(rel: Relative, policy: Policy, figures: Figures) -> list[tuple[str
 
 
 def decide(policy: Policy, figures: Figures | None, *, weight: int, held_s: float, last_step: bool,
-           blind_reason: str = "Prometheus unreachable") -> Verdict:
+           blind_reason: str = "Prometheus unreachable", canary_ready: float | None = None) -> Verdict:
     """The verdict at `weight` percent, the step held `held_s`; `figures` None: no figures could
-    be had (`blind_reason` says why)."""
+    be had (`blind_reason` says why). `canary_ready`: 0 when no gateway found a canary engine
+    ready over the SLO's window, 1 when one did, None when no gateway said."""
     if figures is None:
         return Verdict("hold", "blind", (f"{blind_reason}: holding the weights (never promoted blind)",))
+    counted = _stage(figures, policy.window_s, "canary").requests
+    if canary_ready == 0 and held_s >= policy.window_s and counted < policy.min_requests:
+        return Verdict("rollback", "unready", (
+            f"no gateway found a canary engine ready for {policy.window_s:g} s, and {counted:.0f} canary "
+            f"request(s) were counted (min_requests {policy.min_requests})",), figures)
     checks = [_absolute(o, policy, figures) for o in policy.absolute]
     if policy.relative is not None:
         checks += _relative(policy.relative, policy, figures)

@@ -37,6 +37,8 @@ def _print(title: str, out: Outcome) -> None:
         console.print(f"[green]release of {out.model} {out.ended}[/]")
     elif out.weight is not None:
         console.print(f"canary of {out.model} at [bold]{out.weight}%[/]")
+    if out.verdict:
+        console.print(f"the release controller's verdict: [bold]{out.verdict}[/]")
 
 
 @release_app.command("start")
@@ -48,7 +50,8 @@ def start_cmd(
     insecure: Annotated[bool, typer.Option("--insecure", help="Accept an unsigned --bundle. Unsafe.")] = False,
     drain_timeout: DrainOpt = 120,
 ) -> None:
-    """Start the inventory's entry of MODEL beside the stable one; it takes the first step's share."""
+    """Start the inventory's entry of MODEL beside the stable one; it takes the first step's share, and the
+    release controller on the deployment steps it from there (this returns at once)."""
     out = start.start(inventory, _reporter(inventory), model=model, bundle_path=bundle,
                       trusted_keys=tuple(trusted_key or ()), insecure=insecure, drain_timeout_s=drain_timeout)
     _print(f"release start of {model}", out)
@@ -56,14 +59,16 @@ def start_cmd(
 
 @release_app.command("promote")
 def promote_cmd(inventory: InventoryOpt, model: ModelOpt, drain_timeout: DrainOpt = 120) -> None:
-    """The next step's share; at 100% the stable engines take the canary's spec and the canary is retired."""
+    """The next step's share (through the release controller, refused if it rolled the canary back); at 100% the
+    stable engines take the canary's spec and the canary is retired."""
     out = promote.promote(inventory, _reporter(inventory), model=model, drain_timeout_s=drain_timeout)
     _print(f"release promote of {model}", out)
 
 
 @release_app.command("abort")
 def abort_cmd(inventory: InventoryOpt, model: ModelOpt, drain_timeout: DrainOpt = 120) -> None:
-    """Back to 0% at once; the canary is stopped and removed once no request is on it."""
+    """Back to 0% at once (the release controller stopped first); the canary is stopped and removed once no
+    request is on it."""
     out = abort.abort(inventory, _reporter(inventory), model=model, drain_timeout_s=drain_timeout)
     _print(f"release abort of {model}", out)
 
@@ -72,14 +77,12 @@ def abort_cmd(inventory: InventoryOpt, model: ModelOpt, drain_timeout: DrainOpt 
 def watch_cmd(
     inventory: InventoryOpt,
     model: ModelOpt,
-    poll: Annotated[float, typer.Option("--poll", min=0.5, help="Seconds between scrapes.")] = 5,
+    poll: Annotated[float, typer.Option("--poll", min=0.5, help="Seconds between looks.")] = 5,
     for_s: Annotated[float | None, typer.Option("--for", help="Stop after this many seconds.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be done.")] = False,
-    drain_timeout: DrainOpt = 120,
 ) -> None:
-    """Judge the canary against stable over the SLO's window: roll back, hold, or (auto_promote) advance."""
-    out = watch.run(inventory, _reporter(inventory), model=model, poll_s=poll, for_s=for_s, act=not dry_run,
-                    drain_timeout_s=drain_timeout)
+    """The release controller's decisions as it takes them, until its verdict is in (it decides
+    on the deployment: stopping watch changes nothing)."""
+    out = watch.run(inventory, _reporter(inventory), model=model, poll_s=poll, for_s=for_s)
     _print(f"release watch of {model}", out)
 
 

@@ -1,7 +1,14 @@
-"""`installer release abort`: the canary's weight to 0 at once, its engines drained until no
-gateway has a request on them, then every host configured as the stable revision (the canary
-units stop and go, their weights folder with them) and that revision recorded again."""
+"""`installer release abort`: the release controller stopped first (its lease taken over, the
+canary at 0% in Redis: it cannot step the weights afterwards), the canary's weight to 0 at once
+in the stages file, its engines drained until no gateway has a request on them, then every host
+configured as the stable revision (the canary units stop and go, their weights folder with
+them), that revision recorded again and the release taken out of Redis.
 
+The stages file without the model is what sends every caller to stable (the gateways follow
+Redis only for a release the file names), so a controller host that cannot be asked is noted
+and the abort goes on: the rollback must not depend on it."""
+
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,9 +16,10 @@ from installer import plan, revisions
 from installer.day2 import drain, gate, rolling
 from installer.errors import AnsibleError
 from installer.prepare import Reporter
-from installer.release import entry, stages, state
+from installer.release import controller, entry, stages, state
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
+from installer.release.state import ReleaseError
 
 
 def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, why: str) -> None:
@@ -19,7 +27,9 @@ def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
     inv = s.stable_inv
     canaries = s.canary_engines()
     out.log.log(f"abort of {s.release.model}: {why}")
-    with out.step(reporter, "weight 0", why):
+    with out.step(reporter, "weight 0", why) as row:
+        if s.release.controller:
+            row[3] = f"{why}; {_stop_controller(s, out, reporter)}"
         stages.write(inv, {})  # the model absent: everything to stable
         state.save(deployment, replace(s.release, step=-1))
     with out.step(reporter, "drain canary", ", ".join(canaries)) as row:
@@ -36,8 +46,31 @@ def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
             )
         drain.set_drained(inv, [])
     revisions.record(deployment, s.stable, {h.name: True for h in inv.hosts}, out.log, command="release abort")
+    if s.release.controller:
+        _quietly(out, reporter, "take the release out of Redis", lambda: controller.finish(inv, s.release.controller))
     state.clear(deployment)
     out.weight, out.ended = None, "aborted"
+
+
+def _stop_controller(s: Sides, out: Outcome, reporter: Reporter) -> str:
+    """What the controller said of the release it stopped, or why it could not be asked."""
+    said: list[str] = []
+
+    def stop() -> None:
+        was = controller.stop(s.stable_inv, s.release.controller)
+        said.append(f"controller: {was.get('verdict')} at {was.get('weight')}%")
+
+    _quietly(out, reporter, "stop the release controller", stop)
+    return said[0] if said else "controller not asked"
+
+
+def _quietly(out: Outcome, reporter: Reporter, what: str, fn: Callable[[], None]) -> None:
+    """fn, a failure noted: the stages file, not Redis, decides what abort's callers get."""
+    try:
+        fn()
+    except ReleaseError as exc:
+        reporter.note(f"[yellow]could not {what}: {exc}[/]")
+        out.log.log(f"could not {what}: {exc}")
 
 
 def abort(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:

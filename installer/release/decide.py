@@ -9,8 +9,8 @@ Pure: figures in, a decision out, so a recorded series gives the same verdict ev
   - otherwise healthy: advance once the step was held `step_hold_s` when auto-promotion is on,
     else hold.
 A latency with no stable figure to compare with (stable had no traffic) is judged by the floor.
-Where the figures give no verdict (too few canary attempts), `unready`: a canary no gateway
-would route to through a whole window gets no attempt to count, so they never could: rollback.
+`installer release status` shows it; the release controller decides on the deployment with
+service/release_verdict.py.
 """
 
 from dataclasses import dataclass, field
@@ -104,13 +104,3 @@ def decide(
     if held_s < step_hold_s:
         return Decision("hold", [f"{healthy}; step held {held_s:.0f} s of step_hold_s {step_hold_s:.0f} s"], figures)
     return Decision("advance", [f"{healthy} for {held_s:.0f} s (step_hold_s {step_hold_s:.0f} s)"], figures)
-
-
-def unready(seen: list[bool | None], span_s: float, window_s: float, engines: list[str]) -> str | None:
-    """The rollback reason when no gateway would route to any canary engine in any scrape of a
-    full window (`seen`: each scrape's Scrape.any_ready); None otherwise, or when some scrape had
-    no gateway's word on them (no verdict on silence)."""
-    if span_s < window_s or len(seen) < 2 or any(s is not False for s in seen):
-        return None
-    return (f"no gateway routed to a canary engine ({', '.join(engines)}) for {span_s:.0f} s: their health "
-            "probes fail, so no canary request is counted")

@@ -20,7 +20,6 @@ REQUESTS = "pli_gateway_stage_requests_total"
 TTFT = "pli_gateway_stage_ttft_seconds"
 DURATION = "pli_gateway_stage_request_duration_seconds"
 _PREFIX = "pli_gateway_stage_"
-HEALTHY = "pli_gateway_engine_healthy"
 
 # (sample name, sorted labels) -> value
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -38,18 +37,6 @@ def parse(text: str) -> Samples:
                 continue  # creation timestamps, not counts
             samples[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
     return samples
-
-
-def engines_ready(text: str) -> dict[str, bool]:
-    """Whether the gateway routes to each engine now (`pli_gateway_engine_healthy`, its health
-    probes' verdict): an engine it will not route to gets no attempt to count."""
-    ready: dict[str, bool] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name == HEALTHY:
-            for s in family.samples:
-                if "engine" in s.labels:
-                    ready[s.labels["engine"]] = ready.get(s.labels["engine"], False) or s.value >= 1
-    return ready
 
 
 def restarted(before: Samples, after: Samples) -> bool:

@@ -5,9 +5,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from installer.prepare import Reporter, timed
-from installer.release.decide import Decision
 from installer.runlog import RunLog
 
 
@@ -19,7 +19,8 @@ class Outcome:
     rows: list[list[str]] = field(default_factory=list)  # step, result, seconds, detail
     weight: int | None = None  # the canary's share at the end; None: no release any more
     ended: str = ""  # "promoted" | "aborted" when the release ended
-    decisions: list[Decision] = field(default_factory=list)
+    verdict: str = ""  # watch: the release controller's verdict once it is in
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # watch: the controller's, as its audit has them
 
     @property
     def run_dir(self) -> Path:
@@ -38,8 +39,7 @@ class Outcome:
 
     def summary(self) -> dict[str, object]:
         return {
-            "model": self.model, "weight": self.weight, "ended": self.ended,
+            "model": self.model, "weight": self.weight, "ended": self.ended, "verdict": self.verdict,
             "steps": [dict(zip(("step", "result", "seconds", "detail"), r, strict=True)) for r in self.rows],
-            "decisions": [{"action": d.action, "reasons": d.reasons,
-                           "figures": {k: f.__dict__ for k, f in d.figures.items()}} for d in self.decisions],
+            "decisions": self.decisions,
         }

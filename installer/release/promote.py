@@ -1,5 +1,6 @@
-"""`installer release promote`: the canary's next step. At 100% its callers are all on the
-canary, and stable is retired behind it:
+"""`installer release promote`: the canary's next step, taken through the release controller
+(installer/release/controller.py) after reading its verdict: a canary it rolled back is not
+promoted. At 100% its callers are all on the canary, and stable is retired behind it:
   1. the model's stable engines are drained everywhere (they have no callers left but the
      stage header's), reconfigured to the canary's spec, and each proven alone through its
      host's gateway with `X-Release-Stage: stable`;
@@ -17,18 +18,21 @@ host by host behind its gates. No request fails either way; on that path callers
 weights again until their host's engines are upgraded.
 """
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from installer import keys, plan, revisions
 from installer.day2 import drain, gate, rolling, upgrade
 from installer.errors import AnsibleError
 from installer.prepare import Reporter
-from installer.release import entry, spec, stages, state
+from installer.release import controller, entry, spec, stages, state
 from installer.release import gate as release_gate
 from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
 from installer.release.start import split_of
+from installer.release.state import Release, ReleaseError
 
 
 def _names(by_host: dict[str, list[str]]) -> list[str]:
@@ -118,19 +122,60 @@ def _behind_the_canary(
     out.weight, out.ended = None, "promoted"
 
 
+def _controller_step(s: Sides, out: Outcome, reporter: Reporter) -> Release:
+    """The controller's verdict read first: a canary it rolled back (or an abort stopped) is not
+    promoted; one it promoted is retired as it stands; one it runs takes the next step through
+    it (its lease taken over, so it cannot step the same release meanwhile). Into 100% the
+    release is marked promoted at once, so the controller cannot roll it back while stable is
+    retired beneath it."""
+    release, inv = s.release, s.stable_inv
+    view = controller.show(inv)
+    st = view.get("state") or {}
+    if st.get("release") != release.controller:
+        if (view.get("spec") or {}).get("id") != release.controller:
+            raise ReleaseError(
+                f"the release controller on {controller.host(inv).name} has no record of release "
+                f"{release.controller} (was Redis emptied?)",
+                [f"`installer release abort -i INVENTORY --model {release.model}` removes the canary"],
+            )
+        st = {"step": 0, "verdict": "running", "weight": release.steps[0]}  # pushed, not ticked yet
+    if st.get("verdict") in ("rolled_back", "aborted"):
+        last = st.get("last") or {}
+        raise ReleaseError(
+            f"the release controller {str(st['verdict']).replace('_', ' ')} the canary of {release.model}: "
+            f"{'; '.join(last.get('reasons') or ['no reason recorded'])}",
+            [f"`installer release abort -i INVENTORY --model {release.model}` removes the canary; start a new "
+             "release once it is mended"],
+        )
+    with out.step(reporter, "next step", f"through the release controller on {controller.host(inv).name}") as row:
+        if st.get("verdict") == "running":
+            st = controller.step(inv, release.controller, int(st["step"]))
+            if st.get("verdict") == "running" and st.get("weight") == 100:
+                st = controller.step(inv, release.controller, int(st["step"]))
+        release = replace(release, step=int(st["step"]), step_since=time.time())
+        stages.write(inv, split_of(release, s))
+        state.save(s.stable.deployment, release)
+        row[3] = f"canary takes {release.weight}% of {release.served_name} (controller: {st.get('verdict')})"
+    return release
+
+
 def promote_release(
     s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, inventory_path: Path
 ) -> None:
     """The next step; at 100% (now or already), stable retired behind the canary."""
     release = s.release
-    if release.next_weight is not None:
+    if release.controller:
+        release = _controller_step(s, out, reporter)
+    elif release.next_weight is not None:  # a release started before the controller ran releases
         release = release.advanced()
         with out.step(reporter, "next step", f"canary takes {release.weight}% of {release.served_name}"):
             stages.write(s.stable_inv, split_of(release, s))
             state.save(s.stable.deployment, release)
-        out.weight = release.weight
+    out.weight = release.weight
     if release.weight == 100:
         retire_stable(spec.sides(s.stable.deployment, release), out, reporter, drain_timeout_s, inventory_path)
+        if release.controller:
+            controller.finish(s.stable_inv, release.controller)
 
 
 def promote(inventory_path: Path, reporter: Reporter, *, model: str, drain_timeout_s: float = 120) -> Outcome:

@@ -15,21 +15,11 @@ from installer.release.state import ReleaseError
 
 @dataclass(frozen=True)
 class Scrape:
-    """One round: the stage series of each gateway that answered, and why the others did not;
-    `ready`: each answering gateway's verdict on every engine (would it route to it now)."""
+    """One round: the stage series of each gateway that answered, and why the others did not."""
 
     at: float
     gateways: dict[str, metrics.Samples]
     problems: dict[str, str] = field(default_factory=dict)
-    ready: dict[str, dict[str, bool]] = field(default_factory=dict)
-
-    def any_ready(self, engines: list[str]) -> bool | None:
-        """Whether some gateway routes to one of `engines`; None when no gateway said, or when
-        the gateways that said no are not all of them (one that did not answer might)."""
-        said = [seen[e] for seen in self.ready.values() for e in engines if e in seen]
-        if any(said):
-            return True
-        return False if said and not self.problems else None
 
 
 def token(inv: Inventory) -> str:
@@ -54,10 +44,9 @@ def scrape(inv: Inventory, at: float, timeout_s: float = 10) -> Scrape:
     ctx = ssl.create_default_context(cafile=str(ca)) if ca else None
     hosts = drain.serving(inv)
 
-    def one(host: Host) -> tuple[str, tuple[metrics.Samples, dict[str, bool]] | str]:
+    def one(host: Host) -> tuple[str, metrics.Samples | str]:
         try:
-            text = _one(inv, host, secret, ctx, timeout_s)
-            return host.name, (metrics.parse(text), metrics.engines_ready(text))
+            return host.name, metrics.parse(_one(inv, host, secret, ctx, timeout_s))
         except urllib.error.HTTPError as exc:
             return host.name, f"/metrics answered HTTP {exc.code}"
         except (OSError, ValueError) as exc:
@@ -67,7 +56,6 @@ def scrape(inv: Inventory, at: float, timeout_s: float = 10) -> Scrape:
     answers = dict(remote.each(hosts, one))
     return Scrape(
         at,
-        {h: a[0] for h, a in answers.items() if not isinstance(a, str)},
+        {h: a for h, a in answers.items() if not isinstance(a, str)},
         {h: a for h, a in answers.items() if isinstance(a, str)},
-        {h: a[1] for h, a in answers.items() if not isinstance(a, str)},
     )

@@ -2,7 +2,8 @@
 (service/ reads it like drain.json), written by the control machine on every gateway host.
 
     {"models": {"<served name>": {"weights": {"stable": 80, "canary": 20}, "sticky": "key",
-                                  "first_byte_timeout_s": 10, "answer_timeout_s": 120}}}
+                                  "first_byte_timeout_s": 10, "answer_timeout_s": 120,
+                                  "controller": "<release id>"}}}
 
 A model absent from it is served 100% by stable, so the file with no model is the deployment
 without a release.
@@ -34,12 +35,16 @@ class Split:
     sticky: str = "key"  # key | session
     first_byte_timeout_s: float | None = None  # a streamed canary answer with no first byte by then: retried on stable
     answer_timeout_s: float | None = None  # a whole canary answer not in by then: the same
+    # The release whose controller sets the weight in Redis; the gateways follow it, and fall
+    # back to `canary` until they read it (service/release_weights.py).
+    controller: str | None = None
 
 
-def split(weight: int, settings: ReleaseSettings) -> Split:
+def split(weight: int, settings: ReleaseSettings, controller: str | None = None) -> Split:
     """A model's line at `weight` percent, with its release settings' stickiness and deadlines."""
     slo = settings.slo
-    return Split(weight, settings.sticky, slo.canary_first_byte_timeout_s, slo.canary_answer_timeout_s)
+    return Split(weight, settings.sticky, slo.canary_first_byte_timeout_s, slo.canary_answer_timeout_s,
+                 controller)
 
 
 def content(splits: Mapping[str, Split]) -> str:
@@ -54,6 +59,8 @@ def content(splits: Mapping[str, Split]) -> str:
             line["first_byte_timeout_s"] = split.first_byte_timeout_s
         if split.answer_timeout_s is not None:
             line["answer_timeout_s"] = split.answer_timeout_s
+        if split.controller:
+            line["controller"] = split.controller
         models[served] = line
     return json.dumps({"models": models}, sort_keys=True) + "\n"
 

@@ -1,14 +1,18 @@
 """`installer release start`: the inventory file's entry of one model starts beside the stable
 one (the revision every host runs), is proven through each of its hosts' gateways with the stage
-header, and takes the first step's share of the model's callers.
+header, takes the first step's share of the model's callers, and is handed to the release
+controller on the deployment (installer/release/controller.py), which steps it from then on:
+start returns at once, and the control machine may go off.
 
 Everything `up` checks first is checked (prepare: inventory, bundle, preflight, push): the
 canary's weights travel in the bundle. The release is recorded before any host changes, so a
 run that stops halfway is finished with `installer release abort`; a canary that fails its play
-or its gate is aborted here.
+or its gate, or that the controller does not take, is aborted here. A release the controller
+already runs (started from any control machine) is refused before anything changes.
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from installer import keys, prepare, revisions
@@ -16,8 +20,8 @@ from installer.day2 import gate, rolling
 from installer.errors import InstallerError
 from installer.inventory import ServedModel, load_inventory
 from installer.prepare import Reporter
+from installer.release import controller, lock, spec, stages, state
 from installer.release import gate as release_gate
-from installer.release import lock, spec, stages, state
 from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.state import Release, ReleaseError
@@ -25,7 +29,7 @@ from installer.runlog import RunLog
 
 
 def split_of(release: Release, s: spec.Sides) -> dict[str, stages.Split]:
-    return {release.served_name: stages.split(release.weight, s.canary_spec().release)}
+    return {release.served_name: stages.split(release.weight, s.canary_spec().release, release.controller or None)}
 
 
 def check_startable(inventory_path: Path, model: str) -> tuple[Release, ServedModel]:
@@ -84,6 +88,7 @@ def _locked_start(
     release, canary_spec = check_startable(inventory_path, model)
     target_inv = load_inventory(inventory_path)
     stable = revisions.get(target_inv.deployment, release.stable)
+    controller.refuse_running(stable.inventory())
     # The bundle of what the hosts run, with the canary's weights beside stable's when they differ.
     p = prepare.prepare(inventory_path, reporter, command="release-start", bundle_path=bundle_path,
                         trusted_keys=trusted_keys, insecure=insecure, on_runlog=on_runlog,
@@ -100,6 +105,7 @@ def _locked_start(
     canary = revisions.next_revision(target_inv, p.manifest, p.root, p.playbooks_dir, canary=model,
                                      canary_over=stable.number, deployment_plan=p.deployment_plan)
     release = Release(model, release.served_name, stable.number, canary.number, release.steps)
+    release = replace(release, controller=controller.release_id(deployment, release))
     state.save(deployment, release)  # before any host changes: abort can always finish it
     s = spec.sides(deployment, release)
     out = Outcome("start", model, p.log)
@@ -128,13 +134,17 @@ def _start(p: prepare.Prepared, s: spec.Sides, out: Outcome, reporter: Reporter,
                                                 s.canary_spec().task, keys.ensure_probe_key())
             if problems:
                 raise ReleaseError("the canary failed its gate", [f"{h}: {why}" for h, why in problems.items()])
+        release = release.advanced()
+        on = controller.host(inv).name
+        with out.step(reporter, "first step", f"canary takes {release.weight}% of {release.served_name}; "
+                                              f"the release controller on {on} steps it from here"):
+            # The controller first: the gateways follow its weights once the stages file names the release.
+            controller.start(inv, controller.spec_of(release, s))
+            stages.write(inv, split_of(release, s))
+            state.save(deployment, release)
     except InstallerError as exc:
         reporter.note(f"[bold red]{exc}[/]: aborting the release")
         abort_release(s, out, reporter, drain_timeout_s, f"start failed: {exc}")
         raise ReleaseError(f"{exc}; the release was aborted (stable serves everything)", exc.details) from exc
     revisions.record(deployment, canary, {h.name: True for h in hosts}, p.log, command="release start")
-    release = release.advanced()
-    with out.step(reporter, "first step", f"canary takes {release.weight}% of {release.served_name}"):
-        stages.write(inv, split_of(release, s))
-        state.save(deployment, release)
     out.weight = release.weight

@@ -27,6 +27,9 @@ class Release:
     step: int = -1  # index into steps; -1: canary engines up, no traffic yet
     started: float = field(default_factory=time.time)
     step_since: float = field(default_factory=time.time)
+    # the id the release controller knows it by (installer/release/controller.py); "" for a
+    # release started before the controller ran releases
+    controller: str = ""
 
     @property
     def weight(self) -> int:

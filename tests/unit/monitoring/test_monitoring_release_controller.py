@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from service.release_controller import _settings
+from service.release_controller import settings_of
 from tests.support.monitoring_render import ROLE, inventory_vars, render, role_vars
 
 HOST = {"pli_user": "private-llm", "pli_root": "/opt/private-llm", "pli_config_dir": "/etc/private-llm",
@@ -37,7 +37,7 @@ def test_the_settings_are_what_the_controller_reads(tmp_path: Path) -> None:
                                                        "keyfile": "/etc/private-llm/tls/server.key"})):
         path = tmp_path / "s.json"
         path.write_text(_render_settings(url))
-        s = _settings(path)
+        s = settings_of(path)
         assert s["redis_url"] == url and s["tls"] == tls
         assert s["prometheus_url"] == "http://127.0.0.1:9090" and s["metrics_address"] == "127.0.0.1"
         assert s["audit_log"] == "/var/log/private-llm-release/decisions.jsonl" and s["metrics_port"] == 9465
@@ -86,7 +86,7 @@ def test_ansible_renders_the_settings_with_the_password_from_its_file(tmp_path: 
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "s3cret-pw" not in proc.stdout + proc.stderr
-    s = _settings(out)
+    s = settings_of(out)
     assert s["redis_url"] == "rediss://:s3cret-pw@10.0.0.1:6379/0"
     assert s["tls"]["certfile"] == "/etc/private-llm/tls/server.pem"
     assert out.stat().st_mode & 0o777 == 0o600

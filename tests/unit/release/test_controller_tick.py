@@ -32,6 +32,7 @@ class MemoryStore:
         self.state_doc: dict[str, Any] | None = None
         self.weights_doc: dict[str, int] = {}
         self.generation = 0
+        self.lease_ms = 10_000
 
     def now(self) -> float:
         return self.clock

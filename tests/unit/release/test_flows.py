@@ -1,7 +1,7 @@
-"""The release commands' refusals (before any host is touched) and the watch loop's decisions on
-recorded scrapes: a canary that turns bad is aborted with its figures in the run log."""
+"""The release commands' refusals (before any host is touched), and status on recorded scrapes.
+What the release controller decides is in test_controller_tick.py; watch, promote and abort
+through it in test_controller_cli.py."""
 
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 from installer import revisions
 from installer.cli import _register, app
 from installer.inventory import load_inventory
-from installer.release import metrics, scrape, state, watch
-from installer.release.outcome import Outcome
+from installer.release import metrics, scrape, state
 from installer.release.scrape import Scrape
 from installer.release.state import Release, ReleaseError
 from installer.runlog import RunLog
@@ -72,51 +71,8 @@ def test_start_refuses_a_new_served_name(site: Path) -> None:
     assert "is served as 'tiny', the inventory says 'tiny-2'" in text
 
 
-def test_window_slides_and_keeps_its_start() -> None:
-    scrapes = deque(Scrape(t, {}) for t in (0, 5, 10, 15, 20))
-    assert watch.window_start(scrapes, now=20, window_s=10).at == 10
-    assert [s.at for s in scrapes] == [10, 15, 20]
-    assert watch.window_start(deque([Scrape(0, {}), Scrape(3, {})]), now=3, window_s=10).at == 0
-
-
 def _recorded(name: str, when: str) -> dict[str, metrics.Samples]:
     return {gw: metrics.parse((DATA / f"{name}-{when}-{gw}.txt").read_text()) for gw in ("gw1", "gw2")}
-
-
-def _watched(
-    site: Path, monkeypatch: pytest.MonkeyPatch, rounds: list[Scrape], clock: list[float]
-) -> tuple[Outcome, list[str]]:
-    """`release watch` of a release of model main at 20% over recorded scrapes, on a clock; the
-    decisions, and the abort's reasons (the abort itself is not run)."""
-    stable = _installed(site)
-    canary = revisions.next_revision(load_inventory(site), stable.manifest(), site.parent, site.parent / "playbooks",
-                                     canary="main", canary_over=stable.number)
-    state.save("demo", Release("main", "tiny-llama", stable.number, canary.number, (20, 100), step=0,
-                               step_since=0))
-    scrapes, ticks = iter(rounds), iter(clock)
-    monkeypatch.setattr(scrape, "scrape", lambda inv, at: next(scrapes))
-    aborted: list[str] = []
-    monkeypatch.setattr(watch, "abort_release", lambda s, out, reporter, t, why: aborted.append(why))
-
-    class Quiet:
-        def note(self, text: str) -> None:
-            pass
-
-    out = Outcome("watch", "main", RunLog("release-watch", "demo"))
-    watch.watch(site, "demo", "main", out, Quiet(), clock=lambda: next(ticks),  # type: ignore[arg-type]
-                sleep=lambda s: None)
-    return out, aborted
-
-
-def test_watch_rolls_back_a_bad_canary_and_logs_the_figures(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Two scrapes of the gateways a window apart: the canary failed a tenth of its requests.
-    out, aborted = _watched(site, monkeypatch, [Scrape(0, _recorded("errors", "before")),
-                                                Scrape(60, _recorded("errors", "after"))], [0.0, 0.0, 0.0, 60.0])
-    assert len(aborted) == 1 and aborted[0].startswith("rollback: canary error ratio 10.0% > stable's 0.0%")
-    assert [d.action for d in out.decisions] == ["rollback"]
-    logged = (out.run_dir / "installer.log").read_text()
-    assert "[60 s window, canary at 20%] rollback" in logged
-    assert "canary: 100 req, errors 10" in logged and "stable: 400 req, errors 0" in logged
 
 
 def test_status_shows_both_stages_with_share_engines_and_figures(
@@ -195,35 +151,3 @@ def test_status_without_a_release_says_so(site: Path) -> None:
     _installed(site)
     result = runner.invoke(app, ["release", "status", "-i", str(site), "--model", "main"])
     assert result.exit_code == 0 and "no gray release in progress" in result.output
-
-
-def test_watch_rolls_back_a_canary_no_gateway_routes_to(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A frozen canary fails its health probes, the gateways stop routing to it, and no attempt
-    is counted: the window's figures never reach min_requests, but a whole window in which no
-    gateway would route to a canary engine is itself the verdict."""
-    dead = {"a": True, "b": True, "a-canary": False, "b-canary": False}
-    rounds = [Scrape(0, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-              Scrape(60, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": {**dead, "b-canary": True}}),
-              Scrape(120, {"gw1": {}}, {"gw2": "gateway unreachable"}, ready={"gw1": dead}),
-              Scrape(180, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-              Scrape(240, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead}),
-              Scrape(300, {"gw1": {}, "gw2": {}}, ready={"gw1": dead, "gw2": dead})]
-    out, aborted = _watched(site, monkeypatch, rounds, [0.0, 0.0, 60.0, 120.0, 180.0, 240.0, 300.0])
-    # 60 s: the window (120 s) not full; 120 s: b-canary was routed to at 60 s; 180 s: the window
-    # from 60 s still holds that scrape; 240 s: the window from 120 s holds a scrape gw2 missed
-    # (no evidence); 300 s: none routed to from 180 s to 300 s
-    assert [d.action for d in out.decisions] == ["hold", "hold", "hold", "hold", "rollback"]
-    assert len(aborted) == 1
-    assert aborted[0] == ("rollback: no gateway routed to a canary engine (a-canary, b-canary) for 120 s: "
-                          "their health probes fail, so no canary request is counted")
-
-
-def test_a_gateway_reports_each_engines_readiness() -> None:
-    text = ('# TYPE pli_gateway_engine_healthy gauge\n'
-            'pli_gateway_engine_healthy{engine="a",model="tiny"} 1.0\n'
-            'pli_gateway_engine_healthy{engine="a-canary",model="tiny"} 0.0\n')
-    assert metrics.engines_ready(text) == {"a": True, "a-canary": False}
-    seen = Scrape(0, {}, ready={"gw1": {"a-canary": False}, "gw2": {"a-canary": True}})
-    assert seen.any_ready(["a-canary"]) is True and seen.any_ready(["b-canary"]) is None
-    assert Scrape(0, {}, ready={"gw1": {"a-canary": False}}).any_ready(["a-canary", "b-canary"]) is False
-    assert Scrape(0, {}, {"gw2": "unreachable"}, ready={"gw1": {"a-canary": False}}).any_ready(["a-canary"]) is None
