@@ -6,7 +6,7 @@
 It writes a folder of `--size-gb` GB in files of `--file-gb` GB (a checkpoint's shards; kept in
 --dir between runs, so a second run starts at once), lists it with `describe` (whole-file and
 per-piece sha256, as a bundle build does) and then, `--rounds` times in a rotating order, runs:
-  - 1-core:         installer.weights_verify.verify with one thread (pieces)
+  - 1-core:         installer.weights.verify with one thread (pieces)
   - all-per-file:   every core, each file one task (the manifest without pieces)
   - all-per-piece:  every core, each CHUNK of a file one task (what the hosts run)
   - sha256sum:      coreutils' sha256sum over the same files (one core; the reference)
@@ -28,7 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from installer import weights_verify as wv
+from installer.weights import verify as wv
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"

@@ -326,7 +326,7 @@ def describe(root: str, workers: int | None = None) -> list[dict]:
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="weights_verify")
+    parser = argparse.ArgumentParser(prog="verify.py")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("describe")
     d.add_argument("--root", required=True)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from installer import weights_verify
+from installer.weights import verify as weights_verify
 from tests.support import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-SCRIPT = REPO / "installer" / "weights_verify.py"
+SCRIPT = REPO / "installer" / "weights" / "verify.py"
 # the hosts' interpreter: no venv, so a third-party import would fail here too
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else (shutil.which("python3") or sys.executable)
 

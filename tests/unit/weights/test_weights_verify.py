@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import weights_verify as wv
+from installer.weights import verify as wv
 
 
 @pytest.fixture(autouse=True)
