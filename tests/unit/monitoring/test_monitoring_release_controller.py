@@ -57,8 +57,8 @@ def test_prometheus_scrapes_the_controller_only_when_it_runs() -> None:
                                                                            **overrides)))
         return {j["job_name"]: j for j in config["scrape_configs"]}
 
-    assert "release-controller" not in jobs()  # off by default
-    job = jobs(monitoring_release_controller=True)["release-controller"]
+    assert "release-controller" not in jobs(monitoring_release_controller=False)
+    job = jobs()["release-controller"]  # on by default
     assert job["static_configs"] == [{"targets": ["127.0.0.1:9465"], "labels": {"host": "gw"}}]
 
 
