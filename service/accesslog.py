@@ -64,11 +64,11 @@ class AccessLog:
         # One os.write per batch on an O_APPEND descriptor: the workers of one gateway share the
         # file, and a batch written by one syscall is never interleaved with another's.
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640) if path else None
-        self._pending: list[str] = []
+        self._pending: list[dict[str, Any]] = []
         self._timer: asyncio.TimerHandle | None = None
 
     def emit(self, record: dict[str, Any]) -> None:
-        self._pending.append(json.dumps(record, separators=(",", ":"), default=str))
+        self._pending.append(record)
         if len(self._pending) >= self.MAX_PENDING:
             self.flush()
         elif self._timer is None:
@@ -79,15 +79,16 @@ class AccessLog:
             self._timer.cancel()
             self._timer = None
         if self._pending:
-            data = "\n".join(self._pending) + "\n"
-            self._pending.clear()
-            if self._fd is None:
-                sys.stdout.write(data)
-                sys.stdout.flush()
-            else:
-                view = memoryview(data.encode())
-                while view:  # a short write only on a full disk or a signal; finish the batch
-                    view = view[os.write(self._fd, view) :]
+            batch, self._pending = self._pending, []
+            self._write(batch)
+
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        data = "\n".join(json.dumps(r, separators=(",", ":"), default=str) for r in batch) + "\n"
+        if self._fd is None:
+            sys.stdout.write(data)
+            sys.stdout.flush()
+        else:
+            write_all(self._fd, data.encode())
 
     def close(self) -> None:
         self.flush()
@@ -96,14 +97,21 @@ class AccessLog:
             self._fd = None
 
 
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a short write only on a full disk or a signal; finish the batch
+        view = view[os.write(fd, view) :]
+
+
 class AccessLogMiddleware:
     """Outermost layer for /v1/*: gives each request an id and an info record, and logs and
     counts it when the response has ended (for a stream, when the last chunk is sent)."""
 
-    def __init__(self, app: ASGIApp, log: AccessLog, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, log: AccessLog, metrics: Metrics, audit: AccessLog | None = None) -> None:
         self.app = app
         self.log = log
         self.metrics = metrics
+        self.audit = audit  # the per-request audit trail (service/request_audit.py), if kept
         self.pid = os.getpid()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -156,6 +164,15 @@ class AccessLogMiddleware:
         if info.prompt is not None:
             record["prompt"] = info.prompt
         self.log.emit(record)
+        if self.audit is not None:
+            client = scope.get("client")
+            # never the prompt or the answer (docs/audit.md)
+            self.audit.emit({
+                "ts": record["ts"], "request_id": info.request_id, "subject": info.key_name, "tenant": info.tenant,
+                "path": scope["path"], "model": info.model, "stage": info.stage, "status": status,
+                "prompt_tokens": info.prompt_tokens, "completion_tokens": info.completion_tokens,
+                "latency_ms": record["duration_ms"], "client": client[0] if client else None,
+            })
         m = self.metrics
         m.requests.labels(info.model, info.metric_key, str(status)).inc()
         if status < 400:

@@ -27,6 +27,7 @@ from service.limits import Admission, AdmissionMiddleware, BodyPolicy, Limiter, 
 from service.metrics import Metrics, scrape_registry
 from service.openai_api import ROUTES, OpenAIRoutes, api, openapi_paths
 from service.proxy import Upstream, delivery_trace
+from service.request_audit import RequestAudit
 from service.routing import Router
 from service.scrape_auth import ScrapeToken
 from service.shared import SharedLimiter, SharedState
@@ -80,6 +81,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         gateway.server_ssl = server_context(settings.tls, metrics.cert_expiry)
         gateway.client_ssl = client_context(settings.tls)
     access_log = AccessLog(settings.access_log)
+    audit = settings.request_audit
+    request_audit = RequestAudit(audit.dir, audit.retention_days) if audit else None
     # Read once: a missing, unreadable or short token file fails start-up, loudly.
     scrape_token = ScrapeToken(settings.metrics_token_file) if settings.metrics_token_file else None
 
@@ -144,6 +147,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
             await gateway.usage.close()
             await gateway.limiter.close()
             access_log.close()
+            if request_audit is not None:
+                request_audit.close()
             if metrics_server is not None:
                 metrics_server.shutdown()
                 metrics_server.server_close()
@@ -180,7 +185,7 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         metrics=metrics,
         limiter=limiter,
     )
-    app.add_middleware(AccessLogMiddleware, log=access_log, metrics=metrics)
+    app.add_middleware(AccessLogMiddleware, log=access_log, metrics=metrics, audit=request_audit)
     return app
 
 

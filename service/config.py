@@ -191,6 +191,13 @@ class TenantsConfig(_Strict):
         return self
 
 
+class RequestAuditConfig(_Strict):
+    """The per-request audit trail (service/request_audit.py): its folder and how long it keeps."""
+
+    dir: Path
+    retention_days: int = Field(default=365, ge=0, le=36_500, description="0: never removed")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PLI_GATEWAY_", env_nested_delimiter="__", extra="forbid"
@@ -252,6 +259,8 @@ class Settings(BaseSettings):
     jwt: JWTConfig | None = None
     # Tenants: policies chosen by a token's claim or given to API keys; None: none.
     tenants: TenantsConfig | None = None
+    # One hash-chained record per request on this host; None: none kept.
+    request_audit: RequestAuditConfig | None = None
 
     @field_validator("session_header", "stage_header")
     @classmethod

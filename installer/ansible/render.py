@@ -128,6 +128,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         "healthcheck_model": inv.model.served_name,
         **_tls_vars(plan),
         **_jwt_vars(plan),
+        **_tenant_vars(plan),
         **_redis_vars(plan),
         **_monitoring_vars(plan),
     }
@@ -146,6 +147,22 @@ def _jwt_vars(plan: DeploymentPlan) -> dict[str, Any]:
         },
         "gateway_jwks_json": jwks_file.public_document(plan.inventory),
         "gateway_jwks_ca_src": str(jwt.jwks_ca) if jwt.jwks_ca else "",
+    }
+
+
+def _tenant_vars(plan: DeploymentPlan) -> dict[str, Any]:
+    """auth.tenants for the gateways' `tenants` section (service/config.py, TenantsConfig; {}:
+    none), and audit's per-request trail (`request_audit`; {}: none)."""
+    auth, audit = plan.inventory.auth, plan.inventory.audit
+    tenants: dict[str, Any] = {}
+    if auth.tenants:
+        tenants = {
+            "claim": auth.tenant_claim, "default": auth.default_tenant,
+            "tenants": [t.model_dump(mode="json", exclude_none=True) for t in auth.tenants],
+        }
+    return {
+        "gateway_tenants": tenants,
+        "gateway_request_audit": {"retention_days": audit.retention_days} if audit.requests else {},
     }
 
 
@@ -186,12 +203,16 @@ def _tls_vars(plan: DeploymentPlan) -> dict[str, Any]:
 
 
 def _engine_host_vars(hp: HostPlan) -> dict[str, Any]:
-    """A serving host's engines, each with its whole argv, and its Ray service (installer/engines.py)."""
+    """A serving host's engines, each with its whole argv, and its Ray service (installer/engines.py);
+    its gateway's processes where the plan resolved them (plan.gateway_workers: else the group's
+    setting, "auto", which the gateway role sizes from nproc)."""
     if "serving" not in hp.groups:
         return {}
+    workers = {} if hp.gateway_workers is None else {"gateway_workers": hp.gateway_workers}
     return {
         "engine_instances": [e.as_vars() for e in hp.engines],
         "engine_ray": hp.ray.as_vars() if hp.ray else {},
+        **workers,
     }
 
 

@@ -1,0 +1,133 @@
+"""The per-request audit trail a gateway host keeps (#38 item 3, docs/audit.md).
+
+One record per /v1/ request: when, who (API key name or token caller), tenant, model, release
+stage, status, prompt and completion tokens, latency and the client's address; never the prompt
+or the answer. Records are written as the access log's lines are (AccessLog: batched, at most
+every 0.2 s, one write on the event loop), into `<dir>/requests-<UTC day>.jsonl` (0600, a file a
+day), chained by service/audit_chain.py.
+
+The workers of a gateway share one chain: each batch is written under an flock on `<dir>/.lock`
+(released by the kernel if a worker dies), after reading the chain's head, the newest record,
+unless this worker wrote it itself. A batch takes the lock for one write and at most one small
+read, as service/shared.py's buckets do. A day's file older than `retention_days` is removed
+when the next day's file is started.
+"""
+
+import fcntl
+import json
+import logging
+import os
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from service.accesslog import AccessLog, write_all
+from service.audit_chain import FILE_PREFIX, FILE_SUFFIX, GENESIS, digest, seal
+
+log = logging.getLogger("service.request_audit")
+
+LOCK_NAME = ".lock"
+_TAIL_BYTES = 64 * 1024  # far more than one record
+
+
+def day_file(folder: Path, day: str) -> Path:
+    return folder / f"{FILE_PREFIX}{day}{FILE_SUFFIX}"
+
+
+def _day_of(path: Path) -> date | None:
+    try:
+        return date.fromisoformat(path.name[len(FILE_PREFIX) : -len(FILE_SUFFIX)])
+    except ValueError:
+        return None
+
+
+class RequestAudit(AccessLog):
+    def __init__(self, folder: Path, retention_days: int) -> None:
+        super().__init__(None)
+        self.folder = folder
+        self.retention_days = retention_days
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # on hosts: the unit's StateDirectory
+        self._lock = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._day: str | None = None
+        self._file: int | None = None
+        # The file's (inode, size) after this worker's last write, and the head it left: while
+        # both still hold, no other worker has written since and the head needs no reading.
+        self._left: tuple[int, int] | None = None
+        self._head: tuple[int, str] = (0, GENESIS)
+
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            try:
+                self._append(batch)
+            finally:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+        except OSError as exc:  # a full disk: the requests go on, the operator is told
+            log.error("request audit: %d records not written: %s", len(batch), exc)
+
+    def _append(self, batch: list[dict[str, Any]]) -> None:
+        day = datetime.now(UTC).date().isoformat()
+        if day != self._day or self._file is None:
+            self._start(day)
+        assert self._file is not None
+        st = os.fstat(self._file)
+        torn = False
+        if self._left != (st.st_ino, st.st_size):
+            self._head, torn = self._read_head()
+        seq, prev = self._head
+        lines = []
+        for record in batch:
+            seq += 1
+            line = seal(record, seq, prev)
+            prev = digest(line)
+            lines.append(line)
+        # After a line cut short (a crash mid-write), the next record starts on a line of its own.
+        data = (b"\n" if torn else b"") + b"\n".join(lines) + b"\n"
+        write_all(self._file, data)
+        self._head, self._left = (seq, prev), (st.st_ino, st.st_size + len(data))
+
+    def _start(self, day: str) -> None:
+        if self._file is not None:
+            os.close(self._file)
+        self._file = os.open(day_file(self.folder, day), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._day, self._left = day, None
+        if self.retention_days:
+            oldest = date.fromisoformat(day) - timedelta(days=self.retention_days)
+            for path in self.folder.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"):
+                when = _day_of(path)
+                if when is not None and when < oldest:
+                    path.unlink(missing_ok=True)
+                    log.info("request audit: removed %s (older than %d days)", path.name, self.retention_days)
+
+    def _read_head(self) -> tuple[tuple[int, str], bool]:
+        """The newest record's (seq, hash) in the folder, and whether the newest file ends
+        inside a line; (0, GENESIS) when there is none."""
+        files = sorted(self.folder.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"), reverse=True)
+        for path in files:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    continue
+                f.seek(max(0, size - _TAIL_BYTES))
+                tail = f.read()
+            torn = not tail.endswith(b"\n")
+            lines = [line for line in tail.split(b"\n") if line]
+            last = lines[-1]
+            # the seq of the last whole record; a torn line after it takes the next one
+            for line in reversed(lines):
+                try:
+                    seq = int(json.loads(line)["seq"]) + (line is not last)
+                    break
+                except (ValueError, KeyError, TypeError):
+                    continue
+            else:
+                seq = 0
+            return (seq, digest(last)), torn and path == files[0]
+        return (0, GENESIS), False
+
+    def close(self) -> None:
+        super().close()
+        for fd in (self._file, self._lock):
+            if fd is not None:
+                os.close(fd)
+        self._file = None
