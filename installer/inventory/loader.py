@@ -117,10 +117,12 @@ def _resolve(data: dict[str, Any], base: Path) -> None:
         if isinstance(section, dict) and isinstance(section.get(key), str):
             section[key] = str((base / Path(section[key]).expanduser()).resolve())
 
-    fix(data.get("model"), "path")
-    if isinstance(data.get("models"), list):
-        for entry in data["models"]:
-            fix(entry, "path")
+    models = [data.get("model"), *(data["models"] if isinstance(data.get("models"), list) else [])]
+    for entry in models:
+        fix(entry, "path")
+        source = entry.get("source") if isinstance(entry, dict) else None
+        fix(source, "manifest")  # model.source's signed list and mirror token (weights_source.py)
+        fix(source, "token_file")
     fix(data.get("ssh"), "private_key")
     fix(data.get("ssh"), "known_hosts")
     fix(data.get("cloud"), "ssh_public_key")
