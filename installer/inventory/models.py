@@ -40,6 +40,7 @@ from installer.gpu import matrix as gpu_matrix
 from installer.inventory import profiles
 from installer.inventory import targets as os_targets
 from installer.inventory import weights_source
+from installer.inventory import weights_source
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
 
@@ -223,6 +224,8 @@ def _profile_name(value: str) -> str:
 ParserName = Annotated[str, _matching(
     r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", "a vLLM parser name such as deepseek_r1, or none"
 )]
+# ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
+PASSED_KEYS = SERVING_KEYS | {"source"}
 SERVING_KEYS = frozenset({"profile", "reasoning_parser", "tool_call_parser", "mtp_tokens"})
 # ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
 PASSED_KEYS = SERVING_KEYS | {"source"}
@@ -234,6 +237,8 @@ class _Serving(_Strict):
 
     profile: Annotated[str, AfterValidator(_profile_name)] = profiles.AUTO
     reasoning_parser: ParserName | None = None
+    # Where the hosts get the weights: the bundle, or by reference (docs/weights.md).
+    source: weights_source.WeightsSource = "bundle"
     tool_call_parser: ParserName | None = None
     # MTP speculative decoding's num_speculative_tokens; 0: off; None: the profile's choice.
     mtp_tokens: Annotated[int, Field(ge=0, le=16)] | None = None
@@ -754,10 +759,57 @@ class JWTAuth(_Strict):
         return self
 
 
+# As the gateways and installer usage read tenant names (service/config.py, TENANT_NAME).
+TenantName = Annotated[str, _matching(
+    r"[a-z0-9][a-z0-9_.-]{0,39}", "a tenant name: up to 40 of a-z 0-9 _ . -, starting with a letter or digit"
+)]
+
+
+class Tenant(_Strict):
+    """A named policy its callers share across every gateway (service/tenants.py,
+    docs/identity.md#tenants): the models they may call, rpm/tpm, and a token quota."""
+
+    name: TenantName
+    models: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)  # empty: all
+    rpm: Annotated[int, Field(ge=1)] | None = None
+    tpm: Annotated[int, Field(ge=1)] | None = None
+    quota_tokens: Annotated[int, Field(ge=1)] | None = None
+    quota_period: Literal["day", "month"] | None = None
+    # The values of auth.tenant_claim (group names, say) that choose it; empty: its name.
+    claim_values: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(default_factory=list)
+    # API keys (`installer keys create --name`) that take this policy in place of their own.
+    keys: list[Annotated[str, _matching(r"[a-z0-9][a-z0-9_.-]{0,62}", "an API key's name")]] = Field(
+        default_factory=list)
+
+    @model_validator(mode="after")
+    def _quota_pair(self) -> "Tenant":
+        if (self.quota_tokens is None) != (self.quota_period is None):
+            raise ValueError("quota_tokens and quota_period go together (e.g. 1000000 and month)")
+        return self
+
+
 class Auth(_Strict):
-    """Who may call the gateways besides API keys (`installer keys`)."""
+    """Who may call the gateways besides API keys (`installer keys`), and the tenants they are in."""
 
     jwt: JWTAuth | None = None
+    # The token claim that names a caller's tenant: a string, or a list of strings (groups).
+    tenant_claim: Annotated[str, Field(min_length=1, max_length=128)] = "groups"
+    # The tenant of a token whose claim names none; None: such a token is refused (403).
+    default_tenant: TenantName | None = None
+    tenants: list[Tenant] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _dump_tenants_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _unset_dropped(self, handler(self), ("tenant_claim", "default_tenant", "tenants"))
+
+
+class Audit(_Strict):
+    """The per-request audit trail each gateway host keeps (service/request_audit.py,
+    docs/audit.md): one hash-chained record per request, never the prompt or the answer."""
+
+    requests: bool = True
+    # Days of records a host keeps (a day's file is removed once it is older); 0: never removed.
+    retention_days: Annotated[int, Field(ge=0, le=36_500)] = 365
 
 
 class Disk(_Strict):
@@ -951,6 +1003,7 @@ class Inventory(_Strict):
     gateway: Gateway = Gateway()
     tls: TLS = TLS()
     auth: Auth = Auth()
+    audit: Audit = Audit()
     monitoring: Monitoring = Monitoring()
     os: OSSettings = OSSettings()
     # The file it was loaded from, with the line of every key (set by the loader).
@@ -1058,8 +1111,9 @@ class Inventory(_Strict):
         loaded again); a single-model inventory dumps as before `models:` existed, so its
         revision's config digest stays what it was."""
         data: dict[str, Any] = handler(self)
-        if self.auth.jwt is None:  # as before `auth` existed: an inventory without it keeps its digest
+        if data.get("auth") == {"jwt": None}:  # as before `auth` existed: an inventory without it keeps its digest
             data.pop("auth", None)
+        _unset_dropped(self, data, ("audit",))
         if self.models is None:
             data.pop("models", None)
         else:
