@@ -40,7 +40,6 @@ from installer.gpu import matrix as gpu_matrix
 from installer.inventory import profiles
 from installer.inventory import targets as os_targets
 from installer.inventory import weights_source
-from installer.inventory import weights_source
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
 
@@ -224,8 +223,6 @@ def _profile_name(value: str) -> str:
 ParserName = Annotated[str, _matching(
     r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", "a vLLM parser name such as deepseek_r1, or none"
 )]
-# ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
-PASSED_KEYS = SERVING_KEYS | {"source"}
 SERVING_KEYS = frozenset({"profile", "reasoning_parser", "tool_call_parser", "mtp_tokens"})
 # ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
 PASSED_KEYS = SERVING_KEYS | {"source"}
@@ -237,8 +234,6 @@ class _Serving(_Strict):
 
     profile: Annotated[str, AfterValidator(_profile_name)] = profiles.AUTO
     reasoning_parser: ParserName | None = None
-    # Where the hosts get the weights: the bundle, or by reference (docs/weights.md).
-    source: weights_source.WeightsSource = "bundle"
     tool_call_parser: ParserName | None = None
     # MTP speculative decoding's num_speculative_tokens; 0: off; None: the profile's choice.
     mtp_tokens: Annotated[int, Field(ge=0, le=16)] | None = None
