@@ -1,4 +1,6 @@
-"""`installer audit [--verify] [--json]`: the deployment's audit trail (installer/audit.py)."""
+"""`installer audit [--verify] [--json]`: the deployment's audit trail (installer/audit.py); with
+`--requests`, the gateways' per-request trails from every serving host, checked and exported
+(installer/request_audit.py)."""
 
 import json
 from pathlib import Path
@@ -6,8 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from installer import audit
+from installer import audit, request_audit, usage
 from installer.cli.root import app
+from installer.files import write_private
+from installer.inventory import load_inventory
 from installer.ui import console, table
 
 
@@ -67,8 +71,22 @@ def audit_cmd(
         bool, typer.Option("--verify", help="Check the keyed chain and its checkpoint; exit 1 naming the problem.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    requests: Annotated[bool, typer.Option(
+        "--requests", help="The gateways' per-request trails: collect from every serving host, check, export.",
+    )] = False,
+    since: Annotated[str, typer.Option(
+        "--since", help="With --requests: from this UTC day on: 7d (seven days ago), today, or YYYY-MM-DD.")] = "7d",
+    tenant: Annotated[str | None, typer.Option("--tenant", help="With --requests: one tenant's records only.")] = None,
+    jsonl: Annotated[Path | None, typer.Option("--jsonl", help="With --requests: write the records here (JSON Lines).")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="With --requests: write the records here (CSV).")] = None,
 ) -> None:
-    """Show who changed the deployment, when, with what, and how it ended (or check the chain)."""
+    """Show who changed the deployment, when, with what, and how it ended (or check the chain);
+    with --requests, who asked which model for how many tokens, from every gateway host."""
+    if requests:
+        if inventory is None:
+            raise typer.BadParameter("--requests reads the deployment's hosts: give --inventory")
+        _requests(inventory, since, tenant, jsonl, csv_out, as_json)
+        return
     path = audit.log_path()  # not created: looking must leave no state folder behind
     if verify:
         verdict = audit.verify(path)
@@ -91,3 +109,37 @@ def audit_cmd(
         [str(e.get("time", "?")), _user(e), str(e.get("command", "?")), _result(e, ended)] for e in entries
     ]
     console.print(table(f"audit trail {path}", ["time", "user", "command", "result"], rows))
+
+
+def _requests(inventory: Path, since: str, tenant: str | None, jsonl: Path | None, csv_out: Path | None,
+              as_json: bool) -> None:
+    first = usage.parse_since(since)
+    trails = request_audit.collect(load_inventory(inventory), first)
+    records = request_audit.rows(trails, first, tenant)
+    if jsonl is not None:
+        write_private(jsonl, request_audit.to_jsonl(records))
+    if csv_out is not None:
+        write_private(csv_out, request_audit.to_csv(records))
+    problems = [(t.host, str(p)) for t in trails for p in t.verdict.problems]
+    if as_json:
+        print(json.dumps({
+            "since": first.isoformat(), "tenant": tenant, "records": len(records),
+            "hosts": [{"host": t.host, "files": len(t.files), "records": len(t.verdict.records),
+                       "first_seq": t.verdict.first_seq, "head": t.verdict.head,
+                       "problems": [str(p) for p in t.verdict.problems]} for t in trails],
+        }, indent=2))
+    else:
+        rows = [[t.host, str(len(t.files)), str(len(t.verdict.records)), str(t.verdict.first_seq or "-"),
+                 str(t.verdict.head[0] if t.verdict.head else "-"),
+                 "intact" if t.verdict.ok else f"{len(t.verdict.problems)} problem(s)"] for t in trails]
+        console.print(table(f"request audit since {first.isoformat()} (UTC)",
+                            ["host", "files", "records", "first seq", "last seq", "chain"], rows))
+        written = [str(p) for p in (jsonl, csv_out) if p is not None]
+        console.print(f"{len(records)} record(s)" + (f" of tenant {tenant}" if tenant else "")
+                      + (f" written to {', '.join(written)}" if written else ""), soft_wrap=True)
+    if problems:
+        raise audit.AuditError(
+            f"the request audit trail of {len({h for h, _ in problems})} host(s) is broken",
+            [f"{host}: {problem}" for host, problem in problems],
+        )
+    request_audit.remember_heads(trails)
