@@ -220,3 +220,84 @@ def test_a_controller_that_loses_the_lease_drops_its_release_gauges(tmp_path: Pa
     assert c.tick() is None
     assert c.metrics.registry.get_sample_value("pli_release_controller_blind") == 0
     assert c.metrics.registry.get_sample_value("pli_release_controller_canary_weight", {"model": "tiny-llama"}) is None
+
+
+def _with_readiness(query: release_promql.Query, ready: float | None) -> release_promql.Query:
+    """`query`, and the canary engines' readiness over 120 s: `ready`, or no series (None)."""
+    engines = ["a-canary", "b-canary"]
+
+    def answer(promql: str) -> dict[str, Any]:
+        if promql == release_promql.ready_query(engines, 120):
+            result = [] if ready is None else [{"metric": {}, "value": [0, str(ready)]}]
+            return {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return query(promql)
+    return answer
+
+
+def test_a_canary_no_gateway_found_ready_for_a_window_is_rolled_back(tmp_path: Path) -> None:
+    """Its requests cannot be counted when nobody routes to it, so the figures alone hold it for
+    ever: a whole window unready with too few requests rolls back (watch's rule, kept)."""
+    store = MemoryStore()
+    store.spec_doc = {**SPEC, "canary_engines": ["a-canary", "b-canary"]}
+    c = _controller(store, _with_readiness(_answers("few"), 0), tmp_path)
+    c.tick()
+    store.clock += 60  # not a whole window yet: no evidence, held
+    assert _tick(c)["kind"] == "no_evidence"
+    store.clock += 61
+    record = _tick(c)
+    assert (record["action"], record["kind"]) == ("rollback", "unready")
+    assert "no gateway found a canary engine ready for 120 s" in record["reasons"][0]
+    assert store.weights_doc == {"tiny-llama": 0}
+
+
+@pytest.mark.parametrize("ready", [1.0, None])
+def test_a_canary_found_ready_or_unreported_is_not_rolled_back_for_want_of_requests(
+    tmp_path: Path, ready: float | None
+) -> None:
+    store = MemoryStore()
+    store.spec_doc = {**SPEC, "canary_engines": ["a-canary", "b-canary"]}
+    c = _controller(store, _with_readiness(_answers("few"), ready), tmp_path)
+    c.tick()
+    store.clock += 500
+    assert (_tick(c)["action"], store.st["verdict"]) == ("hold", "running")
+
+
+def test_auto_promote_off_holds_a_healthy_canary_for_a_person(tmp_path: Path) -> None:
+    store = MemoryStore()
+    store.spec_doc = {**SPEC, "auto_promote": False}
+    c = _controller(store, _answers("healthy"), tmp_path)
+    c.tick()
+    store.clock += 61
+    record = _tick(c)
+    assert (record["action"], record["kind"]) == ("hold", "awaiting_promote")
+    assert "`installer release promote` takes the next step" in record["reasons"][-1]
+    assert store.weights_doc == {"tiny-llama": 10} and store.st["step"] == 0
+
+
+def test_a_slow_prometheus_is_a_blind_hold_within_the_lease_and_a_lost_lease_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore()
+    now = [0.0]
+    monkeypatch.setattr(release_promql.time, "monotonic", lambda: now[0])
+    healthy = _answers("healthy")
+
+    def slow(promql: str) -> dict[str, Any]:
+        now[0] += 3  # each answer takes 3 s: the second is past half the 10 s lease
+        return healthy(promql)
+
+    c = _controller(store, slow, tmp_path)
+    c.tick()
+    store.clock += 61
+    record = _tick(c)
+    assert (record["action"], record["kind"]) == ("hold", "blind")
+    assert "Prometheus took over 5 s" in record["reasons"][0]
+
+    lost = MemoryStore()
+    c = _controller(lost, healthy, tmp_path)
+    c.tick()
+    lost.clock += 61
+    renewals = iter([True, False])  # held at the tick's start, gone once the figures are in
+    monkeypatch.setattr(lost, "lease", lambda: next(renewals))
+    assert c.tick() is None
+    assert lost.st["step"] == 0 and lost.weights_doc == {"tiny-llama": 10}
