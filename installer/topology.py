@@ -41,5 +41,5 @@ def controller_hosts(inv: Inventory) -> list[Host]:
     """Where the release controller runs (playbooks/roles/monitoring/tasks/release_controller.yml):
     monitoring hosts that also serve, which have what it needs, the gateway's venv, the
     deployment certificate and a route to Redis (loopback on a single host). A monitoring-only
-    host has none of them (docs/releases.md says why it gets none)."""
+    host has none of them (docs/day2.md says why it gets none)."""
     return [h for h in serving_hosts(inv) if "monitoring" in inv.host_groups(h)]
