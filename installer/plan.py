@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -22,6 +22,7 @@ from installer.engines import EngineInstance, ModelEngines, RayNode
 from installer.errors import InventoryError
 from installer.gpu.tuner import Tuned
 from installer.inventory import Host, Inventory, ServedModel
+from installer.inventory.weights_source import HostsSource, MirrorSource
 from installer.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
 
 
@@ -58,6 +59,9 @@ class HostPlan:
     engine_tls: bool
     engine_url: str  # its first engine, as the host's checks reach it
     gateway_url: str  # its gateway, as the health check reaches it
+    cpu_count: int | None = None  # what preflight counted on the host (nproc); None before preflight
+    # its gateway's processes (gateway_workers), resolved here; None for "auto" until its CPUs are counted
+    gateway_workers: int | None = None
 
     @property
     def name(self) -> str:
@@ -94,13 +98,24 @@ class DeploymentPlan:
         stable = {m.served.name: m.model_dir for m in self.models if m.stage == engines.STABLE}
         return [
             {"name": m.served.name, "served_name": m.served.served_name, "dir_name": m.model_dir,
-             "task": m.served.task, "stage": m.stage, "hosts": list(m.served.hosts)}
+             "task": m.served.task, "stage": m.stage, "hosts": list(m.served.hosts),
+             **_weights_source(m.served.model.source)}
             for m in self.models if m.stage == engines.STABLE or m.model_dir != stable[m.served.name]
         ]
 
     def engine_commands(self) -> list[tuple[str, str, tuple[str, ...]]]:
         """(host, unit, vLLM argv) of every engine: what `installer plan` shows and `up` deploys."""
         return [(h.name, e.unit, e.argv) for h in self.hosts for e in h.engines]
+
+
+def _weights_source(source: object) -> dict[str, Any]:
+    """A folder by reference names its source for the model role (docs/weights.md); a bundled
+    one adds nothing, so its rendered variables, and a converged host's record, stay as before."""
+    if isinstance(source, HostsSource):
+        return {"source": {"hosts": source.hosts}}
+    if isinstance(source, MirrorSource):
+        return {"source": {"mirror": source.mirror, "token": source.token_file is not None}}
+    return {}
 
 
 def _url(scheme: str, address: str, port: int) -> str:
@@ -134,6 +149,7 @@ def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host, found: list[Engi
         engine_url=_engine_url(inv, host, inv.ports.engine),
         # With TLS the gateway is checked by its certificate's address, as clients reach it.
         gateway_url=_url("https" if on else "http", host.address if on else "127.0.0.1", inv.ports.gateway),
+        gateway_workers=gateway_workers(inv.gateway.workers, None),
     )
 
 
@@ -195,6 +211,28 @@ def max_model_len_of(argv: tuple[str, ...]) -> int | None:
         if flag == "--max-model-len" and value.isdigit():
             return int(value)
     return None
+
+
+def gateway_workers(setting: int | str, cpu_count: int | None) -> int | None:
+    """A host's gateway processes on the one port (service/prefork.py): the inventory's number,
+    or for "auto" one per 8 CPUs, 1 to 8: one event loop relays a few thousand tokens/s, and the
+    other CPUs are the engines' (their schedulers, tokenizers and API servers). None for "auto"
+    while the host's CPUs are not counted (no preflight ran: the gateway role counts them then)."""
+    if isinstance(setting, int):
+        return setting
+    return None if cpu_count is None else max(1, min(8, cpu_count // 8))
+
+
+def with_cpu_counts(p: DeploymentPlan, counts: Mapping[str, int]) -> DeploymentPlan:
+    """`p` with the CPUs counted on its hosts (preflight's, or those a revision's plan recorded)
+    and each one's gateway workers resolved from them. Hosts `counts` leaves out keep theirs."""
+    setting = p.inventory.gateway.workers
+    hosts = tuple(
+        replace(h, cpu_count=counts[h.name], gateway_workers=gateway_workers(setting, counts[h.name]))
+        if h.name in counts else h
+        for h in p.hosts
+    )
+    return replace(p, hosts=hosts)
 
 
 def hardware_of(inv: Inventory, probed: bool) -> str:

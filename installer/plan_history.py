@@ -3,7 +3,7 @@ deployed with, and what applying the inventory now would change in the running o
 
 Both read the plan record each revision keeps (installer/plan_record.py); `--diff` builds the
 inventory's plan once, laid out on the GPUs the running revision was (preflight's probe, when
-the inventory leaves gpu.type/count out).
+the inventory leaves gpu.type/count out) and with the CPUs its hosts were counted with.
 """
 
 from dataclasses import dataclass
@@ -52,5 +52,6 @@ def diff_running(inv: Inventory) -> Compared:
         laid_out = inv.model_copy(update={"gpu": inv.gpu.model_copy(
             update={"type": inv.gpu.type or ran.gpu.type, "count": inv.gpu.count or ran.gpu.count})})
         probed = True
-    new = plan_record.record(plan.build(laid_out, probed=probed))
+    # and its gateways sized for the CPUs the running revision's hosts were counted with
+    new = plan_record.record(plan.with_cpu_counts(plan.build(laid_out, probed=probed), plan_record.cpu_counts(old)))
     return Compared(number, plan_record.diff(old, new, f"revision {number} (running)", "the inventory now"))

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from installer.plan import DeploymentPlan, max_model_len_of
+from installer.plan import DeploymentPlan, max_model_len_of, with_cpu_counts
 
 PLAN_FILE = "plan.json"
 VERSION = 1
@@ -39,6 +39,8 @@ def record(p: DeploymentPlan) -> dict[str, Any]:
                     for n, e in zip(h.engine_names, h.engines, strict=True)
                 ],
                 "ray": None if h.ray is None else h.ray.as_vars(),
+                "cpu_count": h.cpu_count,
+                "gateway_workers": h.gateway_workers,
             }
             for h in p.hosts
         ],
@@ -70,11 +72,17 @@ def read(folder: Path) -> dict[str, Any] | None:
     return data
 
 
+def cpu_counts(rec: Mapping[str, Any]) -> dict[str, int]:
+    """The CPUs preflight counted on each host when the revision was made (none in a record made
+    before they were kept)."""
+    return {h["name"]: h["cpu_count"] for h in rec["hosts"] if h.get("cpu_count")}
+
+
 def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
     """`p` with each engine's argv and environment as `rec` recorded them, for the engines the
     record has under the same host, name, unit and port, and each Ray node's argv where the record
     has the same role and unit on the host; the gateways' upstreams take their context length
-    from the pinned argv.
+    from the pinned argv, and the hosts the CPU counts the record has (their gateway workers).
 
     A rollback must bring back what the revision ran. Rebuilding its plan from its inventory with
     a newer installer can add flags it never ran with (a serving profile's parsers, a new default).
@@ -104,14 +112,15 @@ def pinned(p: DeploymentPlan, rec: Mapping[str, Any]) -> DeploymentPlan:
     argv = {n: e.argv for h in hosts for n, e in zip(h.engine_names, h.engines, strict=True)}
     upstreams = tuple(dataclasses.replace(u, max_model_len=max_model_len_of(argv[u.name])) if u.name in argv else u
                       for u in p.upstreams)
-    return dataclasses.replace(p, hosts=hosts, upstreams=upstreams)
+    return with_cpu_counts(dataclasses.replace(p, hosts=hosts, upstreams=upstreams), cpu_counts(rec))
 
 
 def lines(rec: Mapping[str, Any]) -> Iterator[str]:
     """The record as lines a person reads and `diff` compares: one per host, engine and upstream."""
     yield f"deployment {rec['deployment']}; hardware: {rec.get('hardware') or '-'}"
     for h in rec["hosts"]:
-        yield f"host {h['name']} {h['address']} groups={','.join(h['groups'])}"
+        workers = f" gateway_workers={h['gateway_workers']}" if h.get("gateway_workers") else ""
+        yield f"host {h['name']} {h['address']} groups={','.join(h['groups'])}{workers}"
         for e in h["engines"]:
             env = " ".join(f"{k}={v}" for k, v in sorted(e["env"].items()))
             where = " ".join(x for x in (f"devices={e['devices']}" if e["devices"] else "",

@@ -27,7 +27,7 @@ from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan
 from installer.preflight import gpu as preflight_gpu
 from installer.preflight import ray_cluster as preflight_ray
-from installer.preflight.hosts import HostReport, Needs, run_preflight
+from installer.preflight.hosts import HostReport, Needs, cpu_counts, run_preflight
 from installer.runlog import RunLog
 from installer.ssh import targets
 from installer.terraform import provision
@@ -208,6 +208,8 @@ def prepare(
             inv, deployment_plan = laid_out, preflight_gpu.plan_probed(laid_out, build)
         elif inv is not validated:  # provisioned: the cloud's hosts and addresses
             deployment_plan = plan.build(inv, canaries)
+        # gateway.workers "auto" resolved from the CPUs each host has (the plan, not the role, decides)
+        deployment_plan = plan.with_cpu_counts(deployment_plan, cpu_counts(reports))
         # A model spanning hosts: its Ray ports are free and every worker reaches the head.
         preflight_ray.check(inv, [(h.name, h.ray) for h in deployment_plan.hosts if h.ray is not None])
 

@@ -82,6 +82,11 @@ class HostReport:
         return not self.problems
 
 
+def cpu_counts(reports: list[HostReport]) -> dict[str, int]:
+    """Each host's CPUs as its probe counted them (nproc): the plan sizes the gateways from them."""
+    return {r.name: int(r.facts["cpus"]) for r in reports if r.facts.get("cpus", "").isdigit()}
+
+
 def _connect(t: Target) -> Connection:
     kwargs: dict[str, object] = {"allow_agent": t.private_key is None, "look_for_keys": t.private_key is None}
     if t.private_key:

@@ -26,6 +26,7 @@ from tests.support.revisions import anchored_site, signed_bundle
 
 runner = CliRunner()
 _register()
+CPUS = {"a": "4", "b": "16"}  # what preflight counts on each host: gateway workers 1 and 2
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def hosts(site: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The two hosts as `up` sees them: fresh at preflight, every play and proof passing."""
     def run_preflight(inv: Any, _needs: Needs) -> list[HostReport]:
-        return [HostReport(h.name, h.address, {"release_json": "", "cpus": "4"}) for h in inv.hosts]
+        return [HostReport(h.name, h.address, {"release_json": "", "cpus": CPUS[h.name]}) for h in inv.hosts]
 
     def run_playbook(*_a: Any, **_k: Any) -> PlaybookResult:
         return PlaybookResult("successful", 0, {n: HostResult(n, ok=3, changed=1) for n in ("a", "b")}, site.parent)
@@ -88,9 +89,12 @@ def test_up_builds_once_and_its_revision_keeps_that_plan(site: Path, builds: lis
     assert len(builds) == 1
     (rev,) = revisions.revisions("demo")
     stored = rev.plan_record()
-    # the record round-trips: what the revision keeps is what the command built, read back whole
-    assert stored == json.loads(plan_record.dump(plan_record.record(plan.build(builds[0]))))
+    # the record round-trips: what the revision keeps is what the command built (with the CPUs
+    # preflight counted), read back whole
+    counted = plan.with_cpu_counts(plan.build(builds[0]), {"a": 4, "b": 16})
+    assert stored == json.loads(plan_record.dump(plan_record.record(counted)))
     assert [h["name"] for h in stored["hosts"]] == ["a", "b"]
+    assert [(h["cpu_count"], h["gateway_workers"]) for h in stored["hosts"]] == [(4, 1), (16, 2)]
     assert "--served-model-name" in stored["hosts"][0]["engines"][0]["argv"]
 
     shown = runner.invoke(app, ["plan", "-i", str(site), "--revision", str(rev.number)])

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from installer.inventory.models import Gateway
+from installer.plan import gateway_workers
 from service.config import LimitsConfig, Settings
 
 ROLE = Path(__file__).parents[3] / "playbooks" / "roles" / "gateway"
@@ -42,6 +43,13 @@ def test_workers(workers: Any, nproc: int, expected: int) -> None:
     config = _render(workers, nproc)
     assert config["workers"] == expected
     assert Settings.model_validate(config).workers == expected
+
+
+@pytest.mark.parametrize("nproc", [2, 16, 224])
+def test_the_plans_number_renders_what_nproc_did(nproc: int) -> None:
+    # The installer resolves "auto" per host (installer/plan.py gateway_workers) and passes the
+    # number; the role renders the same gateway.yml as when it counted the CPUs itself.
+    assert _render(gateway_workers("auto", nproc), nproc) == _render("auto", nproc)
 
 
 def test_the_unit_signals_only_the_supervisor() -> None:
