@@ -22,8 +22,11 @@ InventoryOpt = Annotated[
 ]
 PassphraseFileOpt = Annotated[
     Path | None,
-    typer.Option("--passphrase-file", help=f"Read the passphrase from this file (else ${crypto.PASSPHRASE_ENV}, "
-                 "else a prompt). Never on the command line."),
+    typer.Option(
+        "--passphrase-file",
+        help=f"Read the passphrase from this file (else ${crypto.PASSPHRASE_ENV}, "
+        "else a prompt). Never on the command line.",
+    ),
 ]
 
 
@@ -32,23 +35,36 @@ def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="The archive to write (0600).")],
     inventory: InventoryOpt = None,
     passphrase_file: PassphraseFileOpt = None,
-    recipient: Annotated[list[str] | None, typer.Option(
-        "--recipient", "-r", help="Encrypt to this public key (age1... or an OpenSSH public key) instead of a "
-        "passphrase; repeatable.")] = None,
-    recipients_file: Annotated[list[Path] | None, typer.Option(
-        "--recipients-file", "-R", help="Encrypt to the public keys in this file, one a line; repeatable.")] = None,
+    recipient: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--recipient",
+            "-r",
+            help="Encrypt to this public key (age1... or an OpenSSH public key) instead of a passphrase; repeatable.",
+        ),
+    ] = None,
+    recipients_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--recipients-file", "-R", help="Encrypt to the public keys in this file, one a line; repeatable."
+        ),
+    ] = None,
 ) -> None:
     """Write the state folder's keys, CA, secrets, revisions, audit trail and Terraform state, encrypted."""
     to = crypto.recipients(recipient or [], recipients_file or [])
     secret = None if to else crypto.passphrase(passphrase_file, confirm=True)
     done = export.export(out, lambda data: crypto.encrypt(data, secret=secret, to=to))
-    console.print(f"wrote {done.path}: {done.files} files in {done.folders} folders from {done.state}"
-                  f"{', with the audit key' if done.audit_key else ''}", highlight=False)
+    console.print(
+        f"wrote {done.path}: {done.files} files in {done.folders} folders from {done.state}"
+        f"{', with the audit key' if done.audit_key else ''}",
+        highlight=False,
+    )
     for line in done.left_out:
         console.print(f"  left out {line}", highlight=False)
     for name in done.unknown:
-        console.print(f"  left out {name}: not state this installer writes (copy it yourself if you need it)",
-                      highlight=False)
+        console.print(
+            f"  left out {name}: not state this installer writes (copy it yourself if you need it)", highlight=False
+        )
 
 
 @state_app.command("import")
@@ -56,11 +72,17 @@ def import_cmd(
     archive: Annotated[Path, typer.Argument(help="The archive `installer state export` wrote.")],
     inventory: InventoryOpt = None,
     passphrase_file: PassphraseFileOpt = None,
-    identity: Annotated[list[Path] | None, typer.Option(
-        "--identity", help="The private key (age identity file or OpenSSH key) the archive was encrypted to; "
-        "repeatable.")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Replace a state folder that holds other state (it is kept beside, renamed).")] = False,
+    identity: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--identity",
+            help="The private key (age identity file or OpenSSH key) the archive was encrypted to; repeatable.",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace a state folder that holds other state (it is kept beside, renamed)."),
+    ] = False,
 ) -> None:
     """Restore an exported state here: checked whole first, then written in one rename."""
     try:
@@ -69,8 +91,10 @@ def import_cmd(
         raise StateArchiveError(f"cannot read {archive}: {exc.strerror or exc}") from exc
     ids = crypto.identities(identity or [])
     if not ids and not crypto.is_passphrase_archive(blob) and blob.startswith(crypto.AGE_MAGIC):
-        raise StateArchiveError(f"{archive} is encrypted to recipient keys, not a passphrase",
-                                        ["pass --identity with the private key it was encrypted to"])
+        raise StateArchiveError(
+            f"{archive} is encrypted to recipient keys, not a passphrase",
+            ["pass --identity with the private key it was encrypted to"],
+        )
     secret = None if ids else crypto.passphrase(passphrase_file, confirm=False)
     argv = ["state", "import", str(archive), *(["--force"] if force else [])]
     done = restore.restore(blob, archive, lambda b: crypto.decrypt(b, archive, secret=secret, ids=ids), force, argv)

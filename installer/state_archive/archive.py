@@ -79,8 +79,15 @@ def pack(entries: list[Entry], audit_key: bytes | None, source: Path, left_out: 
         "source": str(source),
         "left_out": left_out,
         "audit_key": audit_key is not None,
-        "entries": [{"path": str(e.path), "type": "dir" if e.is_dir else "file", "mode": e.mode,
-                     **({} if e.data is None else {"sha256": _sha(e.data)})} for e in entries],
+        "entries": [
+            {
+                "path": str(e.path),
+                "type": "dir" if e.is_dir else "file",
+                "mode": e.mode,
+                **({} if e.data is None else {"sha256": _sha(e.data)}),
+            }
+            for e in entries
+        ],
     }
     raw = io.BytesIO()
     stamp = int(now.timestamp())
@@ -97,10 +104,18 @@ def _member_path(name: str, where: Path) -> PurePosixPath:
     """A member's path, refused unless it is plain and relative: no absolute path, no `..`, no
     `.` parts or empty parts a later join could reinterpret."""
     path = PurePosixPath(name)
-    if (not name or path.is_absolute() or name.startswith("/") or "\\" in name or "\0" in name
-            or any(part in ("..", ".", "") for part in name.rstrip("/").split("/"))):
-        raise StateArchiveError(f"{where}: member {name!r} would escape the state folder; nothing was written",
-                                ["the archive was not written by `installer state export`: do not use it"])
+    if (
+        not name
+        or path.is_absolute()
+        or name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or any(part in ("..", ".", "") for part in name.rstrip("/").split("/"))
+    ):
+        raise StateArchiveError(
+            f"{where}: member {name!r} would escape the state folder; nothing was written",
+            ["the archive was not written by `installer state export`: do not use it"],
+        )
     return path
 
 
@@ -109,23 +124,27 @@ def _kind(member: tarfile.TarInfo, where: Path) -> str:
         return "file"
     if member.isdir():
         return "dir"
-    what = ("a symbolic link" if member.issym() else "a hard link" if member.islnk()
-            else "a device" if member.isdev() else "a special file")
-    raise StateArchiveError(f"{where}: member {member.name!r} is {what}; a state archive holds only files and "
-                            "folders; nothing was written",
-                            ["the archive was not written by `installer state export`: do not use it"])
+    what = (
+        "a symbolic link"
+        if member.issym()
+        else "a hard link"
+        if member.islnk()
+        else "a named pipe"
+        if member.isfifo()
+        else "a device"
+        if member.isdev()
+        else "a special file"
+    )
+    raise StateArchiveError(
+        f"{where}: member {member.name!r} is {what}; a state archive holds only files and folders; nothing was written",
+        ["the archive was not written by `installer state export`: do not use it"],
+    )
 
 
-def unpack(plain: bytes, where: Path) -> Contents:
-    """Every member checked and held in memory, matched against the manifest; nothing is written."""
-    try:
-        raw = gzip.decompress(plain)
-        tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
-        members = tar.getmembers()
-    except (OSError, EOFError, tarfile.TarError) as exc:
-        raise StateArchiveError(f"{where} decrypts, but what is inside is no state archive: {exc}") from exc
+def _members(tar: tarfile.TarFile, where: Path) -> dict[str, tuple[str, int, bytes | None]]:
+    """Each member by its path: (kind, mode, bytes), checked one by one, read into memory."""
     files: dict[str, tuple[str, int, bytes | None]] = {}
-    for m in members:
+    for m in tar.getmembers():
         path = _member_path(m.name, where)
         kind = _kind(m, where)
         key = str(path)
@@ -137,33 +156,56 @@ def unpack(plain: bytes, where: Path) -> Contents:
             assert fh is not None  # a regular file always has one
             data = fh.read()
         files[key] = (kind, m.mode & _MODE_BITS, data)
+    return files
+
+
+def unpack(plain: bytes, where: Path) -> Contents:
+    """Every member checked and held in memory, matched against the manifest; nothing is written."""
+    try:
+        raw = gzip.decompress(plain)
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+            files = _members(tar, where)
+    except (OSError, EOFError, tarfile.TarError) as exc:
+        raise StateArchiveError(f"{where} decrypts, but what is inside is no state archive: {exc}") from exc
+    return _rest(files, where)
+
+
+def _rest(files: dict[str, tuple[str, int, bytes | None]], where: Path) -> Contents:
+    """The manifest read, and every member matched against it: none missing, none extra."""
     try:
         manifest = json.loads(files.pop(MANIFEST)[2] or b"")
     except (KeyError, ValueError) as exc:
         raise StateArchiveError(f"{where} has no readable {MANIFEST}: not a state archive") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StateArchiveError(f"{where} is in a format this installer does not read "
-                                f"({manifest.get('format') if isinstance(manifest, dict) else '?'})",
-                                ["import it with the installer version that exported it, or a newer one"])
+        raise StateArchiveError(
+            f"{where} is in a format this installer does not read "
+            f"({manifest.get('format') if isinstance(manifest, dict) else '?'})",
+            ["import it with the installer version that exported it, or a newer one"],
+        )
     audit_key = files.pop(AUDIT_KEY)[2] if AUDIT_KEY in files else None
     if (audit_key is not None) != bool(manifest.get("audit_key")):
-        raise StateArchiveError(f"{where}: the audit key is {'there' if audit_key else 'missing'}, the manifest "
-                                "says otherwise; nothing was written")
+        raise StateArchiveError(
+            f"{where}: the audit key is {'there' if audit_key else 'missing'}, the manifest "
+            "says otherwise; nothing was written"
+        )
     entries: list[Entry] = []
     for item in manifest.get("entries", []):
         name = f"{STATE}/{item['path']}"
         rel = _member_path(str(item["path"]), where)
         if name not in files:
-            raise StateArchiveError(f"{where}: {item['path']} is in the manifest but not in the archive; "
-                                    "nothing was written")
+            raise StateArchiveError(
+                f"{where}: {item['path']} is in the manifest but not in the archive; nothing was written"
+            )
         kind, mode, data = files.pop(name)
         if kind != item["type"] or mode != item["mode"] or (data is not None and _sha(data) != item.get("sha256")):
-            raise StateArchiveError(f"{where}: {item['path']} differs from the manifest (type, mode or sha256); "
-                                    "nothing was written")
+            raise StateArchiveError(
+                f"{where}: {item['path']} differs from the manifest (type, mode or sha256); nothing was written"
+            )
         if rel.parent != PurePosixPath(".") and rel.parent not in {e.path for e in entries if e.is_dir}:
             raise StateArchiveError(f"{where}: {item['path']} comes before its folder; nothing was written")
         entries.append(Entry(rel, mode, data))
     if files:
-        raise StateArchiveError(f"{where}: members the manifest does not list: {', '.join(sorted(files))}; "
-                                "nothing was written")
+        raise StateArchiveError(
+            f"{where}: members the manifest does not list: {', '.join(sorted(files))}; nothing was written"
+        )
     return Contents(entries, audit_key, manifest)

@@ -70,6 +70,7 @@ def walk(state: Path) -> tuple[list[PurePosixPath], list[str]]:
             if path.is_symlink() or not (path.is_dir() or path.is_file()):
                 raise StateArchiveError(
                     f"{path} is a link or a special file: the state folder holds none, and an archive carries none",
-                    ["replace it with the file it stands for, or move it out of the state folder"])
+                    ["replace it with the file it stands for, or move it out of the state folder"],
+                )
             kept.append(rel)
     return kept, unknown

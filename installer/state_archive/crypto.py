@@ -31,10 +31,14 @@ def _recipient(text: str) -> object:
         if text.startswith("ssh-"):
             return pyrage.ssh.Recipient.from_str(text)
     except pyrage.RecipientError as exc:
-        raise StateArchiveError(f"not a usable recipient key: {text[:40]}...: {exc}",
-                                ["give an age public key (age1...) or an OpenSSH public key line"]) from exc
-    raise StateArchiveError(f"not a recipient key: {text[:40]!r}",
-                            ["give an age public key (age1..., from `age-keygen`) or an OpenSSH public key line"])
+        raise StateArchiveError(
+            f"not a usable recipient key: {text[:40]}...: {exc}",
+            ["give an age public key (age1...) or an OpenSSH public key line"],
+        ) from exc
+    raise StateArchiveError(
+        f"not a recipient key: {text[:40]!r}",
+        ["give an age public key (age1..., from `age-keygen`) or an OpenSSH public key line"],
+    )
 
 
 def recipients(keys: list[str], files: list[Path]) -> list[object]:
@@ -66,8 +70,10 @@ def identities(files: list[Path]) -> list[object]:
                 raise StateArchiveError(f"{f} holds no age identity (AGE-SECRET-KEY-1...) or OpenSSH private key")
             out += [pyrage.x25519.Identity.from_str(k) for k in keys]
         except (pyrage.IdentityError, UnicodeDecodeError) as exc:
-            raise StateArchiveError(f"{f} is not a usable identity: {exc}",
-                                    ["an age identity file, or an OpenSSH private key without a passphrase"]) from exc
+            raise StateArchiveError(
+                f"{f} is not a usable identity: {exc}",
+                ["an age identity file, or an OpenSSH private key without a passphrase"],
+            ) from exc
     return out
 
 
@@ -89,10 +95,13 @@ def passphrase(file: Path | None, *, confirm: bool) -> str:
     else:
         raise StateArchiveError(
             "no passphrase: no terminal to ask on, no --passphrase-file, no $" + PASSPHRASE_ENV,
-            ["pass --passphrase-file FILE (0600), set $" + PASSPHRASE_ENV + ", or use --recipient / --identity"])
+            ["pass --passphrase-file FILE (0600), set $" + PASSPHRASE_ENV + ", or use --recipient / --identity"],
+        )
     if confirm and len(text) < _MIN_PASSPHRASE:
-        raise StateArchiveError(f"the passphrase from {source} is shorter than {_MIN_PASSPHRASE} characters",
-                                ["the archive holds the CA key and every secret of the deployment: use a long one"])
+        raise StateArchiveError(
+            f"the passphrase from {source} is shorter than {_MIN_PASSPHRASE} characters",
+            ["the archive holds the CA key and every secret of the deployment: use a long one"],
+        )
     if not text:
         raise StateArchiveError(f"the passphrase from {source} is empty")
     return text
@@ -114,8 +123,9 @@ def decrypt(blob: bytes, where: Path, *, secret: str | None = None, ids: list[ob
     """The archive's plaintext, every byte authenticated before any is returned, or one error
     that says which way it failed: the passphrase or key does not open it, or it was changed."""
     if not blob.startswith(AGE_MAGIC):
-        raise StateArchiveError(f"{where} is not a state archive (no age header)",
-                                ["give the file `installer state export` wrote"])
+        raise StateArchiveError(
+            f"{where} is not a state archive (no age header)", ["give the file `installer state export` wrote"]
+        )
     try:
         if ids:
             return pyrage.decrypt(blob, ids)
@@ -127,7 +137,12 @@ def decrypt(blob: bytes, where: Path, *, secret: str | None = None, ids: list[ob
         # payload fails: the file was changed after the key was found.
         if str(exc) in _NOT_OPENED:
             what = "identity" if ids else "passphrase"
-            raise StateArchiveError(f"the {what} does not open {where} (or its header was changed); nothing was written",
-                                    [f"check the {what}; the archive is unchanged"]) from exc
-        raise StateArchiveError(f"{where} was changed or damaged after it was written: it fails its authentication "
-                                f"({exc}); nothing was written", ["use an intact copy of the archive"]) from exc
+            raise StateArchiveError(
+                f"the {what} does not open {where} (or its header was changed); nothing was written",
+                [f"check the {what}; the archive is unchanged"],
+            ) from exc
+        raise StateArchiveError(
+            f"{where} was changed or damaged after it was written: it fails its authentication "
+            f"({exc}); nothing was written",
+            ["use an intact copy of the archive"],
+        ) from exc

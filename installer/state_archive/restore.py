@@ -33,19 +33,23 @@ class Restored:
 
 
 def _differences(target: Path, wanted: list[archive.Entry]) -> list[str]:
-    """How the target's kept entries differ from the archive's ("" for none)."""
+    """How the target's kept entries differ from the archive's (none: the same state), changes first."""
     have, _unknown = contents.walk(target)
     want = {e.path: e for e in wanted}
-    out = [f"{p}: not in the archive" for p in have if p not in want]
-    out += [f"{p}: not in the state folder" for p in want if p not in set(have)]
+    out = []
     for p in have:
         e = want.get(p)
         if e is None:
             continue
         path = target / p
-        if (os.lstat(path).st_mode & 0o777) != e.mode or (e.data is not None and path.read_bytes() != e.data):
+        data = None if e.data is None else path.read_bytes()
+        # The trail grows by appends (this import's own entry among them): a trail that begins
+        # with the archive's is the same trail.
+        same = data == e.data or (str(p) == audit.FILE_NAME and data is not None and data.startswith(e.data or b"\0"))
+        if (os.lstat(path).st_mode & 0o777) != e.mode or not same:
             out.append(f"{p}: differs")
-    return out
+    out += [f"{p}: not in the archive" for p in have if p not in want]
+    return out + [f"{p}: not in the state folder" for p in want if p not in set(have)]
 
 
 def _sealing_key_ids(entries: list[archive.Entry]) -> set[str]:
@@ -75,21 +79,28 @@ def _judge_audit_key(got: archive.Contents) -> bytes | None:
         raise StateArchiveError(
             f"this machine's audit key {path} is not the one that sealed the archive's audit trail; nothing was "
             "written",
-            [f"set {audit.KEY_ENV} to a file that does not exist yet (outside the state folder) and import again: "
-             "the trail's key is written there; keep that variable set for this deployment's commands"])
+            [
+                f"set {audit.KEY_ENV} to a file that does not exist yet (outside the state folder) and import again: "
+                "the trail's key is written there; keep that variable set for this deployment's commands"
+            ],
+        )
     key = got.audit_key if got.audit_key is not None else local
     if key is None:
-        raise StateArchiveError("the archive's audit trail is sealed, but neither the archive nor this machine "
-                                "holds its key; nothing was written",
-                                [f"copy the key from the old machine and set {audit.KEY_ENV} to it"])
+        raise StateArchiveError(
+            "the archive's audit trail is sealed, but neither the archive nor this machine "
+            "holds its key; nothing was written",
+            [f"copy the key from the old machine and set {audit.KEY_ENV} to it"],
+        )
     try:
         key_id = audit.key_id(bytes.fromhex(key.decode().strip()))
     except ValueError as exc:
         raise StateArchiveError("the archive's audit key is not a key; nothing was written") from exc
     if key_id not in needed:
-        raise StateArchiveError(f"the audit key {'in the archive' if got.audit_key else path} did not seal the "
-                                "archive's audit trail; nothing was written",
-                                [f"set {audit.KEY_ENV} to the key of the machine that exported it"])
+        raise StateArchiveError(
+            f"the audit key {'in the archive' if got.audit_key else path} did not seal the "
+            "archive's audit trail; nothing was written",
+            [f"set {audit.KEY_ENV} to the key of the machine that exported it"],
+        )
     return got.audit_key if local is None else None
 
 
@@ -110,6 +121,13 @@ def _write_tree(root: Path, entries: list[archive.Entry]) -> None:
         path.chmod(e.mode)  # exactly the archived mode: the umask applies to mkdir and open
 
 
+def _aside(target: Path) -> Path:
+    """Where a replaced state folder is kept: beside it, dated, never over an earlier one."""
+    return (
+        target.parent / f".{target.name.lstrip('.')}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    )
+
+
 def restore(blob: bytes, where: Path, decrypt: Callable[[bytes], bytes], force: bool, argv: list[str]) -> Restored:
     got = archive.unpack(decrypt(blob), where)
     target, _why = paths.resolve_state_dir()
@@ -118,16 +136,24 @@ def restore(blob: bytes, where: Path, decrypt: Callable[[bytes], bytes], force: 
     occupied = target.is_dir() and any(target.iterdir())
     if occupied and not _differences(target, got.entries):
         return Restored(target, 0, True, None, None)
-    if occupied or checkpoint.exists():
-        if not force:
-            found = _differences(target, got.entries) if occupied else []
-            what = (f"holds other state ({'; '.join(found[:3])}{'...' if len(found) > 3 else ''})" if found
-                    else "is not empty" if occupied else f"has an audit checkpoint {checkpoint} of another trail")
-            raise StateArchiveError(f"the state folder {target} {what}; nothing was written",
-                                    ["import into an empty --state-dir, or pass --force to replace it "
-                                     "(the old folder is kept beside it, renamed)"])
+    if (occupied or checkpoint.exists()) and not force:
+        found = _differences(target, got.entries) if occupied else []
+        what = (
+            f"holds other state ({'; '.join(found[:3])}{'...' if len(found) > 3 else ''})"
+            if found
+            else "is not empty"
+            if occupied
+            else f"has an audit checkpoint {checkpoint} of another trail"
+        )
+        raise StateArchiveError(
+            f"the state folder {target} {what}; nothing was written",
+            [
+                "import into an empty --state-dir, or pass --force to replace it "
+                "(the old folder is kept beside it, renamed)"
+            ],
+        )
     key = _judge_audit_key(got)
-    tmp = target.parent / f".{target.name}.import-{secrets.token_hex(4)}"
+    tmp = target.parent / f".{target.name.lstrip('.')}.import-{secrets.token_hex(4)}"
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         _write_tree(tmp, got.entries)
@@ -142,13 +168,13 @@ def restore(blob: bytes, where: Path, decrypt: Callable[[bytes], bytes], force: 
     replaced = None
     if target.exists():
         if occupied:
-            replaced = target.parent / f".{target.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+            replaced = _aside(target)
             target.rename(replaced)
         else:
             target.rmdir()
     if checkpoint.exists():
         # The old trail's checkpoint goes with the old trail, so the restored trail starts its own.
-        holder = replaced or target.parent / f".{target.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+        holder = replaced or _aside(target)
         holder.mkdir(mode=0o700, exist_ok=True)
         checkpoint.rename(holder / "audit-checkpoint.json")
         replaced = holder
