@@ -290,6 +290,7 @@ def _assemble(
     target = {"arch": "x86_64", "targets": ", ".join(inv.targets())}
     man = Manifest(target=target, components=components, packages=packages, files=files)
     components.update(weights.components(models, files))
+    components.update(weights.by_reference(models))  # lists of weights the hosts already have or fetch
     progress("software bill of materials")
     sbom.write(  # the scan below lists it
         root, files, components, packages, inv.model.served_name, groups=weights.sbom_groups(models)

@@ -8,6 +8,7 @@ instant (docs/architecture.md).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from installer import engines
 from installer.bundle.manifest import FileEntry, Manifest
+from installer.inventory.weights_source import HostsSource, MirrorSource, WeightsSource, read_manifest
+from installer.weights import verify as weights_verify
 
 if TYPE_CHECKING:
     from installer.inventory import Inventory, ServedModel
@@ -23,6 +26,10 @@ PRIMARY_DIR = "model"
 PRIMARY_CHECKSUMS = "model.sha256"
 OTHERS_DIR = "models"
 CANARY_SUFFIX = ".canary"
+# The manifest's component of the folders whose weights the bundle names but does not carry:
+# {folder: {"source": {"hosts": path} | {"mirror": url}, "size": bytes, "files": [entries]}}.
+# Inside manifest.json, so the signature covers every path, size and sha256 (docs/weights.md).
+BY_REFERENCE = "weights_by_reference"
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,11 @@ class Carried:
     served_name: str
     folder: str  # its folder under models/ on the hosts
     source: Path  # on this machine
+    weights_from: WeightsSource = "bundle"  # model.source: the bundle, or a reference
+
+    @property
+    def by_reference(self) -> bool:
+        return self.weights_from != "bundle"
 
     def bundle_dir(self, primary_folder: str) -> str:
         return bundle_dir(self.folder, primary_folder)
@@ -54,7 +66,7 @@ def carried(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -
     """Every weights folder the bundle carries, the primary model first; a canary's only when
     the plan gives it a folder of its own (engines.canary_dir: its engines read that folder)."""
     served = inv.served_models()
-    found = [Carried(m.name, m.served_name, m.model.dir_name, m.model.path) for m in served]
+    found = [Carried(m.name, m.served_name, m.model.dir_name, m.model.path, m.model.source) for m in served]
     by_key = {m.name: m for m in served}
     for key, canary in sorted((canaries or {}).items()):
         stable = by_key.get(key)
@@ -62,7 +74,7 @@ def carried(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None) -
             continue  # the plan refuses a canary of no model, before any bundle is pushed
         folder = engines.canary_dir(stable, canary)
         if folder != stable.model.dir_name:
-            found.append(Carried(key, canary.served_name, folder, canary.model.path))
+            found.append(Carried(key, canary.served_name, folder, canary.model.path, canary.model.source))
     return found
 
 
@@ -77,21 +89,60 @@ def _fingerprint(model_dir: Path) -> list[tuple[str, int, int]]:
 
 
 def bundle_input(models: list[Carried]) -> list[dict[str, Any]]:
-    """The bundle cache key's part for the weights: every folder's name and files."""
-    return [
-        {"key": c.key, "name": c.served_name, "folder": c.folder, "files": _fingerprint(c.source)}
-        for c in models
-    ]
+    """The bundle cache key's part for the weights: every folder's name and files (a folder by
+    reference: its source, and its list's bytes when a manifest file gives it)."""
+    found = []
+    for c in models:
+        entry: dict[str, Any] = {"key": c.key, "name": c.served_name, "folder": c.folder}
+        given = _given_list(c)
+        if given is not None:
+            entry["list_sha256"] = hashlib.sha256(given.read_bytes()).hexdigest()
+        else:
+            entry["files"] = _fingerprint(c.source)
+        if c.by_reference:
+            entry["source"] = _source_json(c.weights_from)
+        found.append(entry)
+    return found
+
+
+def _given_list(c: Carried) -> Path | None:
+    return c.weights_from.manifest if isinstance(c.weights_from, HostsSource | MirrorSource) else None
+
+
+def _source_json(source: WeightsSource) -> dict[str, str]:
+    if isinstance(source, HostsSource):
+        return {"hosts": source.hosts}
+    if isinstance(source, MirrorSource):
+        return {"mirror": source.mirror}
+    raise ValueError("the bundle carries this folder's weights")
 
 
 def files_of(models: list[Carried]) -> list[tuple[Path, str]]:
-    """(source file, path inside the bundle) of every weights file."""
+    """(source file, path inside the bundle) of every weights file the bundle carries."""
     primary = models[0].folder
     return [
         (src, f"{c.bundle_dir(primary)}/{src.relative_to(c.source).as_posix()}")
         for c in models
+        if not c.by_reference
         for src in sorted(p for p in c.source.rglob("*") if p.is_file())
     ]
+
+
+def by_reference(models: list[Carried]) -> dict[str, Any]:
+    """The manifest's BY_REFERENCE component: each referenced folder's source and signed list,
+    from its manifest file or hashed here from model.path (every core, weights/verify.py)."""
+    found: dict[str, Any] = {}
+    for c in models:
+        if not c.by_reference:
+            continue
+        given = _given_list(c)
+        files = read_manifest(given) if given is not None else weights_verify.describe(str(c.source))
+        found[c.folder] = {
+            "source": _source_json(c.weights_from),
+            "size": sum(e["size"] for e in files),
+            "files": sorted(files, key=lambda e: e["path"]),
+        }
+    return {BY_REFERENCE: found} if found else {}
 
 
 def components(models: list[Carried], files: list[FileEntry]) -> dict[str, Any]:
@@ -99,6 +150,8 @@ def components(models: list[Carried], files: list[FileEntry]) -> dict[str, Any]:
     primary = models[0].folder
 
     def size(c: Carried) -> int:
+        if c.by_reference:
+            return 0  # none of its bytes travel in the bundle (BY_REFERENCE has its size)
         prefix = c.bundle_dir(primary) + "/"
         return sum(f.size for f in files if f.path.startswith(prefix))
 
@@ -115,6 +168,8 @@ def write_checksums(root: Path, man: Manifest, models: list[Carried]) -> None:
     host's copy with it)."""
     primary = models[0].folder
     for c in models:
+        if c.by_reference:
+            continue  # its list is in the manifest itself (BY_REFERENCE)
         out = root / c.checksums(primary)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(man.checksums_text(prefix=c.bundle_dir(primary) + "/"))

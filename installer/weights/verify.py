@@ -16,7 +16,8 @@ see is in docs/weights.md.
 
 Commands (one JSON line out; exit 0 when the folder matches, 1 when it does not, 2 on bad use):
   describe --root DIR                  the list of DIR's files, for a bundle build or an operator
-  verify --root DIR --manifest FILE [--cache FILE] [--full] [--workers N]
+  verify --root DIR --manifest FILE [--folder F] [--cache FILE] [--full] [--workers N]
+  fetch  --root DIR --manifest FILE [--folder F] --url URL [--ca PEM] [--token-file F] [--cache FILE]
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ def stat_key(st: os.stat_result) -> list[int]:
 @dataclass
 class Result:
     problems: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)  # listed files missing or not as listed
+    extra: list[str] = field(default_factory=list)  # files the list does not have
+    fetched_files: int = 0
+    fetched_bytes: int = 0
     hashed_files: int = 0
     hashed_bytes: int = 0
     cached_files: int = 0
@@ -103,6 +108,7 @@ class Result:
         return json.dumps({
             "ok": not self.problems, "problems": self.problems, "hashed_files": self.hashed_files,
             "hashed_bytes": self.hashed_bytes, "cached_files": self.cached_files,
+            "fetched_files": self.fetched_files, "fetched_bytes": self.fetched_bytes,
             "seconds": round(self.seconds, 3),
         }, sort_keys=True)
 
@@ -246,9 +252,11 @@ def verify(
         st = present.get(path)
         if st is None:
             result.problems.append(f"{path}: missing (the signed manifest lists it)")
+            result.wrong.append(path)
             continue
         if st.st_size != entry["size"]:
             result.problems.append(f"{path}: {st.st_size} bytes, the signed manifest says {entry['size']}")
+            result.wrong.append(path)
             continue
         hit = cache.get(path)
         if hit and hit.get("key") == stat_key(st) and hit.get("entry") == entry_digest(entry):
@@ -256,7 +264,8 @@ def verify(
             new_cache[path] = hit
         else:
             todo.append(entry)
-    result.problems += [f"{p}: not in the signed manifest (an extra file)" for p in sorted(set(present) - set(listed))]
+    result.extra = sorted(set(present) - set(listed))
+    result.problems += [f"{p}: not in the signed manifest (an extra file)" for p in result.extra]
     real_root = os.path.realpath(root)
     pieces = [p for e in sorted(todo, key=lambda e: -e["size"]) for p in _pieces(e)]
     bad: dict[str, list[str]] = {}
@@ -273,6 +282,7 @@ def verify(
         result.hashed_files += 1
         if path in bad:
             result.problems.append(f"{path}: sha256 differs from the signed manifest{bad[path][0]}")
+            result.wrong.append(path)
             continue
         before = present[path]
         try:
@@ -281,11 +291,68 @@ def verify(
             after = None
         if after is None or stat_key(after) != stat_key(before):
             result.problems.append(f"{path}: changed while it was being verified (run again)")
+            result.wrong.append(path)
         elif max(after.st_mtime_ns, after.st_ctime_ns) < started_ns - _RACY_NS:
             new_cache[path] = {"key": stat_key(after), "entry": entry_digest(entry)}
     if cache_path and new_cache != cache:
         save_cache(cache_path, new_cache)
     result.seconds = time.monotonic() - start
+    return result
+
+
+def fetch(
+    root: str, entries: list[dict], url: str, ca_file: str | None = None, token_file: str | None = None,
+    cache_path: str | None = None, workers: int | None = None,
+) -> Result:
+    """Make `root` (a folder the installer owns) hold exactly the listed files, from a mirror:
+    what the cache and hashes find wrong or missing is fetched from `url` + path over TLS (the
+    system's trust store and `ca_file`), a bearer token read from `token_file` (never logged), a
+    part already fetched resumed with a Range request; files the list lacks are removed. Then
+    the folder is verified again, so nothing fetched is trusted unhashed."""
+    import ssl
+    import urllib.request
+
+    os.makedirs(root, mode=0o755, exist_ok=True)
+    first = verify(root, entries, cache_path, workers=workers)
+    if not first.wrong and not first.extra:
+        return first
+    real_root = os.path.realpath(root)
+    for path in first.extra:
+        os.unlink(os.path.join(real_root, path))
+    staging = os.path.join(os.path.dirname(real_root), "." + os.path.basename(real_root) + ".fetching")
+    context = ssl.create_default_context()
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    headers = {}
+    if token_file:
+        with open(token_file) as fh:
+            headers["Authorization"] = "Bearer " + fh.read().strip()
+    listed = {e["path"]: e for e in entries}
+
+    def one(path: str) -> int:
+        part = os.path.join(staging, path)
+        os.makedirs(os.path.dirname(part), mode=0o700, exist_ok=True)
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        if have >= listed[path]["size"]:
+            have = 0  # a whole or longer part from an earlier run is fetched again, not trusted
+        request = urllib.request.Request(url + path, headers=dict(headers))
+        if have:
+            request.add_header("Range", f"bytes={have}-")
+        with urllib.request.urlopen(request, context=context, timeout=60) as answer:
+            append = have and answer.status == 206
+            got = 0
+            with open(part, "ab" if append else "wb") as out:
+                while block := answer.read(_READ):
+                    out.write(block)
+                    got += len(block)
+        os.makedirs(os.path.dirname(os.path.join(real_root, path)), exist_ok=True)
+        os.replace(part, os.path.join(real_root, path))
+        return got
+
+    with ThreadPoolExecutor(max_workers=min(8, workers or workers_default())) as pool:
+        fetched = list(pool.map(one, first.wrong))
+    result = verify(root, entries, cache_path, workers=workers)
+    result.fetched_files, result.fetched_bytes = len(fetched), sum(fetched)
     return result
 
 
@@ -325,27 +392,45 @@ def describe(root: str, workers: int | None = None) -> list[dict]:
         return list(pool.map(one, sorted(present)))
 
 
+def _listed(manifest: str, folder: str | None) -> list[dict]:
+    with open(manifest) as fh:
+        data = json.load(fh)
+    if folder is None:
+        return check_entries(data.get("files"))
+    found = data.get("components", {}).get("weights_by_reference", {}).get(folder)
+    if not isinstance(found, dict):
+        raise ManifestError(f"{manifest} lists no weights by reference for {folder}")
+    return check_entries(found.get("files"))
+
+
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="verify.py")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("describe")
     d.add_argument("--root", required=True)
     d.add_argument("--workers", type=int)
-    v = sub.add_parser("verify")
-    v.add_argument("--root", required=True)
-    v.add_argument("--manifest", required=True, help="JSON: {\"files\": [entries]}")
-    v.add_argument("--cache")
-    v.add_argument("--full", action="store_true", help="hash every file, ignoring the cache")
-    v.add_argument("--workers", type=int)
+    for name in ("verify", "fetch"):
+        v = sub.add_parser(name)
+        v.add_argument("--root", required=True)
+        v.add_argument("--manifest", required=True, help="JSON: {\"files\": [entries]}, or a bundle's manifest.json")
+        v.add_argument("--folder", help="with a bundle's manifest.json: the folder's list in weights_by_reference")
+        v.add_argument("--cache")
+        v.add_argument("--workers", type=int)
+    sub.choices["verify"].add_argument("--full", action="store_true", help="hash every file, ignoring the cache")
+    sub.choices["fetch"].add_argument("--url", required=True)
+    sub.choices["fetch"].add_argument("--ca")
+    sub.choices["fetch"].add_argument("--token-file")
     args = parser.parse_args(argv)
     try:
         if args.command == "describe":
             print(json.dumps({"files": describe(args.root, args.workers)}, sort_keys=True))
             return 0
-        with open(args.manifest) as fh:
-            files = json.load(fh).get("files")
-        result = verify(args.root, files, args.cache, args.full, args.workers)
-    except (ManifestError, OSError, ValueError) as exc:
+        files = _listed(args.manifest, args.folder)
+        if args.command == "fetch":
+            result = fetch(args.root, files, args.url, args.ca, args.token_file, args.cache, args.workers)
+        else:
+            result = verify(args.root, files, args.cache, args.full, args.workers)
+    except (ManifestError, OSError, ValueError) as exc:  # URLError is an OSError
         print(json.dumps({"ok": False, "problems": [str(exc)], "error": True}))
         return 2
     print(result.to_json())

@@ -14,6 +14,7 @@ import pytest
 
 from installer.weights import verify as weights_verify
 from tests.support import REPO
+from tests.support.weights_mirror import serve_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -103,3 +104,39 @@ def test_a_manifest_path_out_of_the_folder_is_refused_before_reading(
 
 def test_the_module_is_the_file_the_roles_ship() -> None:
     assert Path(weights_verify.__file__).resolve() == SCRIPT.resolve()
+
+
+def test_a_mirror_fills_the_folder_resumes_a_part_and_fetches_only_what_is_wrong(
+    model: tuple[Path, Path, Path], tmp_path: Path,
+) -> None:
+    source, manifest, cache = model
+    token = tmp_path / "token"
+    token.write_text("t0k3n\n")
+    token.chmod(0o600)
+    root = tmp_path / "models" / "tiny"
+    with serve_folder(source, tmp_path, "t0k3n") as mirror:
+        def fetch(*extra: str) -> tuple[int, dict]:
+            return run("fetch", "--root", str(root), "--manifest", str(manifest), "--cache", str(cache),
+                       "--url", mirror.url, "--ca", str(mirror.ca_file), *extra)
+
+        # an earlier run stopped after 1000 bytes of one file: it is resumed, not fetched again
+        part = tmp_path / "models" / ".tiny.fetching" / "model-00000.safetensors"
+        part.parent.mkdir(parents=True)
+        part.write_bytes((source / "model-00000.safetensors").read_bytes()[:1000])
+        code, out = fetch("--token-file", str(token))
+        assert (code, out["problems"], out["fetched_files"]) == (0, [], 4), out
+        assert out["fetched_bytes"] == sum(p.stat().st_size for p in source.iterdir()) - 1000
+        assert ("/models/model-00000.safetensors", "bytes=1000-") in mirror.requests
+
+        shard = root / "model-00001.safetensors"
+        shard.write_bytes(b"\0" + shard.read_bytes()[1:])
+        (root / "stray.bin").write_bytes(b"x")
+        mirror.requests.clear()
+        code, out = fetch("--token-file", str(token))
+        assert (code, out["problems"], out["fetched_files"]) == (0, [], 1), out
+        assert [p for p, _ in mirror.requests] == ["/models/model-00001.safetensors"]
+        assert not (root / "stray.bin").exists()
+
+        shard.write_bytes(b"\0" + shard.read_bytes()[1:])
+        code, out = fetch()  # no token: the mirror refuses, and the error says so without a secret
+        assert code == 2 and "401" in out["problems"][0]

@@ -19,6 +19,7 @@ import pytest
 from installer import prepare
 from installer.bundle import build, contents, manifest, planning, project_wheel, wheels
 from installer.bundle.manifest import SBOM, Manifest, verify
+from installer.errors import BundleError
 from installer.inventory import load_inventory
 from installer.modelmaker import make_tiny_model
 from tests.support.bundles import make_bundle
@@ -195,3 +196,54 @@ def test_preflight_counts_every_models_weights_on_the_disk(site: Path) -> None:
     weights_bytes = sum(f.size for f in man.files if f.path.startswith(("model/", "models/")))
     assert weights_bytes > 2 * man.components["model"]["size"]
     assert prepare.needs_for(inv, man).model_bytes == weights_bytes
+
+
+def test_weights_by_reference_travel_as_a_signed_list_never_as_bytes(site: Path) -> None:
+    from installer.bundle import sign, weights
+    from installer.weights import verify as weights_verify
+
+    listed = {"files": weights_verify.describe(str(site / "models" / "rerank"))}
+    (site / "rerank.json").write_text(json.dumps(listed))
+    by_reference = """  - {name: chat, served_name: tiny-chat, path: ./models/chat}
+  - {name: emb, served_name: org/tiny-embed, path: ./models/embed, task: embed, hosts: [h1],
+     source: {hosts: /data/models/embed}}
+  - {name: rank, served_name: tiny-rerank, path: ./models/rerank, task: score, hosts: [h2],
+     source: {mirror: 'https://minio.lab/models/rerank', manifest: ./rerank.json}}
+"""
+    inv = load_inventory(_inventory(site, by_reference))
+    root, man, _ = build.build(inv)
+    # no byte of either, and no sha256sum list beside them: the list is in the manifest itself
+    assert not any(f.path.startswith(("models/org--tiny-embed", "models/tiny-rerank")) for f in man.files)
+    refs = man.components[weights.BY_REFERENCE]
+    assert refs["org--tiny-embed"]["source"] == {"hosts": "/data/models/embed"}
+    assert refs["org--tiny-embed"]["files"] == weights_verify.describe(str(site / "models" / "embed"))
+    assert refs["tiny-rerank"] == {
+        "source": {"mirror": "https://minio.lab/models/rerank/"},
+        "size": sum(e["size"] for e in listed["files"]),
+        "files": sorted(listed["files"], key=lambda e: e["path"]),
+    }
+    verify(root)
+    # inside manifest.json, so the signature covers it: one sha256 changed is a bad signature
+    pair = sign.keygen(site / "keys")
+    signed = (root / manifest.MANIFEST).read_bytes()
+    signature = sign.signature_for(signed, sign.load_private_key(pair.private_key))
+    trust = sign.Trust((pair.public_key,), False)
+    sign.check_signature(signed, signature, trust, "bundle")
+    first = refs["org--tiny-embed"]["files"][0]["sha256"]
+    tampered = signed.replace(first.encode(), ("0" * 64).encode(), 1)
+    with pytest.raises(BundleError, match="refusing bundle"):
+        sign.check_signature(tampered, signature, trust, "bundle")
+    # the hosts' verifier reads its folder's list from that manifest.json
+    out = subprocess.run(
+        ["python3", "-I", weights_verify.__file__, "verify", "--root", str(site / "models" / "embed"),
+         "--manifest", str(root / manifest.MANIFEST), "--folder", "org--tiny-embed"],
+        capture_output=True, text=True, check=False,
+    )
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"], out.stdout
+    # the weights never change the release: the same as the bundle that carries all three
+    assert man.release_id == build.build(load_inventory(_inventory(site, THREE)))[1].release_id
+    # a new list for the mirror is a new bundle
+    first_key = build.bundle_inputs(inv)
+    listed["files"][0]["size"] += 1
+    (site / "rerank.json").write_text(json.dumps(listed))
+    assert build.bundle_inputs(inv) != first_key
