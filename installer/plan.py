@@ -114,7 +114,8 @@ def _weights_source(source: object) -> dict[str, Any]:
     if isinstance(source, HostsSource):
         return {"source": {"hosts": source.hosts}}
     if isinstance(source, MirrorSource):
-        return {"source": {"mirror": source.mirror, "token": source.token_file is not None}}
+        # the token's file on this machine: the role copies it (no_log) to the host, 0600
+        return {"source": {"mirror": source.mirror, "token_src": str(source.token_file or "")}}
     return {}
 
 
