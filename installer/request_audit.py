@@ -30,8 +30,23 @@ from service import audit_chain
 
 AUDIT_DIR = f"{HOST_LAYOUT['pli_state_dir']}/audit"  # the gateway unit's StateDirectory
 HEADS_FILE = "request-audit-heads.json"
-COLUMNS = ("host", "seq", "ts", "request_id", "subject", "tenant", "path", "model", "stage", "status",
-           "prompt_tokens", "completion_tokens", "latency_ms", "client", "prev")
+COLUMNS = (
+    "host",
+    "seq",
+    "ts",
+    "request_id",
+    "subject",
+    "tenant",
+    "path",
+    "model",
+    "stage",
+    "status",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "client",
+    "prev",
+)
 
 
 class RequestAuditError(InstallerError):

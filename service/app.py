@@ -53,7 +53,8 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
     workers = shared.workers if shared else 1
     limiter = _limiter(settings, metrics, shared)
     tenants = Tenants.of(settings.tenants) if settings.tenants else None
-    keys = KeyRing(settings.keys_file, jwt_verifier(settings.jwt), tenants)  # a missing or bad file fails start-up, loudly
+    # a missing or bad file fails start-up, loudly
+    keys = KeyRing(settings.keys_file, jwt_verifier(settings.jwt), tenants)
     gateway = Gateway(
         settings=settings,
         keys=keys,

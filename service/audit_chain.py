@@ -89,16 +89,21 @@ def verify(files: Iterable[tuple[str, bytes]], known: tuple[int, str] | None = N
                     out.problems.append(Problem(name, number, "edited", "the first record does not start the chain"))
             elif prev_seq is not None and seq != prev_seq + 1:
                 if seq > prev_seq + 1:
-                    out.problems.append(Problem(
-                        name, number, "gap", f"records {prev_seq + 1}..{seq - 1} are missing before it"))
+                    out.problems.append(
+                        Problem(name, number, "gap", f"records {prev_seq + 1}..{seq - 1} are missing before it")
+                    )
                 else:
-                    out.problems.append(Problem(
-                        name, number, "reordered", f"seq {seq} after {prev_seq}: a record moved or inserted"))
+                    out.problems.append(
+                        Problem(name, number, "reordered", f"seq {seq} after {prev_seq}: a record moved or inserted")
+                    )
             elif prev_hash is not None and prev != prev_hash:
-                out.problems.append(Problem(
-                    *prev_at, "edited",
-                    f"changed after it was written: the next record ({name}:{number}) holds another hash for it",
-                ))
+                out.problems.append(
+                    Problem(
+                        *prev_at,
+                        "edited",
+                        f"changed after it was written: the next record ({name}:{number}) holds another hash for it",
+                    )
+                )
             prev_hash, prev_seq, prev_at = here, seq, (name, number)
             hashes.setdefault(seq, here)
             out.records.append(record)
@@ -107,13 +112,23 @@ def verify(files: Iterable[tuple[str, bytes]], known: tuple[int, str] | None = N
         seq, want = known
         last = out.head[0] if out.head else 0
         if last < seq:
-            out.problems.append(Problem(
-                "-", 0, "truncated",
-                f"the chain ends at seq {last}, but an earlier check saw it reach seq {seq}: newer records were removed",
-            ))
+            out.problems.append(
+                Problem(
+                    "-",
+                    0,
+                    "truncated",
+                    f"the chain ends at seq {last}, but an earlier check saw it reach seq {seq}: "
+                    "newer records were removed",
+                )
+            )
         elif seq in hashes and hashes[seq] != want:
-            out.problems.append(Problem(
-                "-", 0, "rewritten",
-                f"record {seq} is not the one an earlier check saw: the chain was rewritten from there on or before",
-            ))
+            out.problems.append(
+                Problem(
+                    "-",
+                    0,
+                    "rewritten",
+                    f"record {seq} is not the one an earlier check saw: "
+                    "the chain was rewritten from there on or before",
+                )
+            )
     return out

@@ -45,8 +45,13 @@ class Tenants:
         """The first tenant, in the configured order, that one of the claim's values names (a
         caller in several groups gets the same tenant on every gateway); else the default."""
         value = claims.get(self.claim)
-        values = {value} if isinstance(value, str) else {v for v in value if isinstance(v, str)} \
-            if isinstance(value, list) else set()
+        values = (
+            {value}
+            if isinstance(value, str)
+            else {v for v in value if isinstance(v, str)}
+            if isinstance(value, list)
+            else set()
+        )
         for tenant in self.ordered:
             if values.intersection(tenant.claim_values or (tenant.name,)):
                 return tenant
@@ -68,6 +73,11 @@ class Tenants:
 def apply(caller: ApiKey, tenant: TenantConfig) -> ApiKey:
     """The tenant's policy in place of the caller's own; name, expiry and tester role kept."""
     return replace(
-        caller, tenant=tenant.name, rpm=tenant.rpm, tpm=tenant.tpm, models=frozenset(tenant.models),
-        quota_tokens=tenant.quota_tokens, quota_period=tenant.quota_period,
+        caller,
+        tenant=tenant.name,
+        rpm=tenant.rpm,
+        tpm=tenant.tpm,
+        models=frozenset(tenant.models),
+        quota_tokens=tenant.quota_tokens,
+        quota_period=tenant.quota_period,
     )

@@ -77,8 +77,10 @@ def audit_cmd(
     since: Annotated[str, typer.Option(
         "--since", help="With --requests: from this UTC day on: 7d (seven days ago), today, or YYYY-MM-DD.")] = "7d",
     tenant: Annotated[str | None, typer.Option("--tenant", help="With --requests: one tenant's records only.")] = None,
-    jsonl: Annotated[Path | None, typer.Option("--jsonl", help="With --requests: write the records here (JSON Lines).")] = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="With --requests: write the records here (CSV).")] = None,
+    jsonl: Annotated[Path | None, typer.Option(
+        "--jsonl", help="With --requests: write the records here (JSON Lines).")] = None,
+    csv_out: Annotated[Path | None, typer.Option(
+        "--csv", help="With --requests: write the records here (CSV).")] = None,
 ) -> None:
     """Show who changed the deployment, when, with what, and how it ended (or check the chain);
     with --requests, who asked which model for how many tokens, from every gateway host."""

@@ -22,16 +22,22 @@ def check(inv: Inventory) -> Iterator[tuple[Loc, str]]:
         names.setdefault(tenant.name, i)
         for j, model in enumerate(tenant.models):
             if model not in served:
-                yield (*at, "models", j), (
-                    f"tenant {tenant.name!r} names model {model!r}, which this deployment does not serve; "
-                    f"use one of {', '.join(served)} (a model's served_name)"
+                yield (
+                    (*at, "models", j),
+                    (
+                        f"tenant {tenant.name!r} names model {model!r}, which this deployment does not serve; "
+                        f"use one of {', '.join(served)} (a model's served_name)"
+                    ),
                 )
         for j, value in enumerate(tenant.claim_values or ([] if duplicate else [tenant.name])):
             if value in claimed and claimed[value] != i:
                 loc: Loc = (*at, "claim_values", j) if tenant.claim_values else (*at, "name")
-                yield loc, (
-                    f"claim value {value!r} also chooses auth.tenants[{claimed[value]}]; a caller's tenant "
-                    "must not depend on the order of the list: give each value to one tenant"
+                yield (
+                    loc,
+                    (
+                        f"claim value {value!r} also chooses auth.tenants[{claimed[value]}]; a caller's tenant "
+                        "must not depend on the order of the list: give each value to one tenant"
+                    ),
                 )
             claimed.setdefault(value, i)
         for j, key in enumerate(tenant.keys):
@@ -39,9 +45,12 @@ def check(inv: Inventory) -> Iterator[tuple[Loc, str]]:
                 yield (*at, "keys", j), f"API key {key!r} is also in auth.tenants[{keyed[key]}]; a key is in one tenant"
             keyed.setdefault(key, i)
     if auth.default_tenant is not None and auth.default_tenant not in names:
-        yield ("auth", "default_tenant"), (
-            f"{auth.default_tenant!r} is not a tenant; use one of auth.tenants' names"
-            + ("" if names else " (there are none)")
+        yield (
+            ("auth", "default_tenant"),
+            (
+                f"{auth.default_tenant!r} is not a tenant; use one of auth.tenants' names"
+                + ("" if names else " (there are none)")
+            ),
         )
     if auth.jwt is None and (auth.default_tenant is not None or "tenant_claim" in auth.model_fields_set):
         key = "default_tenant" if auth.default_tenant is not None else "tenant_claim"

@@ -31,7 +31,12 @@ def _files(folder: Path) -> list[tuple[str, bytes]]:
 
 
 def test_two_tenants_through_two_gateways(
-    tmp_path: Path, start_upstream: Any, start_gateway: Any, keys: Any, redis_url: str, scrape_token: Any,
+    tmp_path: Path,
+    start_upstream: Any,
+    start_gateway: Any,
+    keys: Any,
+    redis_url: str,
+    scrape_token: Any,
 ) -> None:
     run = uuid.uuid4().hex[:6]  # the session's Redis outlives this test: buckets of its own
     research, support = f"research-{run}", f"support-{run}"
@@ -41,18 +46,23 @@ def test_two_tenants_through_two_gateways(
     api_key = keys.create(f"ci-{run}")
     upstream = start_upstream()
     gateways = [
-        start_gateway({
-            "keys_file": str(keys.hosts_file),
-            "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
-            "limits": {"redis_url": redis_url},
-            "metrics_token_file": str(scrape_token.file),
-            "jwt": {"issuers": [idp.ISSUER], "audiences": [idp.AUDIENCE], "jwks_file": str(jwks)},
-            "tenants": {"claim": "groups", "tenants": [
-                {"name": research, "rpm": 3, "claim_values": ["ml"]},
-                {"name": support, "rpm": 3, "keys": [f"ci-{run}"]},
-            ]},
-            "request_audit": {"dir": str(tmp_path / f"audit-{n}"), "retention_days": 30},
-        })
+        start_gateway(
+            {
+                "keys_file": str(keys.hosts_file),
+                "engines": [{"name": "e1", "url": upstream.url, "model": "tiny"}],
+                "limits": {"redis_url": redis_url},
+                "metrics_token_file": str(scrape_token.file),
+                "jwt": {"issuers": [idp.ISSUER], "audiences": [idp.AUDIENCE], "jwks_file": str(jwks)},
+                "tenants": {
+                    "claim": "groups",
+                    "tenants": [
+                        {"name": research, "rpm": 3, "claim_values": ["ml"]},
+                        {"name": support, "rpm": 3, "keys": [f"ci-{run}"]},
+                    ],
+                },
+                "request_audit": {"dir": str(tmp_path / f"audit-{n}"), "retention_days": 30},
+            }
+        )
         for n in range(2)
     ]
     a, b = gateways
@@ -73,11 +83,16 @@ def test_two_tenants_through_two_gateways(
 
     # usage per tenant and per caller (what `installer usage --by tenant,key` shows)
     report = usage_report(tmp_path / "gateway-0.yaml")
-    got = {(r["tenant"], r["key"]): r["requests"] for r in rows(report, ("tenant", "key"))
-           if r["tenant"] in (research, support)}
+    got = {
+        (r["tenant"], r["key"]): r["requests"]
+        for r in rows(report, ("tenant", "key"))
+        if r["tenant"] in (research, support)
+    }
     assert got == {
-        (research, subject_name(idp.ISSUER, "alice")): 2, (research, subject_name(idp.ISSUER, "bob")): 1,
-        (support, f"ci-{run}"): 1, (support, subject_name(idp.ISSUER, "carol")): 2,
+        (research, subject_name(idp.ISSUER, "alice")): 2,
+        (research, subject_name(idp.ISSUER, "bob")): 1,
+        (support, f"ci-{run}"): 1,
+        (support, subject_name(idp.ISSUER, "carol")): 2,
     }
 
     # the metrics' key label is the tenant for token callers, never the subject

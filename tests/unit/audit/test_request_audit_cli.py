@@ -41,8 +41,17 @@ def _trail(folder: Path, tenants: Sequence[str]) -> None:
 
     async def go() -> None:
         for i, tenant in enumerate(tenants):
-            audit.emit({"ts": f"2099-01-01T00:00:0{i}.000+00:00", "subject": f"jwt/u{i}.abc", "tenant": tenant,
-                        "model": "tiny", "status": 200, "prompt_tokens": 3, "completion_tokens": 4})
+            audit.emit(
+                {
+                    "ts": f"2099-01-01T00:00:0{i}.000+00:00",
+                    "subject": f"jwt/u{i}.abc",
+                    "tenant": tenant,
+                    "model": "tiny",
+                    "status": 200,
+                    "prompt_tokens": 3,
+                    "completion_tokens": 4,
+                }
+            )
         audit.flush()
 
     asyncio.run(go())
@@ -76,13 +85,31 @@ def hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 def test_both_hosts_trails_verify_and_export_one_tenants_records(tmp_path: Path, hosts: dict[str, Path]) -> None:
     out_jsonl, out_csv = tmp_path / "a.jsonl", tmp_path / "a.csv"
-    result = runner.invoke(app, ["audit", "--requests", "-i", str(_inventory(tmp_path)), "--since", "2099-01-01",
-                                 "--tenant", "a", "--jsonl", str(out_jsonl), "--csv", str(out_csv)])
+    result = runner.invoke(
+        app,
+        [
+            "audit",
+            "--requests",
+            "-i",
+            str(_inventory(tmp_path)),
+            "--since",
+            "2099-01-01",
+            "--tenant",
+            "a",
+            "--jsonl",
+            str(out_jsonl),
+            "--csv",
+            str(out_csv),
+        ],
+    )
     assert result.exit_code == 0, result.output
     exported = [json.loads(line) for line in out_jsonl.read_text().splitlines()]
     assert [(r["host"], r["seq"], r["tenant"]) for r in exported] == [("gw1", 1, "a"), ("gw1", 3, "a")]
     table = list(csv.DictReader(out_csv.read_text().splitlines()))
-    assert [(r["host"], r["seq"], r["subject"]) for r in table] == [("gw1", "1", "jwt/u0.abc"), ("gw1", "3", "jwt/u2.abc")]
+    assert [(r["host"], r["seq"], r["subject"]) for r in table] == [
+        ("gw1", "1", "jwt/u0.abc"),
+        ("gw1", "3", "jwt/u2.abc"),
+    ]
     assert stat.S_IMODE(out_jsonl.stat().st_mode) == 0o600 and stat.S_IMODE(out_csv.stat().st_mode) == 0o600
     heads = json.loads((tmp_path / "state" / "request-audit-heads.json").read_text())
     assert heads["gw1"][0] == 3 and heads["gw2"][0] == 2
@@ -101,9 +128,9 @@ def test_an_edit_and_a_tail_cut_since_the_last_check_are_named_by_host(tmp_path:
     text = result.output + str(result.exception or "")
     report = json.loads(result.output[: result.output.rindex("}") + 1])
     by_host = {h["host"]: h["problems"] for h in report["hosts"]}
-    assert by_host["gw1"] == [f"{gw1.name}:1: edited: changed after it was written: the next record "
-                              f"({gw1.name}:2) holds another hash for it",
-                              "-:0: truncated: the chain ends at seq 2, but an earlier check saw it reach seq 3: "
-                              "newer records were removed"]
+    assert by_host["gw1"] == [
+        f"{gw1.name}:1: edited: changed after it was written: the next record ({gw1.name}:2) holds another hash for it",
+        "-:0: truncated: the chain ends at seq 2, but an earlier check saw it reach seq 3: newer records were removed",
+    ]
     assert [p.split(": ")[1] for p in by_host["gw2"]] == ["truncated"]
     assert "broken" in text

@@ -41,13 +41,16 @@ def _line_of(path: Path, text: str) -> int:
 
 
 def test_tenants_reach_the_gateways_config_which_accepts_them(tmp_path: Path) -> None:
-    path = _inventory(tmp_path, (
-        "  default_tenant: general\n"
-        "  tenants:\n"
-        "    - {name: research, models: [tiny], rpm: 60, tpm: 100000, quota_tokens: 1000000, quota_period: month,\n"
-        "       claim_values: [llm-research], keys: [ci-bot]}\n"
-        "    - {name: general, rpm: 10}\n"
-    ))
+    path = _inventory(
+        tmp_path,
+        (
+            "  default_tenant: general\n"
+            "  tenants:\n"
+            "    - {name: research, models: [tiny], rpm: 60, tpm: 100000, quota_tokens: 1000000, quota_period: month,\n"
+            "       claim_values: [llm-research], keys: [ci-bot]}\n"
+            "    - {name: general, rpm: 10}\n"
+        ),
+    )
     inv = load_inventory(path)
     check_inventory(inv)
     rendered = _tenant_vars(type("P", (), {"inventory": inv})())  # type: ignore[arg-type]
@@ -61,18 +64,29 @@ def test_tenants_reach_the_gateways_config_which_accepts_them(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("tail", "line_text", "message"),
     [
-        ("  tenants:\n    - name: research\n      models: [tiny, huge]\n", "models: [tiny, huge]",
-         "names model 'huge', which this deployment does not serve"),
+        (
+            "  tenants:\n    - name: research\n      models: [tiny, huge]\n",
+            "models: [tiny, huge]",
+            "names model 'huge', which this deployment does not serve",
+        ),
         ("  tenants:\n    - name: a\n    - name: a\n", "- name: a", "is also auth.tenants[0]"),
         ("  default_tenant: nobody\n  tenants:\n    - name: a\n", "default_tenant: nobody", "is not a tenant"),
-        ("  tenants:\n    - name: a\n      keys: [bot]\n    - name: b\n      keys: [bot]\n", "keys: [bot]",
-         "API key 'bot' is also in auth.tenants[0]"),
-        ("  tenants:\n    - name: a\n      claim_values: [staff]\n    - name: b\n      claim_values: [staff]\n",
-         "claim_values: [staff]", "claim value 'staff' also chooses auth.tenants[0]"),
+        (
+            "  tenants:\n    - name: a\n      keys: [bot]\n    - name: b\n      keys: [bot]\n",
+            "keys: [bot]",
+            "API key 'bot' is also in auth.tenants[0]",
+        ),
+        (
+            "  tenants:\n    - name: a\n      claim_values: [staff]\n    - name: b\n      claim_values: [staff]\n",
+            "claim_values: [staff]",
+            "claim value 'staff' also chooses auth.tenants[0]",
+        ),
     ],
     ids=["unknown-model", "duplicate-name", "default-unknown", "key-twice", "claim-value-twice"],
 )
-def test_validate_refuses_tenant_mistakes_at_their_line(tmp_path: Path, tail: str, line_text: str, message: str) -> None:
+def test_validate_refuses_tenant_mistakes_at_their_line(
+    tmp_path: Path, tail: str, line_text: str, message: str
+) -> None:
     path = _inventory(tmp_path, tail)
     problems = _problems(path)
     assert len(problems) == 1, problems

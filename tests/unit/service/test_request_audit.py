@@ -12,8 +12,15 @@ from service.request_audit import RequestAudit, day_file
 
 
 def _record(i: int) -> dict[str, object]:
-    return {"ts": f"t{i}", "subject": f"key{i % 3}", "tenant": "a", "model": "m", "status": 200,
-            "prompt_tokens": i, "completion_tokens": 2 * i}
+    return {
+        "ts": f"t{i}",
+        "subject": f"key{i % 3}",
+        "tenant": "a",
+        "model": "m",
+        "status": 200,
+        "prompt_tokens": i,
+        "completion_tokens": 2 * i,
+    }
 
 
 def _write(audit: RequestAudit, first: int, count: int) -> None:
