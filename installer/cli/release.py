@@ -103,3 +103,7 @@ def status_cmd(
         console.print(f"[yellow]{host}: {problem}[/]")
     if got.decision is not None:
         console.print(f"since the gateways started: {got.decision.action}: {'; '.join(got.decision.reasons)}")
+    if got.controller is not None:
+        last = got.controller.get("last")
+        console.print(f"release controller: {got.controller.get('verdict')}, canary at {got.controller.get('weight')}%"
+                      + (f"; last decision: {watch.describe(last)}" if last else ""))

@@ -1,14 +1,16 @@
 """`installer release status`: the release under way, its two stages with their share, engines
-and SLO figures (counted by the gateways since they started: one scrape, no waiting), and what
-the decision rule would say of them."""
+and SLO figures (counted by the gateways since they started: one scrape, no waiting), what the
+decision rule would say of them, and the release controller's own state (its verdict and last
+decision, which are what moves the weights)."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from installer.inventory import load_inventory
-from installer.release import metrics, scrape, spec, state
+from installer.release import controller, metrics, scrape, spec, state
 from installer.release.decide import Decision, decide
-from installer.release.state import Release
+from installer.release.state import Release, ReleaseError
 
 
 @dataclass
@@ -16,7 +18,8 @@ class ReleaseStatus:
     release: Release | None
     rows: list[list[str]] = field(default_factory=list)  # stage, share, revision, engines, figures...
     decision: Decision | None = None
-    problems: dict[str, str] = field(default_factory=dict)  # gateways that did not answer
+    problems: dict[str, str] = field(default_factory=dict)  # gateways (or the controller) that did not answer
+    controller: dict[str, Any] | None = None  # its state of this release, as release_admin shows it
 
 
 COLUMNS = ["stage", "share", "revision", "engines", "requests", "error ratio", "TTFT p99", "e2e p95"]
@@ -49,4 +52,10 @@ def status(inventory_path: Path, model: str | None = None) -> ReleaseStatus:
     settings = s.canary_spec().release
     out.decision = decide(figures["stable"], figures["canary"], settings.slo,
                           auto_promote=settings.auto_promote, step_hold_s=settings.step_hold_s)
+    if release.controller:
+        try:
+            st = controller.show(s.stable_inv).get("state") or {}
+            out.controller = st if st.get("release") == release.controller else None
+        except ReleaseError as exc:
+            out.problems["release controller"] = str(exc)
     return out

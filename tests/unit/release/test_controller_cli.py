@@ -7,7 +7,7 @@ service/release_controller.py decides on recorded Prometheus answers.
   - Redis's scripts: one release at a time, abort and promote fence the leading controller out,
     a promote of a step the controller already left is refused;
   - start refuses while the controller runs a release, before any host is touched;
-  - watch shows the controller's decisions and ends at its verdict;
+  - watch shows the controller's decisions and ends at its verdict, status shows its state;
   - promote reads the verdict first (a rolled-back canary is refused) and steps through it;
   - abort stops the controller before the stages file changes, then takes the release out.
 """
@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 from installer import remote, revisions
 from installer.cli import _register, app
 from installer.inventory import load_inventory
-from installer.release import abort, controller, promote, state
+from installer.release import abort, controller, promote, scrape, state
+from installer.release.scrape import Scrape
 from installer.release.state import Release, ReleaseError
 from installer.runlog import RunLog
 from service import release_store
@@ -166,8 +167,8 @@ def test_start_refuses_while_the_controller_runs_a_release(site: Path, host: dic
     assert state.current("demo") is None
 
 
-def test_watch_shows_the_controllers_decisions_and_promote_refuses_its_rollback(
-    site: Path, host: dict[str, Any]
+def test_watch_and_status_show_the_controllers_decisions_and_promote_refuses_its_rollback(
+    site: Path, host: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     r = _released(site)
     controller.start(load_inventory(site), _spec(r.controller))
@@ -180,6 +181,11 @@ def test_watch_shows_the_controllers_decisions_and_promote_refuses_its_rollback(
     assert "canary at 20%: start" in result.output
     assert "canary at 20%: rollback (breach): canary e2e_p95 2400 ms over 120 s > e2e_p95 <= 800 ms" in result.output
     assert "verdict: rolled_back" in result.output
+    monkeypatch.setattr(scrape, "scrape", lambda inv, at: Scrape(at, {}, {"a": "gateway unreachable"}))
+    result = runner.invoke(app, ["release", "status", "-i", str(site)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "release controller: rolled_back, canary at 0%; last decision: canary at 20%: rollback (breach)" in \
+        " ".join(result.output.split())
     text = _error(["release", "promote", "-i", str(site), "-m", "main"])
     assert "the release controller rolled back the canary of main: canary e2e_p95 2400 ms" in text
     assert "`installer release abort -i INVENTORY --model main` removes the canary" in text
