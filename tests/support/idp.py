@@ -4,14 +4,12 @@ served over HTTPS on 127.0.0.1 by a certificate of the installer's own CA code."
 
 import base64
 import json
-import ssl
-import threading
 import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from joserfc import jwt
 from joserfc.errors import SecurityWarning
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 
-from installer.tls import ca
+from tests.support.https_server import serve_https
 
 ISSUER = "https://idp.example.internal/realms/llm"
 AUDIENCE = "private-llm"
@@ -85,14 +83,7 @@ class JWKSServer:
 @contextmanager
 def serve_jwks(root: Path, document: dict[str, Any]) -> Iterator[JWKSServer]:
     """https://127.0.0.1:<port>/jwks, serving `server.document` as it is at each request."""
-    authority = ca.create_ca("idp-test")
-    issued = ca.issue_server(authority, "idp", ["localhost"], ["127.0.0.1"], 2)
-    ca_file, cert, key = root / "idp-ca.pem", root / "idp.pem", root / "idp.key"
-    ca_file.write_bytes(authority.cert_pem)
-    cert.write_bytes(issued.cert_pem)
-    key.write_bytes(issued.key_pem)
-    key.chmod(0o600)
-    state = JWKSServer("", ca_file, document)
+    state = JWKSServer("", root / "idp-ca.pem", document)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -110,15 +101,6 @@ def serve_jwks(root: Path, document: dict[str, Any]) -> Iterator[JWKSServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    state.url = f"https://127.0.0.1:{server.server_address[1]}/jwks"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_https(Handler, root, "idp") as served:
+        state.url, state.ca_file = f"{served.origin}/jwks", served.ca_file
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -2,16 +2,14 @@
 certificate of the installer's own CA code, answering Range requests and only a caller with
 the bearer token; it records each request's path and Range header."""
 
-import ssl
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from installer.tls import ca
+from tests.support.https_server import serve_https
 
 
 @dataclass
@@ -23,14 +21,7 @@ class Mirror:
 
 @contextmanager
 def serve_folder(folder: Path, certs: Path, token: str) -> Iterator[Mirror]:
-    authority = ca.create_ca("mirror-test")
-    issued = ca.issue_server(authority, "mirror", ["localhost"], ["127.0.0.1"], 2)
-    ca_file, cert, key = certs / "mirror-ca.pem", certs / "mirror.pem", certs / "mirror.key"
-    ca_file.write_bytes(authority.cert_pem)
-    cert.write_bytes(issued.cert_pem)
-    key.write_bytes(issued.key_pem)
-    key.chmod(0o600)
-    state = Mirror("", ca_file)
+    state = Mirror("", certs / "mirror-ca.pem")
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -52,15 +43,6 @@ def serve_folder(folder: Path, certs: Path, token: str) -> Iterator[Mirror]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    state.url = f"https://127.0.0.1:{server.server_address[1]}/models/"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_https(Handler, certs, "mirror") as served:
+        state.url, state.ca_file = f"{served.origin}/models/", served.ca_file
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
