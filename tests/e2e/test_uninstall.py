@@ -14,7 +14,8 @@ from tests.support.e2e import Run, host_run, installer
 pytestmark = pytest.mark.e2e
 
 OURS = (
-    "ls -d /opt/private-llm /etc/private-llm /var/lib/private-llm /etc/systemd/system/private-llm-* "
+    "ls -d /opt/private-llm /etc/private-llm /var/lib/private-llm /var/log/private-llm-release "
+    "/etc/systemd/system/private-llm-* "
     "2>/dev/null; id private-llm 2>/dev/null; true"
 )
 
