@@ -200,7 +200,7 @@ def _limiter(settings: Settings, metrics: Metrics, shared: SharedState | None) -
         return LocalLimiter() if shared is None else SharedLimiter(shared)
     from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
 
-    return RedisLimiter(settings.limits.redis_url, metrics, settings.tls)
+    return RedisLimiter(settings.limits.redis_url, metrics, settings.tls, settings.limits.redis_on_unavailable)
 
 
 def _release_weights(settings: Settings, limiter: Limiter) -> "ControlledWeights | None":
@@ -227,7 +227,7 @@ def _ledger(settings: Settings, limiter: Limiter, keys: KeyRing, metrics: Metric
     from service.redis_usage import RedisLedger  # only deployments that use Redis need it
 
     assert isinstance(limiter, RedisLimiter)
-    return RedisLedger(limiter.client, metrics, settings.limits.default_completion_reserve)
+    return RedisLedger(limiter.client, limiter.outage, settings.limits.default_completion_reserve)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -82,6 +82,9 @@ class LimitsConfig(_Strict):
     redis_url: str | None = Field(
         default=None, description="share per-key limits across gateways (redis://host:port/db)"
     )
+    # When Redis cannot be reached: admit requests without their limits and quotas (open), or
+    # refuse those that have one with 503 (closed). Either way counted and alerted.
+    redis_on_unavailable: Literal["open", "closed"] = "open"
 
 
 class EvidenceConfig(_Strict):

@@ -140,3 +140,12 @@ class Metrics:
             "rate-limit checks skipped because the shared store failed",
             registry=r,
         )
+        # A limit or quota check that found Redis unreachable, and what limits.redis_on_unavailable
+        # made of it (service/redis_outage.py): the alert PLIGatewayRedisUnavailable reads it.
+        self.redis_unavailable = Counter(
+            p + "redis_unavailable",
+            "limit (rate) and quota checks made while Redis was unreachable, by check and action "
+            "(admitted: on_unavailable open; refused: closed, answered 503)",
+            ["check", "action"],
+            registry=r,
+        )

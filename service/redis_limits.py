@@ -4,7 +4,7 @@ Imported only when `limits.redis_url` is set: a gateway without it needs no redi
 """
 
 import logging
-import time
+from typing import Literal
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 from service.auth import ApiKey
 from service.config import TLSConfig
 from service.metrics import Metrics
+from service.redis_outage import RedisOutage
 
 log = logging.getLogger("service.redis_limits")
 
@@ -56,27 +57,29 @@ def ssl_args(url: str, tls: TLSConfig | None) -> dict[str, str]:
 
 
 class RedisLimiter:
-    """Buckets in Redis, shared by all gateways. If Redis cannot be reached the request is
-    admitted (limits protect fairness, not access: authentication stays local), counted in
-    `pli_gateway_limiter_errors_total` and logged at most every 10 s."""
+    """Buckets in Redis, shared by all gateways. If Redis cannot be reached, `on_unavailable`
+    decides (service/redis_outage.py): the request is admitted (open: limits protect fairness,
+    not access; authentication stays local) or refused with 503 (closed); counted either way."""
 
-    def __init__(self, url: str, metrics: Metrics, tls: TLSConfig | None = None) -> None:
+    def __init__(
+        self, url: str, metrics: Metrics, tls: TLSConfig | None = None,
+        on_unavailable: Literal["open", "closed"] = "open",
+    ) -> None:
         self._redis = aioredis.from_url(
             url, socket_timeout=0.5, socket_connect_timeout=0.5, **ssl_args(url, tls)
         )
         self._script = self._redis.register_script(_BUCKET_LUA)
-        self._metrics = metrics
-        self._last_warning = 0.0
+        self.outage = RedisOutage(on_unavailable, metrics, log)
 
     async def _run(self, key: ApiKey, tokens: int, mode: str, requests: int = 0) -> float:
         try:
             args: list[int | str] = [key.rpm or 0, key.tpm or 0, tokens, mode, requests]
             return float(await self._script(keys=[f"pli:limit:{key.limit_name}"], args=args))
         except (RedisError, OSError) as exc:
-            self._metrics.limiter_errors.inc()
-            if time.monotonic() - self._last_warning > 10:
-                self._last_warning = time.monotonic()
-                log.warning("rate limits not enforced: redis unavailable: %s", exc)
+            if mode == "reserve":
+                self.outage.check("limits", exc)  # raises 503 when closed
+            else:
+                self.outage.after("rate limits not reconciled", exc)
             return 0.0
 
     @property

@@ -1,19 +1,17 @@
 """The usage ledger and quotas in the deployment's Redis (service/usage.py says what they mean).
 
-Imported only when `limits.redis_url` is set; it shares the rate limiter's connections. Like
-the limiter, it lets requests through when Redis cannot be reached (counted in
-`pli_gateway_limiter_errors_total`, logged at most every 10 s): usage is then not recorded.
+Imported only when `limits.redis_url` is set; it shares the rate limiter's connections and its
+`on_unavailable` choice (service/redis_outage.py): when Redis cannot be reached, a key with a
+quota is admitted without it (open) or refused with 503 (closed); usage is then not recorded.
 """
 
-import logging
-import time
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from service.auth import ApiKey
-from service.metrics import Metrics
+from service.redis_outage import RedisOutage
 from service.usage import (
     USAGE_PREFIX,
     USAGE_RETENTION_DAYS,
@@ -24,8 +22,6 @@ from service.usage import (
     usage_caller,
     usage_field,
 )
-
-log = logging.getLogger("service.redis_usage")
 
 # Admitted only if the prompt's estimate and at least one token per choice fit in what is left
 # of the period's quota; the completion per choice is capped to what is left after the prompt
@@ -70,18 +66,11 @@ return 1
 
 
 class RedisLedger:
-    def __init__(self, client: "aioredis.Redis", metrics: Metrics, default_reserve: int = 1024) -> None:
+    def __init__(self, client: "aioredis.Redis", outage: RedisOutage, default_reserve: int = 1024) -> None:
         self._admit = client.register_script(_ADMIT_LUA)
         self._settle = client.register_script(_SETTLE_LUA)
-        self._metrics = metrics
-        self._last_warning = 0.0
+        self._outage = outage
         self._default_reserve = default_reserve
-
-    def _failed(self, exc: Exception) -> None:
-        self._metrics.limiter_errors.inc()
-        if time.monotonic() - self._last_warning > 10:
-            self._last_warning = time.monotonic()
-            log.warning("usage not recorded, quotas not enforced: redis unavailable: %s", exc)
 
     async def admit(self, key: ApiKey, prompt: int, completion: int | None, choices: int = 1) -> Ticket:
         now = datetime.now(UTC)
@@ -99,7 +88,7 @@ class RedisLedger:
                 args=[key.quota_tokens, prompt, want, choices, expire_at, self._default_reserve],
             )
         except (RedisError, OSError) as exc:
-            self._failed(exc)
+            self._outage.check("quota", exc)  # raises 503 when closed
             return ticket
         if not int(ok):
             raise quota_error(key, int(used), resets, now, prompt + (want >= 0) * choices)
@@ -137,7 +126,7 @@ class RedisLedger:
         try:
             await self._settle(keys=keys, args=args)
         except (RedisError, OSError) as exc:
-            self._failed(exc)
+            self._outage.after("usage not recorded", exc)
 
     async def close(self) -> None:
         return None  # the limiter owns the connections
