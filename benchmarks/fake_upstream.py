@@ -158,6 +158,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     start = _continued_from(body, chat)
     if start:
         stats["continuations"] += 1
+        stats["last_continuation"] = raw.decode()
     end = min(fake.get("chunks", opts.chunks), start + max_tokens)
     chunks = max(end - start, 0)
     finish = fake.get("finish_reason", "length" if chunks == max_tokens else "stop")
@@ -197,7 +198,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if fake.get("stall_s"):
             await asyncio.sleep(fake["stall_s"])
         if start and fake.get("stall_resumed_s"):
-            await asyncio.sleep(fake["stall_resumed_s"])
+            # Watching the connection: aiohttp does not cancel a handler whose client left.
+            until = time.monotonic() + fake["stall_resumed_s"]
+            while time.monotonic() < until:
+                if request.transport is None or request.transport.is_closing():
+                    raise ConnectionResetError("the client left")
+                await asyncio.sleep(0.05)
         options = body.get("stream_options") or {}
         continuous = options.get("include_usage") and options.get("continuous_usage_stats")
         events = _events(kind, model, start, end, finish, opts.role_chunk,
@@ -207,6 +213,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
             if die is not None and n - (len(events) - chunks) >= die:
                 # An engine that crashes: the connection drops mid-stream, no [DONE].
                 stats["streams_died"] += 1
+                stats["last_died"] = raw.decode()
                 assert request.transport is not None
                 request.transport.abort()
                 return resp
@@ -356,6 +363,8 @@ def make_app(opts: argparse.Namespace) -> web.Application:
         "streams_aborted": 0,
         "streams_died": 0,  # dropped on purpose (--die-after, die_after, die_resumed_after)
         "continuations": 0,  # requests that continued an answer they carried
+        "last_continuation": None,  # the last one's body
+        "last_died": None,  # the body of the last stream dropped on purpose
         "last_body": None,
         "last_trace_headers": {},  # a generation's traceparent and tracestate, as received
         "health_checks": 0,

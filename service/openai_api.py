@@ -32,6 +32,7 @@ from service.schemas import (
     StreamOptions,
 )
 from service.state import Gateway
+from service.stream_resume import StreamResume, admit
 
 api = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
 
@@ -173,12 +174,15 @@ class OpenAIRoutes:
         except GatewayError:
             await gw.usage.release(key, ticket)
             raise
-        raw, strip_usage = _with_usage(body, raw, info)
+        resume = None
+        if isinstance(body, (ChatCompletionRequest, CompletionRequest)) and body.stream:
+            resume = admit(path, body, model not in gw.router.no_resume)
+        raw, strip_usage = _with_usage(body, raw, info, resume)
         if gw.settings.log_prompts:
             info.prompt = _prompt(body)
         session = _header(scope, self.session_header) if self.session_header else None
         return ProxyCall(
-            gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session, ticket
+            gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session, ticket, resume
         )
 
 
@@ -207,26 +211,37 @@ def _capped(body: ApiBody, raw: bytes, cap: int) -> bytes:
     return body.model_dump_json(exclude_unset=True).encode()
 
 
-def _with_usage(body: ApiBody, raw: bytes, info: RequestInfo) -> tuple[bytes, bool]:
+def _with_usage(
+    body: ApiBody, raw: bytes, info: RequestInfo, resume: StreamResume | None = None
+) -> tuple[bytes, bool]:
     """The bytes to send upstream (the client's own, unless changed), and whether to hide
     the usage event from the client.
 
     A stream is accounted from its final usage event, so the engine is always asked for one;
-    if the client did not ask, the gateway drops it on the way back."""
+    if the client did not ask, the gateway drops it on the way back. A stream that may be
+    resumed asks for the usage in every chunk too (service/stream_resume.py says why)."""
     if isinstance(body, (EmbeddingRequest, ScoringRequest)) or not body.stream:
         return raw, False
     info.stream = True
+    continuous = resume is not None and resume.resumable and not resume.client_continuous
     if "stream_options" not in body.model_fields_set:
         # The usual case, spliced into the client's bytes rather than re-serialized: they
         # were just validated as a JSON object without this key.
-        return raw[: raw.rindex(b"}")] + b',"stream_options":{"include_usage":true}}', True
+        options = b'{"include_usage":true,"continuous_usage_stats":true}' if continuous else b'{"include_usage":true}'
+        return raw[: raw.rindex(b"}")] + b',"stream_options":' + options + b"}", True
+    strip = True
     if body.stream_options is None:
         body.stream_options = StreamOptions(include_usage=True)
     elif not body.stream_options.include_usage:
         body.stream_options.include_usage = True
-    else:
+    elif not continuous:
         return raw, False
-    return body.model_dump_json(exclude_unset=True).encode(), True
+    else:
+        strip = False
+    if continuous:
+        # an extra field of StreamOptions, which passes to vLLM as the client's would
+        body.stream_options.continuous_usage_stats = True  # type: ignore[attr-defined]
+    return body.model_dump_json(exclude_unset=True).encode(), strip
 
 
 def openapi_paths() -> dict[str, Any]:

@@ -32,6 +32,7 @@ from service.limits import Limiter
 from service.metrics import Metrics
 from service.routing import Engine, Router
 from service.stages import STABLE
+from service.stream_resume import StreamResume, take_over
 from service.tracing import TRACE_HEADERS, RequestTracer
 from service.usage import NullLedger, Ticket, UsageLedger
 
@@ -167,9 +168,11 @@ class ProxyCall(Response):
         reserved_tokens: int,
         session_id: str | None,
         ticket: Ticket | None = None,
+        resume: StreamResume | None = None,
     ) -> None:
         self.up = upstream
         self.ticket = ticket
+        self.resume = resume  # a stream's failover state (service/stream_resume.py)
         self.info = info
         self.key = key
         self.path = path
@@ -562,6 +565,8 @@ class ProxyCall(Response):
                 if judge:
                     self.said = self.said or _OUTPUT.search(block) is not None
                     self.finishes += _FINISH.findall(block)
+                if self.resume is not None and not self.done:
+                    block = self.resume.observe(block)
                 if b'"usage"' in block:
                     block = self._take_usage(block)
                 if self.done:
@@ -578,11 +583,12 @@ class ProxyCall(Response):
                 self.outcome = self._judge(engine, 200)
                 return  # the client has its whole answer; only the connection's end was lost
             self._engine_error(engine, "stream_broken", down=True)
-            await self._cut(
-                send,
-                "upstream_stream_broken",
-                f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
-            )
+            if not await self._resumed(engine, send):
+                await self._cut(
+                    send,
+                    "upstream_stream_broken",
+                    f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
+                )
             return
         except Exception:
             log.exception("relaying a stream from engine %s failed", engine.name)
@@ -595,11 +601,22 @@ class ProxyCall(Response):
             # A clean end without [DONE] is an answer cut short all the same (an unfinished
             # event in `pending` is dropped: half an event is not one).
             self._engine_error(engine, "stream_incomplete", down=False)
-            await self._cut(
-                send, "upstream_stream_incomplete", f"Engine '{engine.name}' ended the stream early."
-            )
+            if not await self._resumed(engine, send):
+                await self._cut(
+                    send, "upstream_stream_incomplete", f"Engine '{engine.name}' ended the stream early."
+                )
             return
         self.outcome = self._judge(engine, 200)
+
+    async def _resumed(self, engine: Engine, send: Send) -> bool:
+        """The broken stream went on from another engine to its end (service/stream_resume.py)."""
+        if self.resume is None:
+            return False
+        up = self.up
+        return await take_over(
+            self, self.resume, engine, send, session=up.session, router=up.router, metrics=up.metrics,
+            timeout=up.timeout, first_byte_timeout_s=up.first_byte_timeout_s, original=self.body,
+        )
 
     async def _cut(self, send: Send, reason: str, message: str, code: str = "upstream_error") -> None:
         self.info.error = reason

@@ -171,9 +171,9 @@ class StreamResume:
         if isinstance(text, str):
             self.text.append(text)
 
-    def continuation(self, original: bytes) -> bytes | None:
+    def continuation(self, original: bytes | memoryview) -> bytes | None:
         """The request that goes on from what was sent; None if the answer's budget is spent."""
-        body = json.loads(original)
+        body = json.loads(bytes(original))
         sent = "".join(self.text)
         spent = self.sent_tokens or 0
         for field in ("max_tokens", "max_completion_tokens"):
@@ -215,7 +215,7 @@ async def take_over(
     metrics: Metrics,
     timeout: aiohttp.ClientTimeout,
     first_byte_timeout_s: float,
-    original: bytes,
+    original: bytes | memoryview,
 ) -> bool:
     """Go on with the stream `dead` broke off, from another engine; False (nothing sent) where it
     may not, with the reason in the access log and the metric. Ends the client's response
@@ -363,7 +363,7 @@ class _Rewriter:
         completion tokens (its own prompt held the text sent so far)."""
         completion = usage.get("completion_tokens")
         sent, prompt = self.state.sent_tokens or 0, self.state.prompt_tokens or 0
-        if not _is_count(completion):
+        if not _is_count(completion) or not isinstance(completion, int):
             return usage
         completion += sent
         whole = dict(usage, prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
