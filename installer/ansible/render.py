@@ -174,6 +174,7 @@ def _redis_vars(plan: DeploymentPlan) -> dict[str, Any]:
     address = f"[{redis.address}]" if ":" in redis.address else redis.address
     return {
         "redis_host": redis.host,
+        "gateway_redis_on_unavailable": plan.inventory.redis.on_unavailable,
         "redis_bind_address": redis.address,
         "redis_port": redis.port,
         "redis_tls": on,

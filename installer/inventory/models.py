@@ -807,6 +807,15 @@ class Audit(_Strict):
     retention_days: Annotated[int, Field(ge=0, le=36_500)] = 365
 
 
+class RedisSettings(_Strict):
+    """The deployment's Redis, which keeps per-key limits, token quotas and usage for every gateway."""
+
+    # When a gateway cannot reach it: admit requests without their limits and quotas (open, as
+    # before this setting), or refuse the keys that have one with 503 (closed). Either way it is
+    # counted and alerted (service/redis_outage.py, PLIGatewayRedisUnavailable).
+    on_unavailable: Literal["open", "closed"] = "open"
+
+
 class Disk(_Strict):
     size_gb: Annotated[int, Field(ge=1, le=65536)]
     type: str | None = None  # the provider's disk type name; None: the module's default
@@ -999,6 +1008,7 @@ class Inventory(_Strict):
     tls: TLS = TLS()
     auth: Auth = Auth()
     audit: Audit = Audit()
+    redis: RedisSettings = RedisSettings()
     monitoring: Monitoring = Monitoring()
     os: OSSettings = OSSettings()
     # The file it was loaded from, with the line of every key (set by the loader).
@@ -1108,7 +1118,7 @@ class Inventory(_Strict):
         data: dict[str, Any] = handler(self)
         if data.get("auth") == {"jwt": None}:  # as before `auth` existed: an inventory without it keeps its digest
             data.pop("auth", None)
-        _unset_dropped(self, data, ("audit",))
+        _unset_dropped(self, data, ("audit", "redis"))
         if self.models is None:
             data.pop("models", None)
         else:
