@@ -162,10 +162,10 @@ class Controller:
         policy = policy_of(spec)
         step, weight = state["step"], steps[state["step"]]
         blind, ready = "", None
+        query = release_promql.within(self.query, time.monotonic() + self.store.lease_ms / 2000)
         try:
-            figures: release_promql.Figures | None = release_promql.fetch(self.query, served, policy,
-                                                                          self.store.lease_ms / 2000)
-            ready = release_promql.readiness(self.query, list(spec.get("canary_engines", ())), policy.window_s)
+            figures: release_promql.Figures | None = release_promql.fetch(query, served, policy)
+            ready = release_promql.readiness(query, list(spec.get("canary_engines", ())), policy.window_s)
         except release_promql.Unreachable as exc:
             figures, blind = None, str(exc)
         if not self.store.lease():  # renewed before writing: the queries may have taken a while
@@ -243,8 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     start_http_server(int(s.get("metrics_port", 9464)), addr=s.get("metrics_address", "127.0.0.1"),
                       registry=metrics.registry)
     audit = Audit(Path(s["audit_log"]) if s.get("audit_log") else None)
-    # One query at most a quarter of the lease, all of a tick's at most half (fetch's budget):
-    # the lease is renewed after them, before anything is written.
+    # One query at most a quarter of the lease, and none asked after half of it (release_promql.
+    # within): the lease is renewed after them, before anything is written.
     query = release_promql.http_query(s["prometheus_url"], timeout_s=min(5.0, store.lease_ms / 4000))
     controller = Controller(store, query, audit, metrics)
     stopping = False

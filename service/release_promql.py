@@ -110,17 +110,20 @@ def http_query(base_url: str, timeout_s: float = 5.0) -> Query:
     return query
 
 
-def fetch(query: Query, served: str, policy: Policy, budget_s: float | None = None) -> Figures:
-    """Every window's figures, or Unreachable; also when the answers together took over
-    `budget_s` (the controller's lease must be renewed before it writes: a slow Prometheus is a
-    blind hold, not a lease lost mid-tick)."""
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-    answers = {}
-    for key, q in queries(served, policy).items():
+def within(query: Query, deadline: float | None) -> Query:
+    """`query`, refusing to ask once `deadline` (time.monotonic) has passed: the controller gives
+    one tick's queries half its lease and renews the lease after them, before it writes, so a
+    slow Prometheus is a blind hold, never a lease lost mid-tick."""
+    def ask(promql: str) -> Mapping[str, Any]:
         if deadline is not None and time.monotonic() > deadline:
-            raise Unreachable(f"Prometheus took over {budget_s:g} s to answer the release's queries")
-        answers[key] = query(q)
-    return figures(answers)
+            raise Unreachable("Prometheus answered too slowly: the tick's time for queries ran out")
+        return query(promql)
+    return ask
+
+
+def fetch(query: Query, served: str, policy: Policy) -> Figures:
+    """Every window's figures, or Unreachable."""
+    return figures({key: query(q) for key, q in queries(served, policy).items()})
 
 
 def ready_query(engines: list[str], window_s: float) -> str:
