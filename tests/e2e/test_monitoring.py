@@ -65,16 +65,19 @@ def _up(prom: str) -> dict[tuple[str, str, str], float]:
 
 def test_monitoring_services_run_where_they_belong(monitored: Path, lab_hosts) -> None:
     first, *others = lab_hosts.hosts
-    out = host_ssh(lab_hosts, first, "systemctl is-active prometheus prometheus-alertmanager prometheus-node-exporter")
-    assert out.stdout.split() == ["active"] * 3, out.stdout + out.stderr
+    out = host_ssh(lab_hosts, first, "systemctl is-active prometheus prometheus-alertmanager prometheus-node-exporter "
+                   "private-llm-release-controller")  # the controller: on the monitoring host that serves
+    assert out.stdout.split() == ["active"] * 4, out.stdout + out.stderr
     for host in others:
-        out = host_ssh(lab_hosts, host, "systemctl is-active prometheus-node-exporter; systemctl is-active prometheus")
-        assert out.stdout.split() == ["active", "inactive"], out.stdout
+        out = host_ssh(lab_hosts, host, "systemctl is-active prometheus-node-exporter; systemctl is-active prometheus; "
+                       "systemctl is-active private-llm-release-controller")
+        assert out.stdout.split() == ["active", "inactive", "inactive"], out.stdout
 
 
 def test_prometheus_scrapes_every_gateway_engine_and_node(prom: str, lab_hosts) -> None:
     names = [h.name for h in lab_hosts.hosts]
     wanted = {("gateway", n, "") for n in names} | {("vllm", n, n) for n in names} | {("node", n, "") for n in names}
+    wanted.add(("release-controller", names[0], ""))  # on the first host, the monitoring host that serves
 
     def all_up():  # type: ignore[no-untyped-def]
         up = _up(prom)
