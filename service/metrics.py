@@ -149,3 +149,8 @@ class Metrics:
             ["check", "action"],
             registry=r,
         )
+        # Every series from 0, so the alert's increase() sees an outage's first check too (a
+        # series born at 1 has no earlier sample to increase from).
+        for check in ("limits", "quota"):
+            for action in ("admitted", "refused"):
+                self.redis_unavailable.labels(check, action)

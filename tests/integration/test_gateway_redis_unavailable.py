@@ -26,9 +26,10 @@ def _post(gateway: Any, secret: str) -> httpx.Response:
 
 
 def _unavailable(gateway: Any, headers: dict[str, str]) -> dict[tuple[str, str], float]:
+    """The counter's series that are not 0 (every series exists from the start, at 0)."""
     text = httpx.get(gateway.url + "/metrics", headers=headers, timeout=10).text
     found = re.findall(r'^pli_gateway_redis_unavailable_total\{action="(\w+)",check="(\w+)"\} (\S+)$', text, re.M)
-    return {(check, action): float(value) for action, check, value in found}
+    return {(check, action): float(value) for action, check, value in found if float(value)}
 
 
 def test_open_admits_and_closed_refuses_when_redis_stops(
@@ -56,6 +57,7 @@ def test_open_admits_and_closed_refuses_when_redis_stops(
         for gw in (open_gw, closed_gw):
             assert [_post(gw, s).status_code for s in (limited, quota, free)] == [200, 200, 200]
             assert _unavailable(gw, scrape_token.headers) == {}
+            assert "pli_gateway_redis_unavailable_total{" in httpx.get(gw.url + "/metrics", headers=scrape_token.headers).text
     # redis-server is stopped (by its PID) from here on
 
     assert _post(open_gw, limited).status_code == 200

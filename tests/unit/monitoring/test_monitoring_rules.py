@@ -18,6 +18,8 @@ WANTED = {
     "PLIDiskAlmostFull", "PLIHighErrorRate", "PLITLSCertExpiresSoon",
     # the release controller's rollback, blind hold and hold on client errors (#35)
     "PLIReleaseRolledBack", "PLIReleaseHeldBlind", "PLIReleaseHeldOnClientErrors",
+    # a gateway that cannot reach Redis: refusing (redis.on_unavailable closed) or admitting unchecked (#37)
+    "PLIGatewayRedisUnavailable", "PLIGatewayLimitsNotEnforced",
 }
 
 
