@@ -2,12 +2,10 @@
 role's rendered settings and the monitoring role's rendered scrape configuration agree on it, both
 roles write it from the one file the installer generates, and the API documents stay off."""
 
-import json
 import stat
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 
@@ -17,6 +15,7 @@ from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
 from service.config import Settings
+from tests.support.gateway_role import gateway_config
 from tests.support.monitoring_render import inventory_vars
 from tests.support.monitoring_render import render as render_monitoring
 
@@ -26,20 +25,12 @@ CONFIG_DIR = "/etc/private-llm"
 
 def _gateway_settings(tls: bool, **overrides: Any) -> Settings:
     """gateway.yml as the gateway role renders it, read by the gateway's own settings model."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLES / "gateway" / "templates"), trim_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["to_json"] = json.dumps
-    env.filters["bool"] = bool
-    defaults = yaml.safe_load((ROLES / "gateway" / "defaults" / "main.yml").read_text())
-    text = env.get_template("gateway.yml.j2").render({
-        **defaults, "ansible_managed": "test", "gateway_workers": 1,
+    return Settings.model_validate(gateway_config({
+        "gateway_workers": 1,
         "pli_config_dir": CONFIG_DIR, "pli_tls_enabled": tls, "pli_tls_dir": f"{CONFIG_DIR}/tls",
         "gateway_engines": [{"name": "gpu1", "url": "http://127.0.0.1:8000", "model": "m"}],
         **overrides,
-    })
-    return Settings.model_validate(yaml.safe_load(text))
+    }))
 
 
 def _task(role: str, name: str) -> dict[str, Any]:

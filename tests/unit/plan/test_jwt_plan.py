@@ -6,17 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
-import yaml
 
 from installer import plan as deployment_plan
 from installer.inventory import Inventory
 from service.config import Settings
-from tests.support import REPO, idp
+from tests.support import idp
 from tests.support.engine_role import rendered_vars
-
-ROLES = REPO / "playbooks" / "roles"
+from tests.support.gateway_role import gateway_config, one_host
 
 
 @pytest.fixture(autouse=True)
@@ -25,29 +22,11 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _inventory(tmp_path: Path, jwt: dict[str, Any] | None) -> Inventory:
-    (tmp_path / "w").mkdir(exist_ok=True)
-    (tmp_path / "w" / "config.json").write_text("{}")
-    return Inventory.model_validate({
-        "deployment": "demo", "hosts": [{"name": "h1", "address": "10.0.0.1"}], "engine": {"device": "cpu"},
-        "model": {"path": str(tmp_path / "w"), "served_name": "tiny"},
-        **({"auth": {"jwt": jwt}} if jwt else {}),
-    })
+    return one_host(tmp_path, **({"auth": {"jwt": jwt}} if jwt else {}))
 
 
 def _gateway_config(variables: dict[str, Any]) -> dict[str, Any]:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLES / "gateway" / "templates"), trim_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["to_json"] = json.dumps
-    env.filters["bool"] = bool
-    env.filters["float"] = float
-    defaults = yaml.safe_load((ROLES / "gateway" / "defaults" / "main.yml").read_text())
-    text = env.get_template("gateway.yml.j2").render({
-        **defaults, **variables, "ansible_managed": "test", "gateway_workers": 1, "gateway_redis_url": "",
-    })
-    config: dict[str, Any] = yaml.safe_load(text)
-    return config
+    return gateway_config({**variables, "gateway_workers": 1, "gateway_redis_url": ""})
 
 
 def _settings(config: dict[str, Any], tmp_path: Path) -> Settings:

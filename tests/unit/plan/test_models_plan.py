@@ -7,9 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
-import yaml
 
 from installer import plan as deployment_plan
 from installer.errors import InventoryError
@@ -18,11 +16,10 @@ from installer.gpu.tuner import TuneError
 from installer.inventory import Inventory, ServedModel
 from installer.inventory.models import Model, ModelEntry
 from service.config import Settings
-from tests.support import REPO
 from tests.support.engine_role import exec_argv, render_role, rendered_vars
+from tests.support.gateway_role import gateway_config
 
 STATE = "/var/lib/private-llm/models"
-ROLES = REPO / "playbooks" / "roles"
 
 
 @pytest.fixture(autouse=True)
@@ -304,18 +301,7 @@ def test_the_gateway_reads_each_engine_s_task_and_stage_from_its_rendered_config
     inv = three_models(tmp_path)
     p = deployment_plan.build(inv, {"emb": _canary(inv, "emb", _weights(tmp_path, "emb-v2"))})
     variables = rendered_vars(p, "h1")
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLES / "gateway" / "templates"), trim_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["to_json"] = json.dumps
-    env.filters["bool"] = bool
-    defaults = yaml.safe_load((ROLES / "gateway" / "defaults" / "main.yml").read_text())
-    text = env.get_template("gateway.yml.j2").render({
-        **defaults, **variables, "ansible_managed": "test", "gateway_workers": 1,
-        "gateway_redis_url": "",
-    })
-    settings = Settings.model_validate(yaml.safe_load(text))
+    settings = Settings.model_validate(gateway_config({**variables, "gateway_workers": 1, "gateway_redis_url": ""}))
     assert settings.stages_file == Path("/etc/private-llm/stages.json")
     assert [(e.name, e.model, e.task, e.stage) for e in settings.engines] == [
         (u.name, u.model, u.task, u.stage) for u in p.upstreams]

@@ -2,22 +2,18 @@
 --otlp-traces-endpoint with vLLM's OTLP/HTTP protocol, and the gateways' tracing section; absent,
 nothing of either is written."""
 
-import json
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
-import yaml
 
 from installer import plan as deployment_plan
 from installer.errors import InventoryError
 from installer.inventory import Inventory, load_inventory
 from service.config import Settings
-from tests.support import REPO
 from tests.support.engine_role import exec_argv, render_role, rendered_vars
+from tests.support.gateway_role import gateway_config, one_host
 
-ROLES = REPO / "playbooks" / "roles"
 COLLECTOR = "http://otel.example.internal:4318"
 
 
@@ -27,27 +23,11 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _inventory(tmp_path: Path, **monitoring: Any) -> Inventory:
-    (tmp_path / "w").mkdir(exist_ok=True)
-    (tmp_path / "w" / "config.json").write_text("{}")
-    return Inventory.model_validate({
-        "deployment": "demo", "hosts": [{"name": "h1", "address": "10.0.0.1"}], "engine": {"device": "cpu"},
-        "model": {"path": str(tmp_path / "w"), "served_name": "tiny"}, "monitoring": monitoring,
-    })
+    return one_host(tmp_path, monitoring=monitoring)
 
 
 def _gateway_settings(variables: dict[str, Any]) -> Settings:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLES / "gateway" / "templates"), trim_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["to_json"] = json.dumps
-    env.filters["bool"] = bool
-    env.filters["float"] = float
-    defaults = yaml.safe_load((ROLES / "gateway" / "defaults" / "main.yml").read_text())
-    text = env.get_template("gateway.yml.j2").render({
-        **defaults, **variables, "ansible_managed": "test", "gateway_workers": 1, "gateway_redis_url": "",
-    })
-    return Settings.model_validate(yaml.safe_load(text))
+    return Settings.model_validate(gateway_config({**variables, "gateway_workers": 1, "gateway_redis_url": ""}))
 
 
 def test_a_collector_reaches_the_engines_argv_env_and_the_gateways_config(tmp_path: Path) -> None:

@@ -2,35 +2,23 @@
 renders the template, and read back by the gateway's own settings model (so the two never
 disagree on the name or range)."""
 
-import json
-from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
-import yaml
 
 from installer.inventory.models import Gateway
 from installer.plan import gateway_workers
 from service.config import LimitsConfig, Settings
-
-ROLE = Path(__file__).parents[3] / "playbooks" / "roles" / "gateway"
+from tests.support.gateway_role import ROLE, gateway_config
 
 
 def _render(workers: Any, nproc: int) -> dict[str, Any]:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLE / "templates"), trim_blocks=True, undefined=jinja2.StrictUndefined
-    )
-    env.filters["to_json"] = json.dumps
-    env.filters["bool"] = bool
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    text = env.get_template("gateway.yml.j2").render({
-        **defaults, "ansible_managed": "test", "gateway_workers": workers,
+    return gateway_config({
+        "gateway_workers": workers,
         "pli_config_dir": "/etc/private-llm", "pli_tls_enabled": False, "pli_tls_dir": "/etc/private-llm/tls",
         "gateway_engines": [{"name": "h1", "url": "http://127.0.0.1:8000", "model": "m"}],
         "__gateway_nproc": {"stdout": str(nproc)},
     })
-    return yaml.safe_load(text)
 
 
 @pytest.mark.parametrize(("workers", "nproc", "expected"), [
