@@ -237,3 +237,15 @@ def test_abort_stops_the_controller_before_the_stages_file_and_takes_the_release
     assert leader.tick() is None and _state(host)["weight"] == 0
     assert state.current("demo") is None
     assert [op["op"] for _, op in host["sent"]] == ["start", "stop", "finish"]
+
+
+def test_a_deployment_whose_monitoring_hosts_serve_nothing_has_no_controller_and_start_says_how_to_get_one(
+    site: Path, host: dict[str, Any]
+) -> None:
+    assert controller.host(load_inventory(site)).name == "a"  # the default: the first host, which serves
+    site.write_text(site.read_text().replace("{name: a, address: 10.0.0.1}",
+                                             "{name: a, address: 10.0.0.1, groups: [monitoring]}"))
+    with pytest.raises(ReleaseError, match="has no monitoring host that also serves") as got:
+        controller.show(load_inventory(site))
+    assert "put a serving host in the `monitoring` group" in got.value.details[0]
+    assert host["sent"] == []
