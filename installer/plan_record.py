@@ -3,7 +3,8 @@ made and read back by `installer plan --revision R` and `installer plan --diff`.
 
 A record, not the plan object: a revision must stay readable after the installer that made it
 changed its classes, so it holds plain data (hosts, their engines' units, ports, argv, devices
-and environment, the gateways' upstreams, Redis, the weights, and where the hardware came from).
+and environment, their CPU count and gateway workers, the gateways' upstreams, Redis, the weights,
+and where the hardware came from).
 """
 
 from __future__ import annotations
