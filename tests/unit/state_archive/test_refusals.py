@@ -13,7 +13,7 @@ import pyrage
 import pytest
 
 from installer.state_archive import StateArchiveError, archive
-from tests.unit.state_archive.conftest import Machine, invoke, tree
+from tests.support.state_machines import Machine, invoke, tree
 
 
 def _export(out: Path, recipient: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from installer import audit
-from tests.unit.state_archive.conftest import Machine, invoke, tree
+from tests.support.state_machines import Machine, invoke, tree
 
 LEFT_BEHIND = {"runs", "converged", "state.lock"}
 
