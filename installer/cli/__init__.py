@@ -29,6 +29,7 @@ def _register() -> None:
         terraform,
         tls,
         usage,
+        verify,
     )
 
 

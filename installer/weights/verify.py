@@ -16,7 +16,7 @@ see is in docs/weights.md.
 
 Commands (one JSON line out; exit 0 when the folder matches, 1 when it does not, 2 on bad use):
   describe --root DIR                  the list of DIR's files, for a bundle build or an operator
-  verify --root DIR --manifest FILE [--folder F] [--cache FILE] [--full] [--workers N]
+  verify --root DIR --manifest FILE [--folder F | --prefix P] [--cache FILE] [--full] [--workers N]
   fetch  --root DIR --manifest FILE [--folder F] --url URL [--ca PEM] [--token-file F] [--cache FILE]
 """
 
@@ -392,9 +392,15 @@ def describe(root: str, workers: int | None = None) -> list[dict]:
         return list(pool.map(one, sorted(present)))
 
 
-def _listed(manifest: str, folder: str | None) -> list[dict]:
+def _listed(manifest: str, folder: str | None, prefix: str | None = None) -> list[dict]:
+    """The files to check: a list's, a bundle manifest's folder by reference (`folder`), or a
+    bundle manifest's own files under `prefix` (a folder the bundle carries), made relative."""
     with open(manifest) as fh:
         data = json.load(fh)
+    if prefix is not None:
+        return check_entries([
+            {**e, "path": e["path"][len(prefix):]} for e in data.get("files", []) if e["path"].startswith(prefix)
+        ])
     if folder is None:
         return check_entries(data.get("files"))
     found = data.get("components", {}).get("weights_by_reference", {}).get(folder)
@@ -414,6 +420,7 @@ def _main(argv: list[str]) -> int:
         v.add_argument("--root", required=True)
         v.add_argument("--manifest", required=True, help="JSON: {\"files\": [entries]}, or a bundle's manifest.json")
         v.add_argument("--folder", help="with a bundle's manifest.json: the folder's list in weights_by_reference")
+        v.add_argument("--prefix", help="with a bundle's manifest.json: its files under this folder (model/)")
         v.add_argument("--cache")
         v.add_argument("--workers", type=int)
     sub.choices["verify"].add_argument("--full", action="store_true", help="hash every file, ignoring the cache")
@@ -425,7 +432,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "describe":
             print(json.dumps({"files": describe(args.root, args.workers)}, sort_keys=True))
             return 0
-        files = _listed(args.manifest, args.folder)
+        files = _listed(args.manifest, args.folder, args.prefix)
         if args.command == "fetch":
             result = fetch(args.root, files, args.url, args.ca, args.token_file, args.cache, args.workers)
         else:

@@ -53,8 +53,9 @@ THREE = [
 Run = tuple[int, dict[str, int], list[tuple[str, str]], str]
 
 
-def _run(tmp: Path, bundle: Path, models: list[dict[str, Any]]) -> Run:
-    """Run the role on h1 and h2; (rc, changed tasks per host, (host, handler) restarts, output)."""
+def _run(tmp: Path, bundle: Path, models: list[dict[str, Any]], host_vars: str = "") -> Run:
+    """Run the role on h1 and h2; (rc, changed tasks per host, (host, handler) restarts, output).
+    `host_vars`: more of each host's variables, `{host}` standing for its name."""
     project = tmp / "project"
     project.mkdir(exist_ok=True)
     (tmp / "runner").mkdir(exist_ok=True)
@@ -68,6 +69,7 @@ def _run(tmp: Path, bundle: Path, models: list[dict[str, Any]]) -> Run:
     }]))
     hosts = "\n".join(
         f"{h} ansible_connection=local ansible_python_interpreter={sys.executable} pli_state_dir={tmp / h}"
+        + (" " + host_vars.format(host=h) if host_vars else "")
         for h in ("h1", "h2")
     )
     restarts: list[tuple[str, str]] = []
@@ -166,3 +168,50 @@ def test_a_bundle_without_a_served_folder_changes_nothing_on_that_host(tmp_path:
     assert f"carries no weights for {PRIMARY}.canary" in out
     assert not (tmp_path / "h1" / "models").exists()
     assert _tree(tmp_path / "h2") == {PRIMARY: CHAT}
+
+
+def test_weights_on_the_hosts_are_verified_in_place_and_a_flipped_byte_names_host_and_file(tmp_path: Path) -> None:
+    """model.source hosts: (docs/weights.md): no weights in the bundle, their signed list in its
+    manifest.json; each host's own copy (here {host}-weights, the same path on real hosts) is
+    verified, then linked where the engines read it; one byte flipped on h2 stops h2 alone."""
+    import json
+    import os
+
+    from installer.weights import verify as weights_verify
+
+    for host in ("h1", "h2"):
+        for name, data in CHAT.items():
+            (tmp_path / f"{host}-weights" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / f"{host}-weights" / name).write_bytes(data)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    listed = {PRIMARY: {"source": {"hosts": "/data/x"}, "size": 0,
+                        "files": weights_verify.describe(str(tmp_path / "h1-weights"))}}
+    (bundle / "manifest.json").write_text(Manifest({}, {weights.BY_REFERENCE: listed}, [], []).to_json())
+    model = {**_entry("chat", PRIMARY, PRIMARY, ["h1", "h2"]), "source": {"hosts": "{{ weights_root }}"}}
+    where = f"weights_root={tmp_path}/{{host}}-weights"
+
+    rc, _changed_tasks, restarts, out = _run(tmp_path, bundle, [model], where)
+    assert rc == 0, out
+    for host in ("h1", "h2"):
+        link = tmp_path / host / "models" / PRIMARY
+        assert link.is_symlink() and os.readlink(link) == str(tmp_path / f"{host}-weights")
+        assert _changed(tmp_path / host) == [PRIMARY]
+        cache = tmp_path / host / "weights" / "cache" / f"{PRIMARY}.json"
+        assert cache.stat().st_mode & 0o777 == 0o600
+    assert sorted(h for h, _ in restarts) == ["h1", "h2"]
+
+    rc, _changed_tasks, restarts, out = _run(tmp_path, bundle, [model], where)  # again: nothing to do
+    assert (rc, restarts, _changed(tmp_path / "h1")) == (0, [], []), out
+
+    shard = tmp_path / "h2-weights" / "model.safetensors"
+    st = shard.stat()
+    shard.write_bytes(b"C" + shard.read_bytes()[1:])
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))  # the size and mtime kept
+    (tmp_path / "h1-weights" / "notes.txt").write_text("an extra file")
+    rc, _changed_tasks, _restarts, out = _run(tmp_path, bundle, [model], where)
+    assert rc != 0
+    flat = " ".join(out.split())
+    assert "h2: refused" in flat and "model.safetensors: sha256 differs from the signed manifest" in flat, out
+    assert "h1: refused" in flat and "notes.txt: not in the signed manifest (an extra file)" in flat, out
+    assert json.loads((tmp_path / "h2-weights" / "config.json").read_text()) == {"chat": 1}  # never changed
