@@ -4,7 +4,6 @@ its config.json, and installer/gpu/tuner.py derives the vLLM settings and engine
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from installer import engines
@@ -14,7 +13,7 @@ from installer.gpu.matrix import gpu_type
 from installer.gpu.planner import ModelSpec, load_config
 from installer.gpu.tuner import HostHardware, Tuned, TuneError
 from installer.inventory import Inventory
-from installer.paths import state_dir
+from installer.runlog import summaries
 
 NO_GPU_FACTS = (
     "the inventory does not say which GPUs the hosts have; run "
@@ -43,14 +42,7 @@ class Fit:
 
 def doctor_hosts(inv: Inventory) -> list[HostHardware]:
     """The hosts as the latest `installer doctor -i` of this deployment saw them."""
-    runs = sorted(
-        (state_dir() / "runs").glob(f"*-doctor-{inv.deployment}"), key=lambda p: p.stat().st_mtime
-    )
-    for run in reversed(runs):
-        try:
-            summary = json.loads((run / "summary.json").read_text())
-        except (OSError, ValueError):
-            continue
+    for summary in summaries("doctor", inv.deployment):
         hosts = [
             HostHardware.from_facts(h["facts"], h["host"])
             for h in summary.get("hosts", [])

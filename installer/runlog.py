@@ -6,6 +6,7 @@ are 0700, and so is the state folder that holds them.
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,17 @@ class RunLog:
         data = {"command": self.command, "deployment": self.deployment, "phases_s": self.phases, **summary}
         out.write_text(json.dumps(data, indent=1, default=str) + "\n")
         return out
+
+
+def summaries(command: str, deployment: str) -> Iterator[dict[str, Any]]:
+    """The summary of every `command` run of `deployment`, newest first. A run that wrote none
+    (stopped early) is passed over, and so is another deployment's whose folder name the glob also
+    matches (`demo`'s finds `demo-2`'s): its summary names its own deployment."""
+    runs = sorted((state_dir() / "runs").glob(f"*-{command}-{deployment}*"), key=lambda p: p.stat().st_mtime)
+    for run in reversed(runs):
+        try:
+            summary = json.loads((run / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if summary.get("deployment") == deployment:
+            yield summary

@@ -1,24 +1,15 @@
 """Columns from what the control machine knows: the model, and the release the last
 successful `installer up` of this deployment installed."""
 
-import json
 from collections.abc import Sequence
 
-from installer.paths import state_dir
+from installer.runlog import summaries
 from installer.status.model import Column, Context, Row
 
 
 def last_release(deployment: str) -> str | None:
     """release_id of the newest successful `up` run of this deployment, from its summary.json."""
-    runs = sorted((state_dir() / "runs").glob(f"*-up-{deployment}*"), key=lambda p: p.stat().st_mtime)
-    for run in reversed(runs):
-        try:
-            summary = json.loads((run / "summary.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if summary.get("deployment") == deployment and summary.get("success"):
-            return summary.get("release_id")
-    return None
+    return next((s.get("release_id") for s in summaries("up", deployment) if s.get("success")), None)
 
 
 class DeploymentCollector:

@@ -73,7 +73,7 @@ def test_fit_section_without_gpu_facts_says_how_to_get_them(tmp_path: Path) -> N
 def test_fit_section_from_the_last_doctor_run(tmp_path: Path, _state: Path) -> None:
     run = _state / "runs" / "20261129-101655-doctor-demo"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"hosts": [H200_CHECK]}))
+    (run / "summary.json").write_text(json.dumps({"command": "doctor", "deployment": "demo", "hosts": [H200_CHECK]}))
     inv = load_inventory(_inventory(tmp_path, "deepseek-v2-lite"))
     with console.capture() as cap:
         tuned = tf_cli.print_fit_section(inv)
@@ -86,7 +86,7 @@ def test_fit_section_from_the_last_doctor_run(tmp_path: Path, _state: Path) -> N
 def test_fit_section_says_what_hardware_is_missing(tmp_path: Path, _state: Path) -> None:
     run = _state / "runs" / "20261129-101655-doctor-demo"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"hosts": [H200_CHECK]}))
+    (run / "summary.json").write_text(json.dumps({"command": "doctor", "deployment": "demo", "hosts": [H200_CHECK]}))
     inv = load_inventory(_inventory(tmp_path, "deepseek-v3"))
     with console.capture() as cap:
         assert tf_cli.print_fit_section(inv) is None
