@@ -9,10 +9,16 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
+
+
+def _pids() -> Iterator[int]:
+    """Every process id /proc lists now (one may be gone by the time it is read)."""
+    return (int(entry.name) for entry in _PROC.iterdir() if entry.name.isdigit())
 
 
 def _reap(pid: int) -> None:
@@ -66,10 +72,7 @@ def nspawns_under(directory: Path) -> list[NspawnProcess]:
     """Every running systemd-nspawn whose root filesystem lies under `directory`."""
     prefix = str(directory).rstrip("/") + "/"
     found = []
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+    for pid in _pids():
         rootfs = nspawn_rootfs(cmdline(pid))
         if rootfs and rootfs.startswith(prefix) and is_running(pid):
             found.append(NspawnProcess(pid, rootfs))
@@ -86,15 +89,13 @@ def tool_processes_under(
     """
     prefix = str(directory).rstrip("/") + "/"
     found = []
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        argv = cmdline(int(entry.name))
+    for pid in _pids():
+        argv = cmdline(pid)
         if not argv or (tools is not None and os.path.basename(argv[0]) not in tools):
             continue
         touches = any(a == prefix[:-1] or a.startswith(prefix) for a in argv[1:])
-        if touches and is_running(int(entry.name)):
-            found.append((int(entry.name), argv))
+        if touches and is_running(pid):
+            found.append((pid, argv))
     return found
 
 
@@ -105,15 +106,13 @@ def pids_in_netns(netns_file: Path) -> list[int]:
     except FileNotFoundError:
         return []
     found = []
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in _pids():
         try:
-            ns = os.stat(entry / "ns" / "net")
+            ns = os.stat(_PROC / str(pid) / "ns" / "net")
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-        if (ns.st_dev, ns.st_ino) == (target.st_dev, target.st_ino) and is_running(int(entry.name)):
-            found.append(int(entry.name))
+        if (ns.st_dev, ns.st_ino) == (target.st_dev, target.st_ino) and is_running(pid):
+            found.append(pid)
     return found
 
 

@@ -159,3 +159,29 @@ def test_console_tail_strips_colour_codes(tmp_path: Path) -> None:
     log.write_text("\x1b[0;1;31mFailed to start x\x1b[0m\r\n\nok\n")
     assert hosts.console_tail(log) == ["console: Failed to start x", "console: ok"]
     assert hosts.console_tail(tmp_path / "missing.log") == []
+
+
+def _fake_process(proc: Path, pid: int, argv: list[str], state: str = "S") -> Path:
+    d = proc / str(pid)
+    (d / "ns").mkdir(parents=True)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "stat").write_text(f"{pid} ({Path(argv[0]).name}) {state} 1 1 1")
+    (d / "ns" / "net").write_text("")
+    return d / "ns" / "net"
+
+
+def test_the_process_scans_read_every_pid_and_only_pids(monkeypatch, tmp_path) -> None:
+    # Pids far above any real one: is_running reaps only its own children, and these are none.
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)  # /proc's other entries are not processes
+    netns = _fake_process(proc, 4_000_001, ["/usr/bin/systemd-nspawn", "-D", "/w/lab/hosts/h1/rootfs"])
+    _fake_process(proc, 4_000_002, ["cp", "-a", "/src", "/w/lab/hosts/h2/rootfs"], "R")
+    _fake_process(proc, 4_000_003, ["cp", "-a", "/src", "/w/lab/hosts/h3/rootfs"], "Z")  # exited
+    _fake_process(proc, 4_000_004, ["cp", "-a", "/src", "/elsewhere"])
+    monkeypatch.setattr(processes, "_PROC", proc)
+    lab = Path("/w/lab")
+    assert processes.nspawns_under(lab) == [processes.NspawnProcess(4_000_001, "/w/lab/hosts/h1/rootfs")]
+    assert processes.tool_processes_under(lab, ("cp",)) == [
+        (4_000_002, ["cp", "-a", "/src", "/w/lab/hosts/h2/rootfs"])
+    ]
+    assert processes.pids_in_netns(netns) == [4_000_001]
