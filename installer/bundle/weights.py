@@ -145,6 +145,12 @@ def by_reference(models: list[Carried]) -> dict[str, Any]:
     return {BY_REFERENCE: found} if found else {}
 
 
+def mirror_size(man: Manifest) -> int:
+    """The bytes hosts fetch from mirrors (an upper bound for preflight's disk check)."""
+    refs = man.components.get(BY_REFERENCE, {})
+    return sum(int(r.get("size", 0)) for r in refs.values() if "mirror" in r.get("source", {}))
+
+
 def components(models: list[Carried], files: list[FileEntry]) -> dict[str, Any]:
     """The manifest's `model` (the primary, as before) and `models` (the others, by folder)."""
     primary = models[0].folder

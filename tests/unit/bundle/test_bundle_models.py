@@ -223,6 +223,7 @@ def test_weights_by_reference_travel_as_a_signed_list_never_as_bytes(site: Path)
         "files": sorted(listed["files"], key=lambda e: e["path"]),
     }
     verify(root)
+    assert weights.mirror_size(man) == refs["tiny-rerank"]["size"]  # preflight's disk check counts it
     # inside manifest.json, so the signature covers it: one sha256 changed is a bad signature
     pair = sign.keygen(site / "keys")
     signed = (root / manifest.MANIFEST).read_bytes()
