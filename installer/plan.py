@@ -37,6 +37,8 @@ class Upstream:
     stage: str = "stable"
     # its --max-model-len: the gateway keeps a max_tokens it sets itself within the context
     max_model_len: int | None = None
+    # the model's broken streams go on from another of its engines (inventory resume_streams)
+    resume_streams: bool = True
 
 
 @dataclass(frozen=True)
@@ -269,8 +271,10 @@ def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None, *, 
     hosts = tuple(_host_plan(inv, tuned, h, found[h.name]) for h in inv.hosts)
     _check_engine_names(inv, hosts)
     by_name = {h.name: h for h in hosts}
+    resumes = {m.served_name: m.model.resume_streams for m in inv.served_models()}
     upstreams = tuple(
-        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage, max_model_len_of(e.argv))
+        Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage, max_model_len_of(e.argv),
+                 resumes.get(e.served_name, True))
         for host in serving_hosts(inv)
         for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
     )

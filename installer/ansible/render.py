@@ -105,7 +105,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         # with each engine's task (the routes that reach it) and stage (a gray release's split)
         "gateway_engines": [
             {"name": u.name, "url": u.url, "model": u.model, "task": u.task, "stage": u.stage,
-             "max_model_len": u.max_model_len}
+             "max_model_len": u.max_model_len, "resume_streams": u.resume_streams}
             for u in plan.upstreams
         ],
         "gateway_keys_json": keys.render_hosts_file(store),

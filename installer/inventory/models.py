@@ -225,7 +225,7 @@ ParserName = Annotated[str, _matching(
 )]
 SERVING_KEYS = frozenset({"profile", "reasoning_parser", "tool_call_parser", "mtp_tokens"})
 # ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
-PASSED_KEYS = SERVING_KEYS | {"source"}
+PASSED_KEYS = SERVING_KEYS | {"source", "resume_streams"}
 
 
 class _Serving(_Strict):
@@ -239,6 +239,9 @@ class _Serving(_Strict):
     mtp_tokens: Annotated[int, Field(ge=0, le=16)] | None = None
     # Where the hosts get the weights: the bundle, or by reference (docs/weights.md).
     source: weights_source.WeightsSource = "bundle"
+    # A stream whose engine breaks off after its first byte goes on from another engine of the
+    # model (service/stream_resume.py, docs/failover.md); false: it ends with the error event.
+    resume_streams: bool = True
 
     @model_serializer(mode="wrap")
     def _dump_serving_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
