@@ -67,6 +67,7 @@ from installer.modelmaker.files import (
     config_ids_and_dtype,
     f8_e4m3,
     f32,
+    normal_init,
     write_generation_config,
     write_json,
     write_safetensors,
@@ -231,11 +232,7 @@ def _decoder_layer(prefix: str, *, moe: bool, normal: Any) -> dict[str, np.ndarr
 
 def float_weights(seed: int) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint by name, in float32, before it is stored as bf16 or fp8."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-
-    def normal(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
-
+    normal = normal_init(seed)
     tensors = {"model.embed_tokens.weight": normal(VOCAB, HIDDEN)}
     for i in range(LAYERS):
         tensors.update(_decoder_layer(f"model.layers.{i}.", moe=i >= FIRST_K_DENSE, normal=normal))

@@ -1,4 +1,5 @@
-"""The files a checkpoint is made of: JSON configs, and safetensors in the dtypes numpy lacks.
+"""The files a checkpoint is made of: JSON configs, and safetensors in the dtypes numpy lacks;
+and the seeded draw its weights come from.
 
 numpy has neither bfloat16 nor float8, and `safetensors.numpy` writes only numpy's dtypes, so the
 DeepSeek checkpoints are written here: the safetensors format is an 8-byte little-endian header
@@ -8,6 +9,7 @@ length, a JSON header naming each tensor's dtype, shape and byte range, then the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,17 @@ from tokenizers import Tokenizer
 
 # safetensors' dtype names, with their element sizes.
 ITEMSIZE = {"F32": 4, "BF16": 2, "F8_E4M3": 1}
+
+
+def normal_init(seed: int | list[int]) -> Callable[..., np.ndarray]:
+    """normal(*shape): float32 tensors drawn from N(0, 0.02^2), these models' usual init, one
+    seeded stream after another, so a seed makes the same checkpoint byte for byte."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
+
+    return normal
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

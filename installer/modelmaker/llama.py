@@ -22,7 +22,13 @@ from typing import Any, Literal, get_args
 import numpy as np
 from safetensors.numpy import save_file
 
-from installer.modelmaker.files import config_ids_and_dtype, write_generation_config, write_json, write_tokenizer
+from installer.modelmaker.files import (
+    config_ids_and_dtype,
+    normal_init,
+    write_generation_config,
+    write_json,
+    write_tokenizer,
+)
 from installer.modelmaker.tokenizer import train_byte_level_bpe
 
 HIDDEN = 256
@@ -57,11 +63,7 @@ CHAT_TEMPLATE = (
 
 
 def _weights(seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.Generator(np.random.PCG64(seed))
-
-    def normal(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
-
+    normal = normal_init(seed)
     tensors: dict[str, np.ndarray] = {"model.embed_tokens.weight": normal(VOCAB, HIDDEN)}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
@@ -87,8 +89,7 @@ def _kind_weights(kind: Kind, seed: int) -> dict[str, np.ndarray]:
     if kind == "embed":
         return {name.removeprefix("model."): t for name, t in tensors.items()}
     # Its own stream, so the trunk stays the chat model's for the same seed.
-    rng = np.random.Generator(np.random.PCG64([seed, 1]))
-    tensors["score.weight"] = (rng.standard_normal((1, HIDDEN), dtype=np.float32) * np.float32(0.02)).astype(np.float32)
+    tensors["score.weight"] = normal_init([seed, 1])(1, HIDDEN)
     return tensors
 
 
