@@ -294,7 +294,9 @@ def verify(
             result.wrong.append(path)
         elif max(after.st_mtime_ns, after.st_ctime_ns) < started_ns - _RACY_NS:
             new_cache[path] = {"key": stat_key(after), "entry": entry_digest(entry)}
-    if cache_path and new_cache != cache:
+    # A full verify always writes: it drops the entry of a file found wrong whose key did not
+    # move (bytes changed under the filesystem), which would otherwise vouch for it next time.
+    if cache_path and (full or new_cache != cache):
         save_cache(cache_path, new_cache)
     result.seconds = time.monotonic() - start
     return result
@@ -310,6 +312,7 @@ def fetch(
     part already fetched resumed with a Range request; files the list lacks are removed. Then
     the folder is verified again, so nothing fetched is trusted unhashed."""
     import ssl
+    import urllib.parse
     import urllib.request
 
     os.makedirs(root, mode=0o755, exist_ok=True)
@@ -335,7 +338,7 @@ def fetch(
         have = os.path.getsize(part) if os.path.exists(part) else 0
         if have >= listed[path]["size"]:
             have = 0  # a whole or longer part from an earlier run is fetched again, not trusted
-        request = urllib.request.Request(url + path, headers=dict(headers))
+        request = urllib.request.Request(url + urllib.parse.quote(path), headers=dict(headers))
         if have:
             request.add_header("Range", f"bytes={have}-")
         with urllib.request.urlopen(request, context=context, timeout=60) as answer:
