@@ -102,6 +102,9 @@ class StreamResume:
     def __init__(self, path: str, refusal: str | None, client_continuous: bool) -> None:
         self.chat = path.endswith("chat/completions")
         self.refusal = refusal
+        # Resumable when it was admitted: the engine was asked for usage in every chunk, which
+        # stays the gateway's to take out even if the stream turns out not resumable later.
+        self.watching = refusal is None
         self.client_continuous = client_continuous  # the client asked for usage in every chunk
         self.id: Any = None
         self.created: Any = None
@@ -118,7 +121,7 @@ class StreamResume:
     def observe(self, block: bytes) -> bytes:
         """Record a block of whole events on its way to the client; returns it without the
         per-chunk usage the gateway asked for, unless the client asked for it too."""
-        if self.refusal is not None:
+        if not self.watching:
             return block
         out = []
         for event in block.split(_SSE_END):
@@ -142,8 +145,9 @@ class StreamResume:
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
             if _is_count(prompt) and _is_count(completion):
                 self.prompt_tokens, self.sent_tokens = prompt, completion
-        for choice in choices if isinstance(choices, list) else ():
-            self._record_choice(choice)
+        if self.refusal is None:
+            for choice in choices if isinstance(choices, list) else ():
+                self._record_choice(choice)
         if isinstance(usage, dict) and choices and not self.client_continuous:
             cut = _CHUNK_USAGE.sub(b"", event, count=1)
             if cut == event:
@@ -173,9 +177,11 @@ class StreamResume:
 
     def continuation(self, original: bytes | memoryview) -> bytes | None:
         """The request that goes on from what was sent; None if the answer's budget is spent."""
-        body = json.loads(bytes(original))
         sent = "".join(self.text)
         spent = self.sent_tokens or 0
+        if not sent and not spent:
+            return bytes(original)  # nothing generated yet (vLLM's role chunk only): asked again as it was
+        body = json.loads(bytes(original))
         for field in ("max_tokens", "max_completion_tokens"):
             if isinstance(body.get(field), int):
                 if body[field] <= spent:
