@@ -65,7 +65,7 @@ MANAGED_FILES = (
 # The weights, file by file by size, mtime, ctime, inode, mode and owner: hundreds of GB are too
 # much to hash on every `up`; the model role verifies their checksums when it copies them.
 STAT_FILE_TREES = (f"{_STATE}/models",)
-# Releases (venvs) and tarball installs, by path, size, mode, owner, mtime and ctime (the probe, installer/converged/probe.py).
+# Releases (venvs) and tarball installs, by path, size, mode, owner, mtime and ctime (probe.py).
 STAT_TREES = (f"{_ROOT}/releases/*", f"{_ROOT}/monitoring")
 LISTINGS = (f"{_ROOT}/releases", HOST_BUNDLES)  # what the release role keeps, no more
 UNIT_PATTERNS = ("private-llm-*",)
