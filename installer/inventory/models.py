@@ -37,9 +37,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from installer.gpu import matrix as gpu_matrix
-from installer.inventory import profiles
+from installer.inventory import profiles, weights_source
 from installer.inventory import targets as os_targets
-from installer.inventory import weights_source
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
 
