@@ -26,7 +26,7 @@ from installer.inventory.weights_source import HostsSource
 from installer.ssh import target
 from installer.topology import HOST_LAYOUT
 
-VERIFIER = Path(__file__).with_name("verify.py")
+VERIFIER = Path(__file__).with_name("weights") / "verify.py"
 CACHE_DIR = f"{HOST_LAYOUT['pli_state_dir']}/weights/cache"
 MODELS = f"{HOST_LAYOUT['pli_state_dir']}/models"
 TIMEOUT_S = 3600.0  # 700 GB at 1 GB/s is 12 minutes; a slow disk may take longer

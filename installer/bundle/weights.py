@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from installer import engines
 from installer.bundle.manifest import FileEntry, Manifest
+from installer.errors import BundleError
 from installer.inventory.weights_source import HostsSource, MirrorSource, WeightsSource, read_manifest
 from installer.weights import verify as weights_verify
 
@@ -136,7 +137,10 @@ def by_reference(models: list[Carried]) -> dict[str, Any]:
         if not c.by_reference:
             continue
         given = _given_list(c)
-        files = read_manifest(given) if given is not None else weights_verify.describe(str(c.source))
+        try:
+            files = read_manifest(given) if given is not None else weights_verify.describe(str(c.source))
+        except ValueError as exc:  # validate read the list already; the folder may have changed since
+            raise BundleError(f"the weights of {c.served_name} cannot be listed: {exc}") from None
         found[c.folder] = {
             "source": _source_json(c.weights_from),
             "size": sum(e["size"] for e in files),

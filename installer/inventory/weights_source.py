@@ -61,7 +61,7 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
     files = data.get("files") if isinstance(data, dict) else None
     try:
         entries = weights_verify.check_entries(files)
-    except weights_verify.ManifestError as exc:
+    except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     if not entries:
         raise ValueError(f"{path} lists no files")

@@ -41,41 +41,37 @@ _RACY_NS = 2_000_000_000
 CACHE_FORMAT = 1
 
 
-class ManifestError(ValueError):
-    """The list of files is unusable (a path escaping its folder, a malformed entry)."""
-
-
 def check_path(path: str) -> str:
     """A manifest path must stay inside the model folder: relative, no '..', no '.' parts."""
     if not isinstance(path, str) or not path or "\0" in path or "\\" in path:
-        raise ManifestError(f"{path!r}: not a file path")
+        raise ValueError(f"{path!r}: not a file path")
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ManifestError(f"{path}: escapes the model folder (a path must be relative, without '.', '..' or '//')")
+        raise ValueError(f"{path}: escapes the model folder (a path must be relative, without '.', '..' or '//')")
     return path
 
 
 def check_entries(entries: object) -> list[dict]:
     """The manifest's list of files, each with path, size, sha256 and (large files) chunks."""
     if not isinstance(entries, list):
-        raise ManifestError("the list of weight files is not a list")
+        raise ValueError("the list of weight files is not a list")
     seen: set[str] = set()
     for e in entries:
         if not isinstance(e, dict) or set(e) - {"path", "size", "sha256", "chunks"}:
-            raise ManifestError(f"{e!r}: an entry has path, size, sha256 and chunks only")
+            raise ValueError(f"{e!r}: an entry has path, size, sha256 and chunks only")
         path = check_path(e.get("path"))  # type: ignore[arg-type]
         if path in seen or any(s.startswith(path + "/") or path.startswith(s + "/") for s in seen):
-            raise ManifestError(f"{path}: listed twice, or both a file and a folder")
+            raise ValueError(f"{path}: listed twice, or both a file and a folder")
         seen.add(path)
         size, digest, chunks = e.get("size"), e.get("sha256"), e.get("chunks")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ManifestError(f"{path}: size {size!r} is not a byte count")
+            raise ValueError(f"{path}: size {size!r} is not a byte count")
         if not _is_sha256(digest):
-            raise ManifestError(f"{path}: sha256 {digest!r} is not 64 hex digits")
+            raise ValueError(f"{path}: sha256 {digest!r} is not 64 hex digits")
         if chunks is not None:
             count = -(-size // CHUNK)
             if not isinstance(chunks, list) or len(chunks) != count or not all(map(_is_sha256, chunks)):
-                raise ManifestError(f"{path}: chunks must be {count} sha256 of {CHUNK} bytes each")
+                raise ValueError(f"{path}: chunks must be {count} sha256 of {CHUNK} bytes each")
     return entries  # type: ignore[return-value]
 
 
@@ -364,7 +360,7 @@ def describe(root: str, workers: int | None = None) -> list[dict]:
     of a larger one, from one read). Refuses a folder with a link out of it or a special file."""
     present, problems = scan(root)
     if problems:
-        raise ManifestError("; ".join(problems))
+        raise ValueError("; ".join(problems))
     real_root = os.path.realpath(root)
 
     def one(path: str) -> dict:
@@ -408,7 +404,7 @@ def _listed(manifest: str, folder: str | None, prefix: str | None = None) -> lis
         return check_entries(data.get("files"))
     found = data.get("components", {}).get("weights_by_reference", {}).get(folder)
     if not isinstance(found, dict):
-        raise ManifestError(f"{manifest} lists no weights by reference for {folder}")
+        raise ValueError(f"{manifest} lists no weights by reference for {folder}")
     return check_entries(found.get("files"))
 
 
@@ -440,7 +436,7 @@ def _main(argv: list[str]) -> int:
             result = fetch(args.root, files, args.url, args.ca, args.token_file, args.cache, args.workers)
         else:
             result = verify(args.root, files, args.cache, args.full, args.workers)
-    except (ManifestError, OSError, ValueError) as exc:  # URLError is an OSError
+    except (OSError, ValueError) as exc:  # URLError is an OSError; a bad list a ValueError
         print(json.dumps({"ok": False, "problems": [str(exc)], "error": True}))
         return 2
     print(result.to_json())

@@ -30,7 +30,7 @@ def folder(tmp_path: Path) -> Path:
     "path", ["../x", "/etc/passwd", "a/../../b", "a//b", "./a", "", "a/", "a\\..\\b", "a/\0b"]
 )
 def test_a_manifest_path_escaping_the_folder_is_refused(path: str) -> None:
-    with pytest.raises(wv.ManifestError):
+    with pytest.raises(ValueError):
         wv.check_path(path)
 
 
@@ -41,13 +41,13 @@ def test_a_manifest_path_inside_the_folder_is_accepted() -> None:
 def test_entries_are_refused_when_malformed(tmp_path: Path) -> None:
     entries = wv.describe(str(folder(tmp_path)))
     big = next(e for e in entries if e["path"].endswith(".safetensors"))
-    with pytest.raises(wv.ManifestError, match="listed twice"):
+    with pytest.raises(ValueError, match="listed twice"):
         wv.check_entries([*entries, big])
-    with pytest.raises(wv.ManifestError, match="chunks must be 3"):
+    with pytest.raises(ValueError, match="chunks must be 3"):
         wv.check_entries([{**big, "chunks": big["chunks"][:2]}])
-    with pytest.raises(wv.ManifestError, match="not 64 hex"):
+    with pytest.raises(ValueError, match="not 64 hex"):
         wv.check_entries([{**big, "sha256": "x" * 64}])
-    with pytest.raises(wv.ManifestError, match="only"):
+    with pytest.raises(ValueError, match="only"):
         wv.check_entries([{**big, "mode": 420}])
 
 
@@ -80,7 +80,7 @@ def test_a_symlink_out_of_the_folder_is_refused(tmp_path: Path) -> None:
     root = folder(tmp_path)
     (tmp_path / "outside.bin").write_bytes(b"secret")
     (root / "extra.bin").symlink_to(tmp_path / "outside.bin")
-    with pytest.raises(wv.ManifestError, match=r"extra\.bin: a symlink to .*outside the model folder"):
+    with pytest.raises(ValueError, match=r"extra\.bin: a symlink to .*outside the model folder"):
         wv.describe(str(root))
     result = wv.verify(str(root), [])
     assert any("extra.bin: a symlink to" in p for p in result.problems)
@@ -139,7 +139,7 @@ def test_each_part_of_the_key_sends_the_file_to_be_hashed_again(tmp_path: Path, 
         assert result.problems == ["sub/tokenizer.json: sha256 differs from the signed manifest"]
         return
     again = verified(root, entries, cache)
-    assert (again.hashed_files, again.cached_files) == (1, 0)
+    assert (again.hashed_files, again.cached_files) == (1, 2)
 
 
 def test_a_cache_others_can_write_is_not_trusted(tmp_path: Path) -> None:
