@@ -6,9 +6,10 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 from pydantic import ValidationError
@@ -19,7 +20,6 @@ from service.keyfile import QUOTAS_FILE_NAME, ROLES_FILE_NAME, HostKeyFile, Host
 if TYPE_CHECKING:
     from service.config import JWTConfig
     from service.jwt_auth import Verifier
-    from service.tenants import Tenants
 
 log = logging.getLogger("service.auth")
 
@@ -62,6 +62,14 @@ def _unauthorized(message: str, code: str = "invalid_api_key") -> GatewayError:
     return GatewayError(401, message, "authentication_error", code, {"WWW-Authenticate": "Bearer"})
 
 
+class TenantChoice(Protocol):
+    """Puts a caller in its tenant (service/tenants.py, which imports this module)."""
+
+    def for_token(self, caller: ApiKey, claims: Mapping[str, Any]) -> ApiKey: ...
+
+    def for_key(self, key: ApiKey) -> ApiKey: ...
+
+
 _FileStamp = tuple[int, int, int, int] | None  # None: no such file
 _Stamp = tuple[_FileStamp, ...]
 
@@ -75,7 +83,7 @@ class KeyRing:
     (/readyz, with the scrape token) to tell that a pushed file was taken.
     """
 
-    def __init__(self, path: Path | None, jwt: "Verifier | None" = None, tenants: "Tenants | None" = None) -> None:
+    def __init__(self, path: Path | None, jwt: "Verifier | None" = None, tenants: TenantChoice | None = None) -> None:
         self.path = path
         self.jwt = jwt  # bearer JWTs beside the keys (service/jwt_auth.py); None: keys only
         self.tenants = tenants  # policies callers share (service/tenants.py); None: each its own
