@@ -137,14 +137,14 @@ def restore(blob: bytes, where: Path, decrypt: Callable[[bytes], bytes], force: 
     if occupied and not _differences(target, got.entries):
         return Restored(target, 0, True, None, None)
     if (occupied or checkpoint.exists()) and not force:
-        found = _differences(target, got.entries) if occupied else []
-        what = (
-            f"holds other state ({'; '.join(found[:3])}{'...' if len(found) > 3 else ''})"
-            if found
-            else "is not empty"
-            if occupied
-            else f"has an audit checkpoint {checkpoint} of another trail"
-        )
+        holds_state = occupied and bool(contents.walk(target)[0])
+        found = _differences(target, got.entries) if holds_state else []
+        if found:
+            what = f"holds other state ({'; '.join(found[:3])}{'...' if len(found) > 3 else ''})"
+        elif occupied:
+            what = f"is not empty (it holds {', '.join(sorted(p.name for p in target.iterdir()))})"
+        else:
+            what = f"has an audit checkpoint {checkpoint} of another trail"
         raise StateArchiveError(
             f"the state folder {target} {what}; nothing was written",
             [

@@ -181,3 +181,20 @@ def test_a_machine_whose_audit_key_did_not_seal_the_trail_is_refused(
         invoke("state", "import", str(out), "--identity", str(identity))
     assert not new.state.parent.exists()
     assert new.audit_key.read_text() == "ab" * 32 + "\n"
+
+
+def test_a_folder_holding_only_what_is_not_state_is_named_and_refused(
+    old: Machine,
+    new: Machine,
+    on: Callable[[Machine], None],
+    age_identity: tuple[str, Path],
+    tmp_path: Path,
+) -> None:
+    recipient, identity = age_identity
+    out = tmp_path / "s.age"
+    _export(out, recipient)
+    on(new)
+    (new.state / "runs").mkdir(parents=True)
+    with pytest.raises(StateArchiveError, match=r"is not empty \(it holds runs\); nothing was written"):
+        invoke("state", "import", str(out), "--identity", str(identity))
+    assert [p.name for p in new.state.iterdir()] == ["runs"] and not new.audit_key.exists()
