@@ -3,6 +3,7 @@ and 3): two tenants' limits hold separately, across both gateways, for their tok
 an API key alike; a token naming no tenant is refused; usage is reported per tenant and caller;
 the metrics name tenants, not subjects; each gateway's audit records verify, and an edit is found."""
 
+import asyncio
 import json
 import time
 import uuid
@@ -44,6 +45,7 @@ def test_two_tenants_through_two_gateways(
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps(idp.jwks(signer)))
     api_key = keys.create(f"ci-{run}")
+    free_key = keys.create(f"free-{run}")  # in no tenant, no limits
     upstream = start_upstream()
     gateways = [
         start_gateway(
@@ -61,6 +63,8 @@ def test_two_tenants_through_two_gateways(
                     ],
                 },
                 "request_audit": {"dir": str(tmp_path / f"audit-{n}"), "retention_days": 30},
+                # the first gateway's two workers share one chain (service/request_audit.py's flock)
+                "workers": 2 - n,
             }
         )
         for n in range(2)
@@ -100,13 +104,28 @@ def test_two_tenants_through_two_gateways(
     assert f'key="tenant/{research}"' in metrics and "alice" not in metrics
     assert f'key="ci-{run}"' in metrics
 
+    # a burst on fresh connections reaches both workers of the first gateway
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+            headers = {"Authorization": f"Bearer {free_key}", "Connection": "close"}
+            answers = await asyncio.gather(
+                *(client.post("/v1/chat/completions", json=CHAT, headers=headers) for _ in range(40))
+            )
+        return [answer.status_code for answer in answers]
+
+    assert asyncio.run(burst()) == [200] * 40
+    assert len({r["pid"] for r in a.log_records()}) == 2
+
     # each gateway's audit trail: every request, chained, without the prompt
     time.sleep(0.5)  # records are flushed every 0.2 s
     records: list[dict[str, Any]] = []
     for n in range(2):
         verdict = audit_chain.verify(_files(tmp_path / f"audit-{n}"))
         assert verdict.ok, verdict.problems
+        assert [r["seq"] for r in verdict.records] == list(range(1, len(verdict.records) + 1))
         records += verdict.records
+    assert sum(r["subject"] == f"free-{run}" for r in records) == 40
+    records = [r for r in records if r["subject"] != f"free-{run}"]
     assert sorted((str(r["tenant"]), r["status"]) for r in records) == sorted(
         [(research, 200)] * 3 + [(research, 429)] + [(support, 200)] * 3 + [(support, 429)] + [("None", 403)]
     )
