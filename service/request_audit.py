@@ -27,6 +27,7 @@ from service.audit_chain import FILE_PREFIX, FILE_SUFFIX, GENESIS, digest, seal
 log = logging.getLogger("service.request_audit")
 
 LOCK_NAME = ".lock"
+_SMALL_TAIL = 4096
 _TAIL_BYTES = 64 * 1024  # far more than one record
 
 
@@ -73,7 +74,7 @@ class RequestAudit(AccessLog):
         st = os.fstat(self._file)
         torn = False
         if self._left != (st.st_ino, st.st_size):
-            self._head, torn = self._read_head()
+            self._head, torn = self._read_head(st.st_size)
         seq, prev = self._head
         lines = []
         for record in batch:
@@ -99,30 +100,21 @@ class RequestAudit(AccessLog):
                     path.unlink(missing_ok=True)
                     log.info("request audit: removed %s (older than %d days)", path.name, self.retention_days)
 
-    def _read_head(self) -> tuple[tuple[int, str], bool]:
-        """The newest record's (seq, hash) in the folder, and whether the newest file ends
-        inside a line; (0, GENESIS) when there is none."""
-        files = sorted(self.folder.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"), reverse=True)
+    def _read_head(self, today_size: int) -> tuple[tuple[int, str], bool]:
+        """The newest record's (seq, hash), and whether today's file ends inside a line;
+        (0, GENESIS) when there is none. Today's file when it has records (the usual case: one
+        small read), else the newest earlier day's."""
+        assert self._day is not None
+        today = day_file(self.folder, self._day)
+        files = (
+            [today]
+            if today_size
+            else sorted((p for p in self.folder.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}") if p != today), reverse=True)
+        )
         for path in files:
-            with path.open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size == 0:
-                    continue
-                f.seek(max(0, size - _TAIL_BYTES))
-                tail = f.read()
-            torn = not tail.endswith(b"\n")
-            lines = [line for line in tail.split(b"\n") if line]
-            last = lines[-1]
-            # the seq of the last whole record; a torn line after it takes the next one
-            for line in reversed(lines):
-                try:
-                    seq = int(json.loads(line)["seq"]) + (line is not last)
-                    break
-                except (ValueError, KeyError, TypeError):
-                    continue
-            else:
-                seq = 0
-            return (seq, digest(last)), torn and path == files[0]
+            head = _tail_head(path)
+            if head is not None:
+                return head[0], head[1] and path == today
         return (0, GENESIS), False
 
     def close(self) -> None:
@@ -131,3 +123,28 @@ class RequestAudit(AccessLog):
             if fd is not None:
                 os.close(fd)
         self._file = None
+
+
+def _tail_head(path: Path) -> tuple[tuple[int, str], bool] | None:
+    """(seq, hash) of the last line of `path` and whether that line was cut short; None for an
+    empty file. The seq is the last whole record's, plus one for a cut line after it."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        for span in (_SMALL_TAIL, _TAIL_BYTES):  # a record is a few hundred bytes
+            f.seek(max(0, size - span))
+            tail = f.read()
+            lines = [line for line in tail.split(b"\n") if line]
+            if len(lines) >= 2 or span >= size:
+                break
+    torn = not tail.endswith(b"\n")
+    last = lines[-1]
+    seq = 0
+    for line in reversed(lines):
+        try:
+            seq = int(json.loads(line)["seq"]) + (line is not last)
+            break
+        except (ValueError, KeyError, TypeError):
+            continue
+    return (seq, digest(last)), torn
