@@ -24,6 +24,13 @@ if [ -z "${PROBE:-}" ] && [ ! -f /root/bundle.tar ]; then
   (cd /root && sha256sum -c "$S/p00/bundle.tar.sha256") || { step "bundle parts do not add up"; exit 3; }
 fi
 step "bundle: $(du -h /root/bundle.tar | cut -f1)"
+# The inventory's monitoring tarballs are the bundle's own copies: taken from the verified-by-sum
+# bundle when the stash lacks them, which saves one upload call of a short lease.
+if [ ! -d "$S/site/tarballs" ] && [ -d "$S/tarballs" ]; then cp -a "$S/tarballs" "$S/site/tarballs"; fi
+if [ ! -d "$S/site/tarballs" ]; then
+  mkdir -p "$S/site/tarballs" && tar -xf /root/bundle.tar -C "$S/site/tarballs" --strip-components=1 \
+    --wildcards 'monitoring/*.tar.gz' || { step "no monitoring tarballs in the bundle"; exit 3; }
+fi
 
 if ! pgrep -xf "/lib/systemd/systemd --system" >/dev/null; then
   bash "$here/systemd_host.sh" "$S/kit" "$S/site/id_h200.pub" / > "$out/systemd_host.txt" 2>&1 \
