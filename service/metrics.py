@@ -129,7 +129,7 @@ class Metrics:
         self.stream_resumed = Counter(
             p + "stream_resumed",
             "streams broken off by their engine, by model and outcome (resumed: finished from another "
-            "engine; finished: only [DONE] was lost; failed: the next engine failed too; "
+            "engine; failed: the next engine failed too; "
             "client_disconnected; else why it was not resumed: off, n, logprobs, reasoning, tool_call, "
             "no_engine, ...)",
             ["model", "outcome"],

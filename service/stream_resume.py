@@ -24,7 +24,6 @@ resumption per request: a second engine that dies too ends the stream with the e
 import asyncio
 import json
 import logging
-import re
 import time
 from typing import Any, Protocol
 
@@ -40,14 +39,13 @@ log = logging.getLogger("service.stream_resume")
 
 _SSE_END = b"\n\n"
 _DONE = b"data: [DONE]"
-# vLLM's chunks end with their usage object, flat (UsageInfo without details): cut out by bytes
-# where it is, else by parsing the event again.
-_CHUNK_USAGE = re.compile(rb',\s*"usage":\s*\{[^{}]*\}')
+# vLLM's chunks (compact JSON) carry their usage as a flat object (UsageInfo without details):
+# cut out by bytes where it is, else by encoding the parsed event again.
+_CHUNK_USAGE = b',"usage":{'
 _REASONING = ("reasoning", "reasoning_content")
 
 RESUMED = "resumed"  # outcome: the stream went on from another engine to its end
 FAILED = "failed"  # the next engine failed too (or answered no stream)
-FINISHED = "finished"  # the answer had ended, only [DONE] was lost: ended by the gateway
 CLIENT_GONE = "client_disconnected"  # the client left while the next engine answered
 
 
@@ -149,11 +147,12 @@ class StreamResume:
             for choice in choices if isinstance(choices, list) else ():
                 self._record_choice(choice)
         if isinstance(usage, dict) and choices and not self.client_continuous:
-            cut = _CHUNK_USAGE.sub(b"", event, count=1)
-            if cut == event:
-                del obj["usage"]
-                cut = b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-            return cut
+            at = event.find(_CHUNK_USAGE)
+            end = event.find(b"}", at) if at >= 0 else -1
+            if end >= 0 and event.find(b"{", at + len(_CHUNK_USAGE), end) < 0:
+                return event[:at] + event[end + 1 :]
+            del obj["usage"]
+            return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
         return event
 
     def _record_choice(self, choice: Any) -> None:
@@ -203,6 +202,10 @@ class StreamResume:
             return self.refusal
         if self.sent_tokens is None or self.prompt_tokens is None:
             return "no_usage"  # the engine ignored continuous_usage_stats: the tokens sent are unknown
+        if self.finished:
+            # The finish_reason came, only [DONE] (or the usage event) did not: nothing to go on
+            # with; the stream ends as any other that breaks the protocol.
+            return "answer_finished"
         return None
 
 
@@ -228,10 +231,6 @@ async def take_over(
     (its [DONE], or the error event) whenever it returns True."""
     info = call.info
     reason = state.why_not() if not state.attempted else "once"
-    if reason is None and state.finished:
-        await _finish(call, state, send)
-        _count(metrics, call, FINISHED)
-        return True
     engine = None
     if reason is None:
         engine = router.pick(call.model, (dead,), call.session_id, dead.stage)
@@ -375,24 +374,6 @@ class _Rewriter:
         whole = dict(usage, prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
         whole.pop("prompt_tokens_details", None)  # the next prompt's cache hits are not the request's
         return whole
-
-
-async def _finish(call: Relay, state: StreamResume, send: Send) -> None:
-    """The answer had its finish_reason: only the usage event and [DONE] were lost."""
-    usage = {
-        "prompt_tokens": state.prompt_tokens,
-        "completion_tokens": state.sent_tokens,
-        "total_tokens": (state.prompt_tokens or 0) + (state.sent_tokens or 0),
-    }
-    call._account(usage)
-    out = b""
-    if not call.strip_usage:
-        kind = "chat.completion.chunk" if state.chat else "text_completion"
-        event = {"id": state.id, "object": kind, "created": state.created, "model": call.model, "choices": [],
-                 "usage": usage}
-        out += b"data: " + json.dumps(event, separators=(",", ":")).encode() + _SSE_END
-    call.done = True
-    await send({"type": "http.response.body", "body": out + _DONE + _SSE_END, "more_body": False})
 
 
 def _count(metrics: Metrics, call: Relay, outcome: str) -> None:

@@ -48,9 +48,11 @@ def test_official_client_sync_stream_and_models(setup: Any) -> None:
     )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == " tok0 tok1 tok2 tok3 tok4"
-    # The gateway asked the engine for usage (to account tokens) but the client did not: hidden.
+    # The gateway asked the engine for usage (to account tokens), in every chunk too (to resume
+    # the stream on another engine, service/stream_resume.py), but the client did not: hidden.
     assert all(c.usage is None and c.choices for c in chunks)
-    assert json.loads(upstream.stats()["last_body"])["stream_options"] == {"include_usage": True}
+    assert json.loads(upstream.stats()["last_body"])["stream_options"] == {
+        "include_usage": True, "continuous_usage_stats": True}
 
     completions = list(
         client.completions.create(
