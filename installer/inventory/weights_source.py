@@ -22,11 +22,22 @@ from installer.weights import verify as weights_verify
 _HOST_PATH = re.compile(r"/(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
 
 
+# The engines' units have ProtectHome=true (playbooks/roles/engine/templates/engine.service.j2):
+# weights under these would pass the verifier (root) and then be invisible to the engine.
+_HIDDEN_FROM_ENGINES = ("/home", "/root", "/run/user", "/proc", "/sys", "/dev")
+
+
 def _host_path(value: str) -> str:
     if not _HOST_PATH.fullmatch(value):
         raise ValueError(
             f"{value!r} is not an absolute path on the hosts of letters, digits, '.', '_', '+', '-' and '/', "
             "without '.' or '..' parts (e.g. /data/models/DeepSeek-R1)"
+        )
+    hidden = next((p for p in _HIDDEN_FROM_ENGINES if value == p or value.startswith(p + "/")), None)
+    if hidden is not None:
+        raise ValueError(
+            f"{value} is under {hidden}, which the engines' hardened units cannot see (ProtectHome); "
+            "move the weights elsewhere (e.g. /data/models/...)"
         )
     return value
 

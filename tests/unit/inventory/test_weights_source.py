@@ -103,3 +103,9 @@ def test_a_manifest_path_escaping_the_folder_is_refused_at_its_line(tmp_path: Pa
 def test_an_unknown_source_key_is_refused(tmp_path: Path) -> None:
     text = refused(inventory(tmp_path, "  source: {hosts: /data/x, mirorr: y}\n"))
     assert "model.source.mirorr: unknown key" in text, text
+
+
+@pytest.mark.parametrize("path", ["/home/ops/models/tiny", "/root/tiny", "/run/user/0/tiny"])
+def test_a_host_path_the_engines_cannot_see_is_refused(tmp_path: Path, path: str) -> None:
+    text = refused(inventory(tmp_path, f"  source: {{hosts: '{path}'}}\n"))
+    assert f"{tmp_path / 'inv.yml'}:7: model.source.hosts" in text and "ProtectHome" in text, text
