@@ -93,7 +93,8 @@ def test_a_stream_whose_engine_dies_goes_on_from_the_other_as_one_engine_would_a
 ) -> None:
     gateway, engines, secret = setup
     for path in PATHS:
-        for extra in ({}, {"max_tokens": 12, "stream_options": {"include_usage": True}}):
+        extras: list[dict[str, Any]] = [{}, {"max_tokens": 12, "stream_options": {"include_usage": True}}]
+        for extra in extras:
             whole = _stream(gateway, secret, path, _body(path, **extra))
             _both_ready(gateway, scrape_token)
             resumed = _stream(gateway, secret, path, _body(path, x_fake={"die_after": 5}, **extra))
@@ -154,7 +155,7 @@ def test_streams_that_may_not_or_cannot_resume_end_with_the_error_event(
 ) -> None:
     gateway, engines, secret = setup
     chat, completions = PATHS
-    cases = [
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
         (chat, "tiny", {"n": 2}, "n"),
         (chat, "tiny", {"logprobs": True}, "logprobs"),
         (completions, "tiny", {"logprobs": 1}, "logprobs"),
