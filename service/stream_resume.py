@@ -248,7 +248,7 @@ async def take_over(
     router.begin(engine)
     outcome = FAILED
     try:
-        outcome = await _relay(call, state, engine, send, session, timeout, first_byte_timeout_s, body)
+        outcome = await _relay(call, state, engine, send, session, timeout, first_byte_timeout_s, body, metrics)
     except asyncio.CancelledError:
         outcome = CLIENT_GONE  # the response's context closed the connection: the engine aborts
         raise
@@ -267,9 +267,10 @@ async def _relay(
     timeout: aiohttp.ClientTimeout,
     first_byte_timeout_s: float,
     body: bytes,
+    metrics: Metrics,
 ) -> str:
     rewrite = _Rewriter(call, state)
-    failure = None
+    failure, reason = None, "stream_incomplete"
     try:
         async with asyncio.timeout(first_byte_timeout_s) as guard:
             async with session.post(
@@ -277,6 +278,7 @@ async def _relay(
             ) as resp:
                 if resp.status != 200 or not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
                     failure = f"Engine '{engine.name}' refused to resume the stream: HTTP {resp.status}."
+                    reason = f"http_{resp.status}"
                 else:
                     engine.mark_ok()
                     pending = b""
@@ -298,6 +300,11 @@ async def _relay(
                     failure = f"Engine '{engine.name}' ended the resumed stream early."
     except (aiohttp.ClientError, TimeoutError) as exc:
         failure = f"Engine '{engine.name}' failed while resuming the stream: {type(exc).__name__}."
+        reason = "stream_broken"
+        if engine.healthy:  # as the relay treats a broken stream: out of rotation until a check passes
+            log.warning("engine %s taken out of rotation: %s", engine.name, reason)
+            engine.mark_failed()
+    metrics.upstream_errors.labels(engine.name, reason).inc()
     engine.suspect()
     await call._cut(send, "upstream_stream_broken", failure or "The resumed stream failed.")
     return FAILED
@@ -330,8 +337,9 @@ class _Rewriter:
 
     def _event(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         state, call = self.state, self.call
-        obj["id"], obj["created"] = state.id, state.created
         choices = obj.get("choices")
+        if choices is not None or "usage" in obj:  # a chunk, not an in-band error event
+            obj["id"], obj["created"] = state.id, state.created
         for choice in choices if isinstance(choices, list) else ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict):
