@@ -24,6 +24,9 @@ METRICS_EXPORT_PORT = 6396
 # (head only) and the range Ray hands its worker processes (vLLM's GPU workers among them).
 CLIENT_SERVER_PORT = 10001
 MIN_WORKER_PORT, MAX_WORKER_PORT = 10002, 19999
+# The head's autoscaler monitor serves its metrics on 0.0.0.0 at Ray's AUTOSCALER_METRIC_PORT
+# (an environment variable, no `ray start` flag), seen listening in the lab (docs/multinode.md).
+AUTOSCALER_METRIC_PORT = 44217
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ PORTS: tuple[RayPort, ...] = (
             "--dashboard-agent-listen-port"),
     RayPort(METRICS_EXPORT_PORT, METRICS_EXPORT_PORT, "Ray's metrics export", "--metrics-export-port"),
     RayPort(MIN_WORKER_PORT, MAX_WORKER_PORT, "Ray's worker processes", ""),
+    RayPort(AUTOSCALER_METRIC_PORT, AUTOSCALER_METRIC_PORT, "Ray's autoscaler metrics", "", head_only=True),
 )
 
 
@@ -71,8 +75,9 @@ def flags(role: str) -> tuple[str, ...]:
             continue
         if p.flag:
             out.append(f"{p.flag}={p.low}")
-        else:
+        elif p.low == MIN_WORKER_PORT:
             out += [f"--min-worker-port={p.low}", f"--max-worker-port={p.high}"]
+        # else the autoscaler's: Ray's default, set by no flag
     return tuple(out)
 
 

@@ -27,6 +27,8 @@ def test_every_ray_port_is_pinned_on_the_units(two_hosts: Callable[..., Inventor
     ("ports: {redis: 6390}\n", "ports.redis", 8, "Ray's GCS"),
     ("ports: {engine: 10500}\n", "ports.engine", 8, "Ray's worker processes"),
     ("monitoring: {prometheus_port: 10001}\n", "monitoring.prometheus_port", 8, "Ray's client server"),
+    # not pinned by a flag: the head's autoscaler monitor listens there by Ray's default (lab, #36)
+    ("ports: {gateway: 44217}\n", "ports.gateway", 8, "Ray's autoscaler metrics"),
 ])
 def test_a_deployment_port_inside_rays_is_refused_with_its_line(
     two_hosts: Callable[..., Inventory], extra: str, key: str, line: int, what: str
