@@ -155,6 +155,9 @@ def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
     worker = render_role(tmp_path / "w", rendered_vars(p, "h1"))
     assert "private-llm-engine" not in worker  # a Ray worker runs no engine of its own
     assert "--address=10.0.0.1:" in worker["ray"]
+    # Ray's workers inherit the Ray unit's environment: without its own address there, vLLM's
+    # worker on a host with no default route took 0.0.0.0 ("Failed to get the IP address") in the lab
+    assert "VLLM_HOST_IP=10.0.0.2\n" in worker["engine.env"] and "EnvironmentFile=" in worker["ray"]
 
 
 def test_engine_ports_may_not_run_into_another_service(tmp_path: Path) -> None:
