@@ -105,7 +105,9 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         # with each engine's task (the routes that reach it) and stage (a gray release's split)
         "gateway_engines": [
             {"name": u.name, "url": u.url, "model": u.model, "task": u.task, "stage": u.stage,
-             "max_model_len": u.max_model_len, "resume_streams": u.resume_streams}
+             "max_model_len": u.max_model_len,
+             # only when off: a deployment that leaves it on renders the variables it did before
+             **({} if u.resume_streams else {"resume_streams": False})}
             for u in plan.upstreams
         ],
         "gateway_keys_json": keys.render_hosts_file(store),

@@ -133,8 +133,7 @@ def test_render_gives_the_gateways_task_and_stage_and_the_model_role_every_folde
     variables = rendered_vars(p, "h1")
     embed = variables["gateway_engines"][1]
     assert {k: v for k, v in embed.items() if k != "max_model_len"} == {
-        "name": "h1-emb", "url": "https://10.0.0.1:8001", "model": "org/tiny-embed", "task": "embed", "stage": "stable",
-        "resume_streams": True,
+        "name": "h1-emb", "url": "https://10.0.0.1:8001", "model": "org/tiny-embed", "task": "embed", "stage": "stable"
     }
     assert variables["models"] == [
         {"name": "chat", "served_name": "tiny-chat", "dir_name": "tiny-chat", "task": "generate",

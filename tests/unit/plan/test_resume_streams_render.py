@@ -54,7 +54,9 @@ def test_left_unset_nothing_changes_in_gateway_yml_or_the_inventory_dump(tmp_pat
     inv = one_host(tmp_path)
     p = deployment_plan.build(inv)
     assert all(u.resume_streams for u in p.upstreams)
-    assert "resume_streams" not in gateway_config({**rendered_vars(p, "h1"), "gateway_workers": 1})["engines"][0]
+    variables = rendered_vars(p, "h1")
+    assert all("resume_streams" not in e for e in variables["gateway_engines"])  # group_vars as before
+    assert "resume_streams" not in gateway_config({**variables, "gateway_workers": 1})["engines"][0]
     assert "resume_streams" not in inv.model_dump()["model"]  # the revision's config digest stays
     off = one_host(tmp_path, **{"model": {"path": str(tmp_path / "w"), "served_name": "tiny", "resume_streams": False}})
     assert off.model_dump()["model"]["resume_streams"] is False
