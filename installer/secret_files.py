@@ -1,6 +1,7 @@
 """The secrets a deployment's hosts share, generated and kept on the control machine: the
-password of its Redis (shared per-key limits and usage) and the scrape token Prometheus shows
-the gateways for their metrics (service/scrape_auth.py).
+password of its Redis (shared per-key limits and usage), the scrape token Prometheus shows
+the gateways for their metrics (service/scrape_auth.py), and, for a model spanning hosts, the
+token of its Ray cluster (RAY_AUTH_MODE=token: Ray refuses a node or driver without it).
 
 `prepare(plan)` is the one step that makes them, before anything is rendered: the renderer and
 the flows after it only read. Each is generated once (32 random bytes as hex: safe inside a
@@ -26,6 +27,14 @@ def metrics_token_file(deployment: str, folder: Path | None = None) -> Path:
     return (folder or state_dir()) / "metrics" / f"{deployment}.token"
 
 
+def ray_token_file(deployment: str) -> Path:
+    return state_dir() / "ray" / f"{deployment}.token"
+
+
+def _has_ray(plan: DeploymentPlan) -> bool:
+    return any(h.ray is not None for h in plan.hosts)
+
+
 def _ensure(path: Path) -> Path:
     if not path.is_file():
         write_private(path, secrets.token_hex(32))
@@ -39,12 +48,15 @@ def prepare(plan: DeploymentPlan) -> None:
     _ensure(metrics_token_file(deployment))
     if plan.redis is not None:
         _ensure(redis_password_file(deployment))
+    if _has_ray(plan):
+        _ensure(ray_token_file(deployment))
 
 
 def require(plan: DeploymentPlan) -> None:
     """Raise when a secret `plan` needs was not made: the renderer reads, it never writes one."""
     deployment = plan.inventory.deployment
-    needed = [metrics_token_file(deployment), *([redis_password_file(deployment)] if plan.redis else [])]
+    needed = [metrics_token_file(deployment), *([redis_password_file(deployment)] if plan.redis else []),
+              *([ray_token_file(deployment)] if _has_ray(plan) else [])]
     missing = [str(p) for p in needed if not p.is_file()]
     if missing:
         raise InstallerError(f"deployment {deployment}'s secrets are not made yet: {', '.join(missing)}",

@@ -128,6 +128,10 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         # token: the roles read it in no_log tasks. write() makes the file.
         "pli_metrics_token_src": str(secret_files.metrics_token_file(inv.deployment)),
         "healthcheck_model": inv.model.served_name,
+        # A model spanning hosts: its Ray cluster's token (a path here; the engine role copies it
+        # no_log). Only then, so other deployments keep their variables digest.
+        **({"engine_ray_token_src": str(secret_files.ray_token_file(inv.deployment))}
+           if any(h.ray is not None for h in plan.hosts) else {}),
         **_tls_vars(plan),
         **_jwt_vars(plan),
         **_tenant_vars(plan),

@@ -98,6 +98,7 @@ def spec(packages: Iterable[str]) -> dict[str, Any]:
 _SOURCE_KEYS = (
     "tls_ca_src", "tls_cert_src", "tls_key_src", "pli_metrics_token_src", "redis_password_file",
     "gateway_jwks_ca_src",  # auth.jwt.jwks_ca: a renewed IdP CA is a change to configure
+    "engine_ray_token_src",  # a model spanning hosts: its Ray cluster's token
 )
 
 

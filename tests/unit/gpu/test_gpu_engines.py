@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from installer import engines
+from installer import engines, secret_files
 from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.gpu import planner
@@ -158,6 +158,22 @@ def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
     # Ray's workers inherit the Ray unit's environment: without its own address there, vLLM's
     # worker on a host with no default route took 0.0.0.0 ("Failed to get the IP address") in the lab
     assert "VLLM_HOST_IP=10.0.0.2\n" in worker["engine.env"] and "EnvironmentFile=" in worker["ray"]
+    # Ray's token authentication on both hosts, for the Ray units and the engine (Ray's driver)
+    for env in (files["engine.env"], worker["engine.env"]):
+        assert "RAY_AUTH_MODE=token\nRAY_AUTH_TOKEN_PATH=/etc/private-llm/ray.token\n" in env
+
+
+def test_the_ray_token_is_made_only_for_a_model_spanning_hosts(tmp_path: Path) -> None:
+    two = deployment_plan.build(inventory(tmp_path, "deepseek-v3", hosts=2, type="h100", count=8))
+    secret_files.prepare(two)
+    token = secret_files.ray_token_file(two.inventory.deployment)
+    assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text()) == 64
+    assert rendered_vars(two, "h1")["engine_ray_token_src"] == str(token)
+    (tmp_path / "one").mkdir()
+    one = deployment_plan.build(inventory(tmp_path / "one", "deepseek-r1-distill-qwen-7b", type="h200", count=8))
+    # no Ray, no token, and no variable: a one-host deployment keeps its variables digest
+    assert "engine_ray_token_src" not in rendered_vars(one, "h0")
+    assert "RAY_AUTH_MODE" not in render_role(tmp_path / "r1", rendered_vars(one, "h0"))["engine.env"]
 
 
 def test_engine_ports_may_not_run_into_another_service(tmp_path: Path) -> None:
