@@ -107,6 +107,7 @@ def known_secrets(inv: Inventory) -> dict[str, str]:
     found = {}
     for name, path in (("redis-password", secret_files.redis_password_file(inv.deployment)),
                        ("metrics-token", secret_files.metrics_token_file(inv.deployment)),
+                       ("ray-token", secret_files.ray_token_file(inv.deployment)),
                        ("probe-key", keys.probe_secret_path())):
         try:
             value = path.read_text().strip()
