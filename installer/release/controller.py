@@ -10,6 +10,7 @@ Ansible cleanup is done.
 """
 
 import json
+import secrets
 from typing import Any
 
 from installer import remote
@@ -65,8 +66,10 @@ def call(inv: Inventory, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def release_id(deployment: str, release: Release) -> str:
-    """One id per release: the canary's revision is new for each start."""
-    return f"{deployment}/{release.model}/r{release.canary}"
+    """One id per start. The canary's revision is not enough: starting the same canary again
+    (after an abort) reuses its revision, and the controller's state of the earlier start, a
+    rollback, would be read as this one's verdict."""
+    return f"{deployment}/{release.model}/r{release.canary}-{secrets.token_hex(4)}"
 
 
 def spec_of(release: Release, s: Sides) -> dict[str, Any]:

@@ -249,3 +249,22 @@ def test_a_deployment_whose_monitoring_hosts_serve_nothing_has_no_controller_and
         controller.show(load_inventory(site))
     assert "put a serving host in the `monitoring` group" in got.value.details[0]
     assert host["sent"] == []
+
+
+def test_the_same_canary_started_again_is_a_new_release_to_the_controller(host: dict[str, Any]) -> None:
+    """Starting the same canary again after an abort reuses its revision; the controller's state
+    of the earlier start (a rollback) must not be read as the new start's verdict (found by the
+    lab's promote test, which starts the canary the frozen-canary test had rolled back)."""
+    r = Release("main", "tiny-llama", 1, 2, (20, 50, 100))
+    first, again = controller.release_id("demo", r), controller.release_id("demo", r)
+    assert first != again and first.startswith("demo/main/r2-") and again.startswith("demo/main/r2-")
+    client = host["client"]
+    release_store.push_spec(client, _spec(first))
+    leader = _leader(host, "slow")
+    leader.tick()
+    leader.tick()
+    assert _state(host)["verdict"] == "rolled_back"
+    release_store.finish(client, first)
+    release_store.push_spec(client, _spec(again))
+    assert leader.tick()["action"] == "start"  # type: ignore[index]
+    assert (_state(host)["release"], _state(host)["verdict"]) == (again, "running")
