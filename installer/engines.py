@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from installer.gpu import matrix, planner, ray_checks, ray_ports, tuner
+from installer import ray_checks
+from installer.gpu import matrix, planner, ray_ports, tuner
 from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, profiles
 from installer.topology import HOST_LAYOUT, cross_host
 

@@ -77,8 +77,8 @@ RunOne = Callable[..., remote.Result]
 
 
 class RayNode(Protocol):
-    """What this check reads of installer/engines.py's RayNode (engines is a mechanism beside
-    preflight, so the type is described here rather than imported)."""
+    """What this check reads of installer/engines.py's RayNode (engines imports this module's
+    sibling ray_checks, so the type is described here rather than imported)."""
 
     role: str
     node_ip: str
