@@ -82,7 +82,7 @@ installer status -i h200.yml > "$out/status.txt" 2>&1; step "status exit $?"; ca
 # the units' own story, whatever the outcome (a failed engine's cause is only there)
 NS=(nsenter -t "$(pgrep -xf '/lib/systemd/systemd --system' | head -1)" -m -p -u -i -C -r -w)
 for u in private-llm-engine private-llm-gateway; do
-  "${NS[@]}" journalctl -u "$u.service" -o short-unix --no-pager > "$out/journal_$u.txt" 2>&1
+  "${NS[@]}" journalctl --all -u "$u.service" -o short-unix --no-pager > "$out/journal_$u.txt" 2>&1
 done
 [ "$rc" = 0 ] || grep -E "Error|error:" "$out/journal_private-llm-engine.txt" | grep -v ulimit | tail -5 | cut -c1-400
 cp -r "$INSTALLER_STATE_DIR/runs" "$out/runs" 2>/dev/null
