@@ -21,6 +21,9 @@ KEPT: dict[str, str] = {
     "audit.jsonl": "the hash-chained audit trail (its key travels beside it)",
     "terraform": "Terraform state and the rendered root modules of cloud deployments",
     "keys": "bundle signing keys (private and public)",
+    "ray": "each multi-host deployment's Ray token: a new one would restart Ray and its engines",
+    "request-audit-heads.json": "each gateway host's last checked request-audit record, which "
+                                "`installer audit --requests` compares against to find a rewrite",
 }
 
 # left out, with why: caches and records the next command makes again, and machine-local things
