@@ -85,8 +85,23 @@ def admit(path: str, body: ChatCompletionRequest | CompletionRequest, enabled: b
         refusal = "prompt_not_text"
     elif isinstance(body, ChatCompletionRequest) and extra.get("continue_final_message"):
         refusal = "client_continues"
+    elif _constrained(extra):
+        # The next engine would start the grammar over after the text already sent: the client
+        # would get JSON (or a regex's match) that is not whole, with a normal finish.
+        refusal = "structured_output"
     asked = body.stream_options.model_extra if body.stream_options is not None else None
     return StreamResume(path, refusal, bool(asked and asked.get("continuous_usage_stats")))
+
+
+_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
+def _constrained(extra: dict[str, Any]) -> bool:
+    """Whether the request asks vLLM for structured output (a grammar over the whole answer)."""
+    fmt = extra.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        return True
+    return any(extra.get(name) is not None for name in _GUIDED)
 
 
 def _one_text_prompt(prompt: Any) -> bool:

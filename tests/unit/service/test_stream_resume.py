@@ -34,6 +34,12 @@ def _text(prompt: Any = "hi", **extra: Any) -> CompletionRequest:
     (TEXT, _text([1, 2, 3]), True, "prompt_not_text"),
     (TEXT, _text(["a", "b"]), True, "prompt_not_text"),
     (CHAT, _chat(continue_final_message=True), True, "client_continues"),
+    (CHAT, _chat(response_format={"type": "json_object"}), True, "structured_output"),
+    (CHAT, _chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), True,
+     "structured_output"),
+    (CHAT, _chat(response_format={"type": "text"}), True, None),
+    (TEXT, _text(guided_regex="[a-z]+"), True, "structured_output"),
+    (CHAT, _chat(structured_outputs={"choice": ["a", "b"]}), True, "structured_output"),
 ])
 def test_which_requests_may_resume(path: str, body: Any, enabled: bool, refusal: str | None) -> None:
     assert admit(path, body, enabled).refusal == refusal
