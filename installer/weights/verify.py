@@ -26,12 +26,18 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # fetch imports them when it runs: verify, on every host, needs neither
+    import ssl
+    import urllib.request
 
 CHUNK = 256 << 20  # one piece of a large file: 1,400 signed hashes for 700 GB; about 1 s of one core
 _READ = 8 << 20
@@ -298,6 +304,44 @@ def verify(
     return result
 
 
+def _mirror_opener(context: ssl.SSLContext) -> urllib.request.OpenerDirector:
+    """urllib with the deployment's trust, following a mirror's redirects without leaking its
+    token: urllib copies every header, Authorization too, to wherever a redirect points (another
+    host, or plain http). Here a redirect off TLS is refused, and one to another host goes there
+    without the token (an object store's signed URL needs none, and S3 refuses two kinds of
+    authentication at once)."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    class Redirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+            to, was = urllib.parse.urlsplit(newurl), urllib.parse.urlsplit(req.full_url)
+            if to.scheme != "https":
+                raise urllib.error.HTTPError(
+                    req.full_url, code, f"the mirror redirects off TLS ({to.scheme}://{to.hostname}): refused",
+                    headers, fp)
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and (to.hostname, to.port) != (was.hostname, was.port):
+                new.remove_header("Authorization")
+            return new
+
+    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), Redirects())
+
+
+def _readable(root: str) -> None:
+    """The fetched tree readable by the engine's user whatever root's umask (a hardened host's
+    027 or 077 would leave the files root's alone, verified and unreadable to the engine)."""
+    def mode(path: str, want: int) -> None:
+        if stat.S_IMODE(os.lstat(path).st_mode) != want:  # a chmod changes ctime: the cache re-hashes
+            os.chmod(path, want)
+
+    for here, _dirs, files in os.walk(root):
+        mode(here, 0o755)
+        for name in files:
+            mode(os.path.join(here, name), 0o644)
+
+
 def fetch(
     root: str, entries: list[dict], url: str, ca_file: str | None = None, token_file: str | None = None,
     cache_path: str | None = None, workers: int | None = None,
@@ -327,6 +371,7 @@ def fetch(
         with open(token_file) as fh:
             headers["Authorization"] = "Bearer " + fh.read().strip()
     listed = {e["path"]: e for e in entries}
+    opener = _mirror_opener(context)
 
     def one(path: str) -> int:
         part = os.path.join(staging, path)
@@ -337,7 +382,7 @@ def fetch(
         request = urllib.request.Request(url + urllib.parse.quote(path), headers=dict(headers))
         if have:
             request.add_header("Range", f"bytes={have}-")
-        with urllib.request.urlopen(request, context=context, timeout=60) as answer:
+        with opener.open(request, timeout=60) as answer:
             append = have and answer.status == 206
             got = 0
             with open(part, "ab" if append else "wb") as out:
@@ -350,7 +395,10 @@ def fetch(
 
     with ThreadPoolExecutor(max_workers=min(8, workers or workers_default())) as pool:
         fetched = list(pool.map(one, first.wrong))
+    _readable(real_root)
     result = verify(root, entries, cache_path, workers=workers)
+    if not result.wrong and not result.extra:
+        shutil.rmtree(staging, ignore_errors=True)  # parts are kept only to resume a failed fetch
     result.fetched_files, result.fetched_bytes = len(fetched), sum(fetched)
     return result
 
