@@ -277,7 +277,7 @@ ThreadsBind = Annotated[str, _matching(r"auto|nobind|[0-9,|-]+", "auto, nobind o
 # NVIDIA's CUDA wheels. The engine's venv is made from its bin/python3 and sees its packages
 # behind its own (playbooks/roles/engine/tasks/host_torch.yml). An absolute path on the hosts.
 HostTorch = Annotated[str, _matching(
-    r"/(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*",
+    r"(?!.*/\.\.?(?:/|$))/[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*",
     "an absolute path on the hosts of letters, digits, '.', '_', '+', '-' and '/', "
     "without '.' or '..' parts (e.g. /opt/torch/.venv)",
 )]

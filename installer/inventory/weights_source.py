@@ -19,12 +19,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 from installer.weights import verify as weights_verify
 
 # An absolute path on the hosts, without '.' or '..' parts (as engine.host_torch).
-_HOST_PATH = re.compile(r"/(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
+_HOST_PATH = re.compile(r"(?!.*/\.\.?(?:/|$))/[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
 
 
 # The engines' units have ProtectHome=true (playbooks/roles/engine/templates/engine.service.j2):
 # weights under these would pass the verifier (root) and then be invisible to the engine.
-_HIDDEN_FROM_ENGINES = ("/home", "/root", "/run/user", "/proc", "/sys", "/dev")
+# PrivateTmp=true likewise gives them an empty /tmp and /var/tmp of their own.
+_HIDDEN_FROM_ENGINES = ("/home", "/root", "/run/user", "/proc", "/sys", "/dev", "/tmp", "/var/tmp")
 
 
 def _host_path(value: str) -> str:
@@ -36,7 +37,7 @@ def _host_path(value: str) -> str:
     hidden = next((p for p in _HIDDEN_FROM_ENGINES if value == p or value.startswith(p + "/")), None)
     if hidden is not None:
         raise ValueError(
-            f"{value} is under {hidden}, which the engines' hardened units cannot see (ProtectHome); "
+            f"{value} is under {hidden}, which the engines' hardened units cannot see (ProtectHome, PrivateTmp); "
             "move the weights elsewhere (e.g. /data/models/...)"
         )
     return value

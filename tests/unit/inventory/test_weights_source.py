@@ -86,7 +86,7 @@ def test_a_mirror_token_file_readable_by_others_is_refused(tmp_path: Path) -> No
     assert load_inventory(inventory(tmp_path, f"  source: {{mirror: 'https://m.lab/x', token_file: {token}}}\n"))
 
 
-@pytest.mark.parametrize("path", ["data/models", "/data/../etc", "/data/./x", "/data/models/a b"])
+@pytest.mark.parametrize("path", ["data/models", "/data/../etc", "/data/./x", "/data/models/a b", "/../home/x", "/./x"])
 def test_a_host_path_not_absolute_and_plain_is_refused(tmp_path: Path, path: str) -> None:
     text = refused(inventory(tmp_path, f"  source: {{hosts: '{path}'}}\n"))
     assert f"{tmp_path / 'inv.yml'}:7: model.source.hosts" in text and "absolute path" in text
@@ -105,7 +105,7 @@ def test_an_unknown_source_key_is_refused(tmp_path: Path) -> None:
     assert "model.source.mirorr: unknown key" in text, text
 
 
-@pytest.mark.parametrize("path", ["/home/ops/models/tiny", "/root/tiny", "/run/user/0/tiny"])
+@pytest.mark.parametrize("path", ["/home/ops/models/tiny", "/root/tiny", "/run/user/0/tiny", "/tmp/m", "/var/tmp/m"])
 def test_a_host_path_the_engines_cannot_see_is_refused(tmp_path: Path, path: str) -> None:
     text = refused(inventory(tmp_path, f"  source: {{hosts: '{path}'}}\n"))
     assert f"{tmp_path / 'inv.yml'}:7: model.source.hosts" in text and "ProtectHome" in text, text
