@@ -168,7 +168,7 @@ class Controller:
             ready = release_promql.readiness(query, list(spec.get("canary_engines", ())), policy.window_s)
         except release_promql.Unreachable as exc:
             figures, blind = None, str(exc)
-        if not self.store.lease():  # renewed before writing: the queries may have taken a while
+        if not self.store.lease(renew_only=True):  # renewed before writing: the queries may have taken a while
             raise Fenced("the lease passed to another controller while Prometheus answered")
         v = decide(policy, figures, weight=weight, held_s=now - state["step_since"],
                    last_step=step == len(steps) - 1, blind_reason=blind or "no figures", canary_ready=ready)

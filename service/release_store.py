@@ -31,15 +31,15 @@ import redis
 SPEC, STATE, WEIGHTS = "pli:release:spec", "pli:release:state", "pli:release:weights"
 LEASE, LEASE_GENERATION, WEIGHTS_GENERATION = "pli:release:lease", "pli:release:lease_gen", "pli:release:weights_gen"
 
-# KEYS: lease, lease generation. ARGV: my token ('' for none), ttl ms, my holder name.
-# Renew if I hold it; take it if it is free; else nothing.
+# KEYS: lease, lease generation. ARGV: my token ('' for none), ttl ms, my holder name, '1' to
+# renew only. Renew if I hold it; take it if it is free (unless renew only); else nothing.
 _LEASE_LUA = """
 local cur = redis.call('GET', KEYS[1])
 if cur and cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return cur
 end
-if cur then return false end
+if cur or ARGV[4] == '1' then return false end
 local gen = redis.call('INCR', KEYS[2])
 local token = ARGV[3] .. '#' .. gen
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
@@ -164,9 +164,13 @@ class Store:
         seconds, micros = self.client.time()
         return seconds + micros / 1e6
 
-    def lease(self) -> bool:
-        """Renew the lease, or take it if free: whether this controller holds it now."""
-        got = self._lease(keys=[LEASE, LEASE_GENERATION], args=[self.token or "", self.lease_ms, self.holder])
+    def lease(self, renew_only: bool = False) -> bool:
+        """Renew the lease, or take it if free: whether this controller holds it now.
+        `renew_only`: never take a new one. Within a tick, a lease that lapsed while Prometheus
+        answered may have been an installer command's in between (a promote or an abort); a new
+        lease would let the tick write the state it read before that command."""
+        got = self._lease(keys=[LEASE, LEASE_GENERATION],
+                          args=[self.token or "", self.lease_ms, self.holder, "1" if renew_only else "0"])
         self.token = got.decode() if got else None
         return self.token is not None
 

@@ -268,3 +268,29 @@ def test_the_same_canary_started_again_is_a_new_release_to_the_controller(host: 
     release_store.push_spec(client, _spec(again))
     assert leader.tick()["action"] == "start"  # type: ignore[index]
     assert (_state(host)["release"], _state(host)["verdict"]) == (again, "running")
+
+
+def test_a_tick_whose_lease_lapsed_mid_query_writes_nothing_over_a_promote_made_meanwhile(
+    host: dict[str, Any]
+) -> None:
+    """The tick reads the state, Prometheus stalls past the lease, `installer release promote`
+    takes the lease and steps, and its lease lapses too: the tick's renewal must not take a new
+    lease and write the state it read before the promote."""
+    client = host["client"]
+    release_store.push_spec(client, _spec("demo/main/r2"))
+    leader = _leader(host, "healthy")
+    leader.tick()  # started at 20%
+    stepped = []
+
+    def stalled(promql: str) -> dict[str, Any]:
+        if not stepped:
+            client.delete(release_store.LEASE)  # the leader's lease lapsed while Prometheus answered
+            stepped.append(release_store.command(client, "demo/main/r2", "step", lease_ms=10_000, step=0))
+            client.delete(release_store.LEASE)  # and the installer's lapsed too
+        return {"status": "success", "data": {"resultType": "vector", "result": []}}
+
+    leader.query = stalled
+    assert leader.tick() is None  # stood by: the lease was no longer its own
+    assert (_state(host)["step"], _state(host)["weight"]) == (1, 50)
+    assert json.loads(client.get(release_store.WEIGHTS))["models"] == {"tiny-llama": 50}
+    assert leader.store.token is None and client.get(release_store.LEASE) is None

@@ -42,7 +42,7 @@ class MemoryStore:
         assert self.state_doc is not None
         return self.state_doc
 
-    def lease(self) -> bool:
+    def lease(self, renew_only: bool = False) -> bool:
         self.token = "me#1" if self.held else None
         return self.held
 
@@ -298,6 +298,6 @@ def test_a_slow_prometheus_is_a_blind_hold_within_the_lease_and_a_lost_lease_wri
     c.tick()
     lost.clock += 61
     renewals = iter([True, False])  # held at the tick's start, gone once the figures are in
-    monkeypatch.setattr(lost, "lease", lambda: next(renewals))
+    monkeypatch.setattr(lost, "lease", lambda renew_only=False: next(renewals))
     assert c.tick() is None
     assert lost.st["step"] == 0 and lost.weights_doc == {"tiny-llama": 10}
