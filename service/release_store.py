@@ -96,6 +96,12 @@ if not state or state.release ~= spec.id then
   state = {release = spec.id, served_name = spec.served_name, step = 0, step_since = tonumber(ARGV[4]),
            weight = spec.steps[1], verdict = 'running'}
 end
+if ARGV[5] ~= 'stop' then  -- refused before anything is written: a refusal fences no one
+  if state.verdict ~= 'running' then return redis.error_reply('the release is ' .. state.verdict) end
+  if state.step ~= tonumber(ARGV[6]) then
+    return redis.error_reply('the controller moved to step ' .. state.step .. ' meanwhile')
+  end
+end
 local gen = redis.call('INCR', KEYS[2])
 local token = ARGV[2] .. '#' .. gen
 redis.call('SET', KEYS[1], token, 'PX', ARGV[3])
@@ -104,10 +110,6 @@ if ARGV[5] == 'stop' then
   if state.verdict == 'running' then state.verdict = 'aborted'; state.ended = tonumber(ARGV[4]) end
   weight = 0
 else
-  if state.verdict ~= 'running' then return redis.error_reply('the release is ' .. state.verdict) end
-  if state.step ~= tonumber(ARGV[6]) then
-    return redis.error_reply('the controller moved to step ' .. state.step .. ' meanwhile')
-  end
   if state.step + 1 < #spec.steps then
     state.step = state.step + 1
     state.step_since = tonumber(ARGV[4])

@@ -138,8 +138,10 @@ def test_redis_runs_one_release_and_the_installer_fences_the_controller_out(host
         release_store.push_spec(client, _spec("demo/main/r3"))
     leader = _leader(host, "healthy")
     assert leader.tick()["action"] == "start"  # type: ignore[index]
+    holder = client.get(release_store.LEASE)
     with pytest.raises(Refused, match="the controller moved to step 0 meanwhile"):
         release_store.command(client, "demo/main/r2", "step", lease_ms=10_000, step=1)  # a step it never saw
+    assert client.get(release_store.LEASE) == holder  # a refusal takes no lease: the leader is not fenced
     got = release_store.command(client, "demo/main/r2", "step", lease_ms=10_000, step=0)
     assert (got["step"], got["weight"], got["verdict"]) == (1, 50, "running")
     with pytest.raises(Fenced):  # the installer holds the lease now: the leader's write is refused
