@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.e2e import Run, installer
+from tests.support.e2e import Run, host_run, installer
 
 pytestmark = pytest.mark.e2e
 
@@ -64,6 +64,14 @@ def _usage(resp: httpx.Response) -> dict[str, int]:
         return dict(resp.json()["usage"])
     events = [json.loads(line[6:]) for line in resp.text.splitlines() if line.startswith("data: {")]
     return dict(next(e["usage"] for e in events if e.get("usage")))
+
+
+def _status_edit(was: int, to: int) -> str:
+    """A shell command for a gateway host: the first record of today's request audit whose status
+    is `was` says `to`, written over the same bytes."""
+    return ("f=$(ls /var/lib/private-llm/audit/requests-*.jsonl | tail -1); "
+            f"o=$(grep -bo '\"status\":{was},' \"$f\" | head -1 | cut -d: -f1); [ -n \"$o\" ] || exit 1; "
+            f"printf '\"status\":{to},' | dd of=\"$f\" bs=1 seek=\"$o\" conv=notrunc status=none")
 
 
 def test_usage_reports_the_responses_usage_and_a_quota_is_refused_on_both_gateways(
@@ -127,3 +135,28 @@ def test_usage_reports_the_responses_usage_and_a_quota_is_refused_on_both_gatewa
     audit = installer("audit", "--json")
     assert any(e["command"] == "keys quota" and b in e["argv"] and e["result"] == "ok"
                for e in json.loads(audit.stdout))
+
+    # The gateways' per-request audit trail (#38): the requests above are chained records on both
+    # hosts, never with a prompt; one byte changed in a record on one host is named, by host and
+    # line, and the trail is whole again once the byte is back. The byte is changed in place
+    # (dd conv=notrunc): the gateway keeps appending to the same file.
+    trail = e2e_state / "requests.jsonl"
+    ask = ["audit", "--requests", "--inventory", inventory, "--since", "today", "--json"]
+    proc = installer(*ask, "--jsonl", str(trail))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert {h["host"] for h in report["hosts"]} == {h.name for h in lab_hosts.hosts}
+    assert all(h["records"] > 0 and h["problems"] == [] for h in report["hosts"]), report
+    records = [json.loads(line) for line in trail.read_text().splitlines()]
+    assert len([r for r in records if r["subject"] == a and r["status"] == 200]) == expected[a][0] + 1
+    assert "Say something short." not in trail.read_text() and "Once upon a time" not in trail.read_text()
+    host = lab_hosts.hosts[0]
+    host_run(lab_hosts, host, _status_edit(200, 201))
+    try:
+        proc = installer(*ask)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        broken = {h["host"]: h["problems"] for h in json.loads(proc.stdout)["hosts"] if h["problems"]}
+        assert list(broken) == [host.name] and "edited" in broken[host.name][0], broken
+    finally:
+        host_run(lab_hosts, host, _status_edit(201, 200))
+    assert installer(*ask).returncode == 0
