@@ -70,6 +70,7 @@ RELEASE = {
 }
 AUDIT = "/var/log/private-llm-release/decisions.jsonl"  # the release controller's, on its host
 CANARY_SEQS = 6
+HOLD_S = 20  # the auto-promoting test's dwell per step
 # SIGSTOP to a unit's main process and every descendant (vLLM's engine core and its workers):
 # neither `systemctl kill` (EIO) nor the unit's cgroup file (absent) reaches them in a lab container.
 FREEZE = ('p=$(systemctl show -p MainPID --value {unit}); [ "$p" -gt 0 ] || exit 1; all=$p; '
@@ -292,20 +293,64 @@ def test_a_frozen_canary_is_rolled_back_by_the_controller_within_the_window_and_
         _canary_unit_gone(lab_hosts, h)
 
 
-def test_promote_to_100_retires_stable_with_no_failed_request(release_lab: dict, lab_hosts, e2e_state: Path) -> None:
-    _release(["start"], release_lab)
-    with _load(release_lab) as load:
-        time.sleep(5)
-        _release(["promote"], release_lab)  # 50%
-        _release(["promote"], release_lab)  # 100%, stable retired behind the canary
+def _auto_promoting(release_lab: dict, e2e_state: Path) -> dict:
+    """The canary inventory with the controller promoting by itself: each healthy step held
+    HOLD_S, then the next, and at 100% promoted."""
+    data = yaml.safe_load(Path(release_lab["inventory"]).read_text())
+    data["models"][0]["release"] = {**RELEASE, "auto_promote": True, "step_hold_s": HOLD_S}
+    path = e2e_state / "release-auto.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return {**release_lab, "inventory": path}
+
+
+def _decisions(lab_hosts, host, release: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    text = host_ssh(lab_hosts, host, f"cat {AUDIT}").stdout
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [r for r in records if r.get("release") == release and r.get("action") != "hold"]
+
+
+def _wait_for(lab_hosts, host, release: str, action: str, count: int, seconds: float) -> list[dict]:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while True:
+        got = _decisions(lab_hosts, host, release)
+        if sum(r["action"] == action for r in got) >= count or time.monotonic() > deadline:
+            return got
+        time.sleep(2)
+
+
+def test_the_controller_promotes_a_healthy_canary_along_its_schedule_through_a_kill_and_stable_retires(
+    release_lab: dict, lab_hosts, e2e_state: Path
+) -> None:
+    """No installer command between start and the controller's promotion; the controller is
+    SIGKILLed after its first step and systemd's restart goes on from the recorded step (none
+    repeated or skipped). `installer release promote` then retires stable behind the canary."""
+    auto = _auto_promoting(release_lab, e2e_state)
+    inv = release_lab["inv"]
+    host = _controller_host(lab_hosts, inv)
+    unit = "private-llm-release-controller"
+    _release(["start"], auto)
+    release = _stages(lab_hosts, lab_hosts.hosts[0])["models"][inv.model.served_name]["controller"]
+    with _load(auto) as load:
+        first = _wait_for(lab_hosts, host, release, "advance", 1, HOLD_S + WINDOW_S * 4)
+        assert [r["action"] for r in first] == ["start", "advance"], first
+        pid = host_run(lab_hosts, host, f"systemctl show -p MainPID --value {unit}").strip()
+        host_run(lab_hosts, host, f"kill -KILL {pid}")
+        deadline = time.monotonic() + 30
+        while host_run(lab_hosts, host, f"systemctl show -p MainPID --value {unit}").strip() in (pid, "0"):
+            assert time.monotonic() < deadline, "systemd did not restart the killed controller"
+            time.sleep(1)
+        done = _wait_for(lab_hosts, host, release, "promote", 1, (HOLD_S + WINDOW_S * 4) * 2)
+        _release(["promote"], auto)  # the controller promoted it: stable is retired behind the canary
         time.sleep(3)
+    steps = [(r["action"], r["weight"]) for r in done]
+    assert steps == [("start", 20), ("advance", 20), ("advance", 50), ("promote", 100)], done
     assert load.failed == [], load.failed[:5]
     assert load.ok > 50, load.ok
     summary = latest_summary(e2e_state, "release-promote")
     assert summary["ended"] == "promoted"
-    for host in lab_hosts.hosts:
-        assert f"--max-num-seqs {CANARY_SEQS}" in host_run(lab_hosts, host, "systemctl cat private-llm-engine")
-        _canary_unit_gone(lab_hosts, host)
-        assert _stages(lab_hosts, host) == {"models": {}}
-    proc = _release(["status"], release_lab)
+    for h in lab_hosts.hosts:
+        assert f"--max-num-seqs {CANARY_SEQS}" in host_run(lab_hosts, h, "systemctl cat private-llm-engine")
+        _canary_unit_gone(lab_hosts, h)
+        assert _stages(lab_hosts, h) == {"models": {}}
+    proc = _release(["status"], auto)
     assert "no gray release in progress" in proc.stdout
