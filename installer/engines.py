@@ -367,7 +367,7 @@ def instances(
             continue
         base = "engine" if m.primary else f"engine-{m.served.name}"
         env = (_cpu_env(inv, m.served.engine) | _gpu_env(inv, m.served.engine)
-               | _inline_worker_env(m.served.engine) | _trace_env(inv))
+               | _inline_worker_env(m.served.engine) | _trace_env(inv) | set(m.served.engine.env.items()))
         if m.tuned is None:
             devices = ""
             if not m.primary and inv.engine.device == "gpu" and declared_hardware(inv) is not None:

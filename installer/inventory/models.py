@@ -38,6 +38,7 @@ from pydantic_core import PydanticCustomError
 
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import profiles, weights_source
+from installer.inventory.engine_env import EnvName, EnvValue
 from installer.inventory import targets as os_targets
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
@@ -308,10 +309,13 @@ class Engine(_Strict):
     # start (136 s of a 247 s first start on an H200, docs/gpu.md); PyTorch's sampler needs no
     # build and is only used by requests that set top_p or top_k. true: FlashInfer's.
     flashinfer_sampler: bool = False
+    # Environment variables for the engines' units: switches vLLM, PyTorch and NCCL read only from
+    # the environment (installer/inventory/engine_env.py says which names stay the installer's).
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
 
     @model_serializer(mode="wrap")
     def _dump_sampler_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _unset_dropped(self, handler(self), ("flashinfer_sampler",))
+        return _unset_dropped(self, handler(self), ("flashinfer_sampler", "env"))
 
     @model_validator(mode="after")
     def _host_torch_on_gpu(self) -> "Engine":
@@ -366,6 +370,7 @@ class ModelEngine(_Strict):
     # start (136 s of a 247 s first start on an H200, docs/gpu.md); PyTorch's sampler needs no
     # build and is only used by requests that set top_p or top_k. true: FlashInfer's.
     flashinfer_sampler: bool = False
+    env: dict[EnvName, EnvValue] | None = None  # replaces the top level's engine.env as a whole
 
     @model_validator(mode="before")
     @classmethod
