@@ -20,6 +20,11 @@ MAX_TOKENS = 32
 JOIN_S = 200.0  # longer than one request may take (the client's timeout is 180 s)
 
 
+def conversation(turn: int) -> list[dict[str, str]]:
+    """The conversation a worker sends at `turn`."""
+    return [{"role": "user", "content": f"Count to ten ({turn})."}]
+
+
 @dataclass
 class Load:
     endpoints: list[str]  # gateway base URLs ending in /v1
@@ -33,6 +38,9 @@ class Load:
     max_rps: float = 25.0
     # Headers per request by turn (a gray release's test spreads requests over many keys).
     headers: Callable[[int], dict[str, str]] | None = None
+    # Greedy decoding (0) makes an answer comparable with the same prompt asked again; None
+    # leaves the model's default sampling.
+    temperature: float | None = None
     ok: int = 0
     ok_streams: int = 0
     ok_whole: int = 0
@@ -41,6 +49,8 @@ class Load:
     slowest_s: float = 0.0
     peak_streams: int = 0  # streams in flight at once, at most
     unfinished: list[str] = field(default_factory=list)  # workers still running after the join
+    # Every stream that succeeded: (turn, started, ended, text), times on the monotonic clock.
+    streams: list[tuple[int, float, float, str]] = field(default_factory=list)
     _streaming: int = 0
     _next_slot: float = 0.0
     _started: float = 0.0
@@ -55,9 +65,11 @@ class Load:
         time.sleep(max(0.0, slot - time.monotonic()))
 
     def _ask(self, client, turn: int, stream: bool) -> None:  # type: ignore[no-untyped-def]
-        messages = [{"role": "user", "content": f"Count to ten ({turn})."}]
+        messages = conversation(turn)
         # The lab's random-weight model may pick EOS at once: ignore_eos makes the length exact.
-        extra = {"ignore_eos": True}
+        extra: dict[str, object] = {"ignore_eos": True}
+        if self.temperature is not None:
+            extra["temperature"] = self.temperature
         if not stream:
             check_whole(client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=MAX_TOKENS, extra_body=extra,
@@ -67,12 +79,15 @@ class Load:
         with self._lock:
             self._streaming += 1
             self.peak_streams = max(self.peak_streams, self._streaming)
+        started = time.monotonic()
         try:
-            check_stream(client.chat.completions.create(
+            text = check_stream(client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=MAX_TOKENS, extra_body=extra,
                 stream=True, stream_options={"include_usage": True},
                 extra_headers=self.headers(turn) if self.headers else None,
             ), MAX_TOKENS)
+            with self._lock:
+                self.streams.append((turn, started, time.monotonic(), text))
         finally:
             with self._lock:
                 self._streaming -= 1
