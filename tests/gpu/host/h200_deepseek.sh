@@ -4,13 +4,17 @@
 # streamed), then the benchmark with MTP on (h200_bench.sh: restart to ready, concurrency 8 and
 # 64, gateway and direct, the spec-decode counters), then `installer up` with `mtp_tokens: 0`
 # (a warm restart of the engine through the product) and the same benchmark with MTP off.
-#   [MTP_ON_ONLY=1] bash tests/gpu/host/h200_deepseek.sh STASH OUT
+# MTP_ON_ONLY=1: the calls and the MTP-on bench alone; MTP_OFF_ONLY=1: the `up` with
+# `mtp_tokens: 0` and its bench alone, from INV (default h200.yml: the inventory deployed last, so
+# that nothing else changes between the two benches).
+#   [MTP_ON_ONLY=1 | MTP_OFF_ONLY=1 [INV=h200_fast.yml]] bash tests/gpu/host/h200_deepseek.sh STASH OUT
 set -uo pipefail
 S=$(cd "${1:?STASH}" && pwd); out=${2:?OUT}; mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 export PATH=/root/ctl/bin:$PATH INSTALLER_STATE_DIR=/root/pli-state PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cd "$S/site"
+if [ -z "${MTP_OFF_ONLY:-}" ]; then
 installer ca export -i h200.yml > "$out/ca.pem"
 key=$(installer keys create --name "calls-$(date +%s)" -i h200.yml 2>&1 | grep -o 'sk-pli-[A-Za-z0-9_-]*' | head -1)
 [ -n "$key" ] || { echo "no key"; exit 2; }
@@ -52,9 +56,10 @@ echo "calls exit ${PIPESTATUS[0]}"
 bash "$here/h200_bench.sh" "$S" "$out/mtp_on"
 # MTP_ON_ONLY=1: the calls and the MTP-on bench alone, for a lease with little device time left
 [ -z "${MTP_ON_ONLY:-}" ] || exit 0
-python3 - <<'PY'
-import yaml
-inv = yaml.safe_load(open("h200.yml"))
+fi
+INV=${INV:-h200.yml} python3 - <<'PY'
+import os, yaml
+inv = yaml.safe_load(open(os.environ["INV"]))
 inv["model"]["mtp_tokens"] = 0
 yaml.safe_dump(inv, open("h200_mtp0.yml", "w"), sort_keys=False)
 PY

@@ -75,8 +75,11 @@ if [ -n "${PROBE:-}" ]; then
   exit 0
 fi
 step "installer up"
+# what the engine does through its first start, every 15 s (a stretch the journal left unnamed)
+bash "$here/sample_engine.sh" "$S/kit" "$out/engine_samples.txt" 15 & sampler=$!
 installer up -i h200.yml --bundle /root/bundle.tar --trusted-key ./bundle-signing.pub 2>&1 | tee "$out/up.log" | tail -40
 rc=${PIPESTATUS[0]}
+kill "$sampler" 2>/dev/null
 step "up exit $rc"
 installer status -i h200.yml > "$out/status.txt" 2>&1; step "status exit $?"; cat "$out/status.txt"
 # the units' own story, whatever the outcome (a failed engine's cause is only there)

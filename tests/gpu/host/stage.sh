@@ -42,6 +42,9 @@ reqs=$("$py" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv
 "$py" -m pip download -q --no-deps --only-binary=:all: -d "$out/kit" \
   "$("$py" -c 'from installer.bundle.wheels import UV_REQUIREMENT as u; print(u)')"
 "$py" -m pip wheel -q --no-deps -w "$out/ctl" "$repo"
+# py-spy for sample_engine.sh: names what an engine start spends its time on
+"$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12.3 --implementation cp \
+  "${plat[@]}" -d "$out/kit" py-spy==0.4.3
 
 rm -rf "$out/site" && mkdir -p "$out/site/tarballs"
 cp "$here/h200.yml" "$out/site/h200.yml"
