@@ -12,7 +12,7 @@ from installer import plan
 from installer.bundle import layout as bundle_layout
 from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
-from installer.inventory import Inventory, ServedModel, jwks_file, tenant_checks
+from installer.inventory import Inventory, ServedModel, frontend_checks, jwks_file, tenant_checks
 from installer.tls import check as tls_check
 
 
@@ -57,9 +57,9 @@ def _parallel_of(inv: Inventory, tp: int, loc: tuple[str | int, ...]) -> Iterato
 def _named_files(inv: Inventory) -> Iterator[str]:
     """The certificates of tls.mode provided, the release tarballs of monitoring.tarballs_dir, the
     hosts' OS targets (os.packages_dirs, CPU engines on ubuntu-22.04), auth.jwt's JWKS file, and
-    auth.tenants against the models served."""
+    auth.tenants against the models served, and frontend's VIP against the hosts."""
     named = [*tls_check.provided(inv), *monitoring_tarballs.check(inv), *bundle_layout.inventory_problems(inv),
-             *jwks_file.check(inv), *tenant_checks.check(inv)]
+             *jwks_file.check(inv), *tenant_checks.check(inv), *frontend_checks.check(inv)]
     for loc, problem in named:
         yield f"{inv.where(*loc)}: {problem}"
 

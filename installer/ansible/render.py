@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from installer import keys, secret_files
+from installer.ansible import keepalived_vars
 from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
@@ -60,6 +61,8 @@ def hosts_yaml(plan: DeploymentPlan, man: Manifest | None = None) -> dict[str, A
             entry.update(layout.host_vars(inv, man, os_target))
         entry.update(_network_host_vars(inv, hp))
         entry.update(_engine_host_vars(hp))
+        if "serving" in hp.groups:
+            entry.update(keepalived_vars.host_vars(plan, hp.gateway_url))
     return found
 
 
@@ -137,6 +140,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         **_tenant_vars(plan),
         **_redis_vars(plan),
         **_monitoring_vars(plan),
+        **keepalived_vars.group_vars(plan),
     }
 
 

@@ -20,6 +20,9 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     # Every deployment keeps its per-key limits, usage record and quotas in a Redis on its first
     # serving host (also a lone one, and a cloud one not provisioned yet); only that host installs it.
     want.setdefault("redis", []).append("redis-server")
+    # A frontend's virtual IP is held by keepalived on every gateway host (playbooks/roles/keepalived).
+    if inv.frontend is not None:
+        want.setdefault("serving", []).append("keepalived")
     # Every host exports its own metrics; the monitoring hosts scrape them and send alerts
     # (playbooks/roles/monitoring). With monitoring.install_from: tarballs the bundle carries the
     # upstream release tarballs instead (bundle/monitoring_tarballs.py).

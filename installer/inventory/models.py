@@ -40,6 +40,7 @@ from installer.gpu import matrix as gpu_matrix
 from installer.inventory import profiles, weights_source
 from installer.inventory.engine_env import EnvName, EnvValue
 from installer.inventory import targets as os_targets
+from installer.inventory.frontend import Frontend
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
 
@@ -1016,6 +1017,7 @@ class Inventory(_Strict):
     auth: Auth = Auth()
     audit: Audit = Audit()
     redis: RedisSettings = RedisSettings()
+    frontend: Frontend | None = None  # a virtual IP for clients (inventory/frontend.py)
     monitoring: Monitoring = Monitoring()
     os: OSSettings = OSSettings()
     # The file it was loaded from, with the line of every key (set by the loader).
@@ -1125,7 +1127,7 @@ class Inventory(_Strict):
         data: dict[str, Any] = handler(self)
         if data.get("auth") == {"jwt": None}:  # as before `auth` existed: an inventory without it keeps its digest
             data.pop("auth", None)
-        _unset_dropped(self, data, ("audit", "redis"))
+        _unset_dropped(self, data, ("audit", "redis", "frontend"))
         if self.models is None:
             data.pop("models", None)
         else:

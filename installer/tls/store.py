@@ -54,6 +54,11 @@ def host_names(inv: Inventory, host: Host) -> tuple[list[str], list[str]]:
         dns.append(host.address)  # a DNS name given as the address
     if inv.tls.service_name:
         dns.append(inv.tls.service_name)
+    # Clients reach a gateway host through the frontend's virtual IP (and its name) too.
+    if inv.frontend is not None and "serving" in inv.host_groups(host):
+        addresses.append(inv.frontend.address())
+        if inv.frontend.name and inv.frontend.name not in dns:
+            dns.append(inv.frontend.name)
     return dns, addresses
 
 

@@ -1,0 +1,28 @@
+#!/usr/bin/python3 -I
+"""keepalived's vrrp_script: exit 0 when this host's gateway answers /readyz with 200 (over HTTPS
+verified with the deployment CA when one is given), 1 otherwise. Two failures in a row put the
+VRRP instance in FAULT, which gives up the virtual IP at once (a priority-0 advert).
+
+Usage: readyz_check.py URL [CA_FILE] [TIMEOUT_S]. Standard library only: it runs with the
+host's own python3, not the gateway's venv, so a broken release cannot break the check."""
+
+import ssl
+import sys
+import urllib.request
+
+
+def main(argv: list[str]) -> int:
+    url = argv[1]
+    ca = argv[2] if len(argv) > 2 and argv[2] else None
+    timeout = float(argv[3]) if len(argv) > 3 else 1.0
+    ctx = ssl.create_default_context(cafile=ca) if url.startswith("https://") else None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as answer:  # noqa: S310 (URL from the role)
+            return 0 if answer.status == 200 else 1
+    except (OSError, ValueError) as exc:  # HTTPError (503 draining / no ready engine) is an OSError
+        print(f"readyz_check: {url}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
