@@ -36,7 +36,7 @@ def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
         drain.set_drained(inv, canaries)  # the stage header cannot reach them either
         row[3] = f"{', '.join(canaries)}: idle after {drain.wait_idle(inv, canaries, drain_timeout_s):.1f} s"
     with out.step(reporter, "configure stable", f"revision {s.stable.number}"):
-        pb = rolling.run_site(plan.build(inv), s.stable, list(inv.hosts), out.log, "abort", reporter.task)
+        pb = rolling.run_site(_stable_plan(s), s.stable, list(inv.hosts), out.log, "abort", reporter.task)
         problems = gate.play_problems(pb, list(inv.hosts))
         if problems:
             raise AnsibleError(
@@ -50,6 +50,14 @@ def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: f
         _quietly(out, reporter, "take the release out of Redis", lambda: controller.finish(inv, s.release.controller))
     state.clear(deployment)
     out.weight, out.ended = None, "aborted"
+
+
+def _stable_plan(s: Sides) -> plan.DeploymentPlan:
+    """The command's one plan: the stable revision's, its engines and gateway workers as that
+    revision recorded them (what a rollback to it runs); a revision made before plans were kept
+    takes the CPUs `release start` counted."""
+    built = rolling.Planned.of(s.stable).plan
+    return built if s.stable.plan_record() is not None else s.counted(built)
 
 
 def _stop_controller(s: Sides, out: Outcome, reporter: Reporter) -> str:

@@ -47,7 +47,7 @@ def retire_stable(
     s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, inventory_path: Path
 ) -> None:
     target_inv = s.target_inv
-    both = s.with_canary(target_inv)  # stable engines with the canary's spec, canaries still beside them
+    both = s.counted(s.with_canary(target_inv))  # stable engines with the canary's spec, canaries still beside them
     if _canaries(both) != _canaries(s.with_canary()):
         _hand_back_and_roll(s, out, reporter, drain_timeout_s, inventory_path)
         return
@@ -77,7 +77,7 @@ def _behind_the_canary(
 ) -> None:
     deployment, model = s.stable.deployment, s.release.model
     target_inv = s.target_inv
-    final = plan.build(target_inv)  # the plan promote ends with: `both` is the way there
+    final = s.counted(plan.build(target_inv))  # the plan promote ends with: `both` is the way there
     target = revisions.next_revision(target_inv, s.canary.manifest(), Path(s.canary.bundle_root),
                                      s.canary.playbooks_dir, deployment_plan=final)
     hosts = list(target_inv.hosts)

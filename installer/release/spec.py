@@ -3,7 +3,7 @@ canary spec (the inventory file's entry), and the plans built from them (plan.bu
 
 from dataclasses import dataclass
 
-from installer import plan, revisions
+from installer import plan, plan_record, revisions
 from installer.inventory import Host, Inventory, ServedModel
 from installer.plan import DeploymentPlan
 from installer.release.state import Release, ReleaseError
@@ -90,9 +90,22 @@ class Sides:
         return [h for h in inv.hosts if h.name in names]
 
     def canary_engines(self) -> list[str]:
-        """The canary's engine names on every host, as the gateways name them."""
-        return sorted(n for names in engines_of(self.with_canary(), self.release.model, "canary").values()
-                      for n in names)
+        """The canary's engine names on every host, as the gateways name them: read from the plan
+        `release start` deployed (the canary revision keeps it), built again only for a release
+        started before plans were kept."""
+        rec = self.canary.plan_record()
+        if rec is None:
+            return sorted(n for names in engines_of(self.with_canary(), self.release.model, "canary").values()
+                          for n in names)
+        return sorted(e["name"] for h in rec["hosts"] for e in h["engines"]
+                      if e["model"] == self.release.model and e["stage"] == "canary")
+
+    def counted(self, p: DeploymentPlan) -> DeploymentPlan:
+        """`p` with each host's CPUs as `release start`'s preflight counted them (the canary
+        revision's plan keeps them), so each gateway's workers are the plan's number, as `up`
+        gives them, not what the gateway role would make of its own nproc."""
+        rec = self.canary.plan_record() or self.stable.plan_record()
+        return p if rec is None else plan.with_cpu_counts(p, plan_record.cpu_counts(rec))
 
     def with_canary(self, base: Inventory | None = None) -> DeploymentPlan:
         """`base` (default stable) with the canary's engines beside the model's own."""

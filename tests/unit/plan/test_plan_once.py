@@ -147,3 +147,86 @@ def test_a_roll_uses_the_plan_it_is_given_and_builds_only_a_rollback_s(
     result = rolling.roll(rev, RunLog("upgrade", "demo"), target_plan=given)
     assert result.success, result.steps
     assert builds == [] and configured and all(p is given for p in configured)
+
+
+def _released(site: Path, cpus: dict[str, int]) -> None:
+    """Revision 1 as `up` left it (its plan with the CPUs preflight counted), a canary revision
+    as `release start` made it (stable's inventory with the canary beside it, the same counts),
+    and that release at 20%, started before the release controller (no controller to ask)."""
+    from installer.release import spec, state
+    from installer.release.state import Release
+    from installer.runlog import RunLog
+    from tests.support.revisions import known_revision
+
+    rev = known_revision(site)
+    stable_inv = rev.inventory()
+    playbooks = site.parent / "playbooks"
+    counted = plan.with_cpu_counts(plan.build(stable_inv), cpus)
+    stable = revisions.next_revision(stable_inv, rev.manifest(), site.parent, playbooks, deployment_plan=counted)
+    revisions.record("demo", stable, {"a": True, "b": True}, RunLog("up", "demo"))
+    site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 4}"))
+    target = load_inventory(site)
+    both = plan.with_cpu_counts(plan.build(stable_inv, {"main": spec.served(target, "main", "site")}), cpus)
+    canary = revisions.next_revision(target, rev.manifest(), site.parent, playbooks, canary="main",
+                                     canary_over=stable.number, deployment_plan=both)
+    state.save("demo", Release("main", "tiny", stable.number, canary.number, (20, 100), step=0))
+
+
+def _configured(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[plan.DeploymentPlan]:
+    """The plans the release command configures the hosts with; the hosts themselves stood in for
+    (stages file, drains, Ansible's result, the stage proof)."""
+    seen: list[plan.DeploymentPlan] = []
+    monkeypatch.setattr(module.stages, "write", lambda *_a, **_k: None)
+    monkeypatch.setattr(module.drain, "set_drained", lambda *_a, **_k: None)
+    monkeypatch.setattr(module.drain, "wait_idle", lambda *_a, **_k: 0.0)
+    monkeypatch.setattr(module.rolling, "run_site", lambda dp, *_a, **_k: seen.append(dp))
+    monkeypatch.setattr(module.gate, "play_problems", lambda *_a, **_k: {})
+    return seen
+
+
+def _workers(dp: plan.DeploymentPlan) -> list[Any]:
+    from installer.ansible import render
+
+    hosts = render.hosts_yaml(dp)["all"]["hosts"]
+    return [hosts[h.name].get("gateway_workers") for h in dp.hosts]
+
+
+def test_release_abort_builds_once_and_sizes_gateways_from_the_recorded_cpus(
+    site: Path, builds: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the gateway role's nproc: the workers the stable revision's plan resolved, as `up` gave them."""
+    from installer.release import abort
+
+    _released(site, {"a": 4, "b": 16})
+    configured = _configured(abort, monkeypatch)
+    builds.clear()
+    result = runner.invoke(app, ["release", "abort", "-i", str(site), "-m", "main"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1  # the stable revision's plan; the canary's engines are read from its record
+    (dp,) = configured
+    assert _workers(dp) == [1, 2]
+    assert not any(e.stage == "canary" for h in dp.hosts for e in h.engines)
+
+
+def test_release_promote_sizes_gateways_from_the_recorded_cpus_and_its_revision_keeps_them(
+    site: Path, builds: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from installer.release import promote
+
+    _released(site, {"a": 4, "b": 16})
+    configured = _configured(promote, monkeypatch)
+    monkeypatch.setattr(promote.release_gate, "prove_stage", lambda *_a, **_k: {})
+    monkeypatch.setattr(promote.keys, "ensure_probe_key", lambda: "sk-test")
+    builds.clear()
+    result = runner.invoke(app, ["release", "promote", "-i", str(site), "-m", "main"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    # its two plans (stable with the canary's spec beside the canary, then the inventory's own),
+    # and the running canary's engines, built to compare with the first
+    assert len(builds) == 3
+    assert len(configured) == 2 and all(_workers(dp) == [1, 2] for dp in configured)
+    assert any(e.stage == "canary" for h in configured[0].hosts for e in h.engines)
+    assert not any(e.stage == "canary" for h in configured[1].hosts for e in h.engines)
+    promoted = revisions.get("demo", max(revisions.host_revisions("demo").values()))
+    stored = promoted.plan_record()
+    assert stored is not None
+    assert [(h["cpu_count"], h["gateway_workers"]) for h in stored["hosts"]] == [(4, 1), (16, 2)]
