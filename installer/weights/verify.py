@@ -17,7 +17,8 @@ see is in docs/weights.md.
 Commands (one JSON line out; exit 0 when the folder matches, 1 when it does not, 2 on bad use):
   describe --root DIR                  the list of DIR's files, for a bundle build or an operator
   verify --root DIR --manifest FILE [--folder F | --prefix P] [--cache FILE] [--full] [--workers N]
-  fetch  --root DIR --manifest FILE [--folder F] --url URL [--ca PEM] [--token-file F] [--cache FILE]
+  fetch  --root DIR --manifest FILE [--folder F | --prefix P] --url URL [--url URL2 ...] [--ca PEM]
+         [--token-file F] [--cert PEM --key PEM] [--wait-s S] [--progress FILE] [--cache FILE]
 """
 
 from __future__ import annotations
@@ -342,18 +343,69 @@ def _readable(root: str) -> None:
             mode(os.path.join(here, name), 0o644)
 
 
+def _origin(url: str) -> str:
+    """scheme://host:port of a source, for a message (a path could name more than needed)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+class _Progress:
+    """Bytes fetched so far and the source last used, rewritten at most twice a second."""
+
+    def __init__(self, path: str | None, total: int) -> None:
+        import threading
+
+        self.path, self.total, self.done, self.source = path, total, 0, ""
+        self._lock, self._at = threading.Lock(), 0.0
+
+    def add(self, n: int, source: str) -> None:
+        with self._lock:
+            self.done, self.source = self.done + n, _origin(source)
+            if not self.path or time.monotonic() - self._at < 0.5:
+                return
+            self._at = time.monotonic()
+        self.write()
+
+    def write(self) -> None:
+        if not self.path:
+            return
+        with self._lock:
+            data = {"bytes": self.done, "total": self.total, "source": self.source, "at": time.time()}
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path) or ".", prefix=".fetch-progress-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, sort_keys=True)
+        os.replace(tmp, self.path)
+
+
 def fetch(
-    root: str, entries: list[dict], url: str, ca_file: str | None = None, token_file: str | None = None,
-    cache_path: str | None = None, workers: int | None = None,
+    root: str, entries: list[dict], url: str | list[str], ca_file: str | None = None,
+    token_file: str | None = None, cache_path: str | None = None, workers: int | None = None,
+    cert: tuple[str, str] | None = None, wait_s: float = 0.0, progress_path: str | None = None,
 ) -> Result:
-    """Make `root` (a folder the installer owns) hold exactly the listed files, from a mirror:
-    what the cache and hashes find wrong or missing is fetched from `url` + path over TLS (the
-    system's trust store and `ca_file`), a bearer token read from `token_file` (never logged), a
-    part already fetched resumed with a Range request; files the list lacks are removed. Then
-    the folder is verified again, so nothing fetched is trusted unhashed."""
+    """Make `root` (a folder the installer owns) hold exactly the listed files, from a mirror or
+    from the hosts of a fan-out: what the cache and hashes find wrong or missing is fetched from
+    `url` + path over TLS (the system's trust store and `ca_file`, and the client certificate
+    `cert` where the source requires one), a bearer token read from `token_file` (never logged),
+    a part already fetched resumed with a Range request; files the list lacks are removed. Then
+    the folder is verified again, so nothing fetched is trusted unhashed.
+
+    Several URLs are sources in order of preference (a fan-out's parent first). A source that
+    answers 503 has not got the file yet: it is asked again each second for up to `wait_s`.
+    Any other failure (refused, reset mid-file, timed out, 409 for bytes it found wrong) moves
+    to the next source, resuming the part where the last one stopped, so a host that dies
+    mid-transfer stalls no one. `progress_path` is rewritten with the bytes fetched and the
+    source in use, for the fan-out's display."""
+    import http.client
     import ssl
+    import urllib.error
     import urllib.parse
     import urllib.request
+
+    sources = [url] if isinstance(url, str) else list(url)
+    if not sources:
+        raise ValueError("fetch needs at least one source URL")
 
     os.makedirs(root, mode=0o755, exist_ok=True)
     first = verify(root, entries, cache_path, workers=workers)
@@ -366,6 +418,8 @@ def fetch(
     context = ssl.create_default_context()
     if ca_file:
         context.load_verify_locations(cafile=ca_file)
+    if cert:
+        context.load_cert_chain(*cert)
     headers = {}
     if token_file:
         with open(token_file) as fh:
@@ -373,33 +427,60 @@ def fetch(
     listed = {e["path"]: e for e in entries}
     opener = _mirror_opener(context)
 
-    def one(path: str) -> int:
+    progress = _Progress(progress_path, sum(listed[p]["size"] for p in first.wrong))
+
+    def from_source(path: str, source: str) -> None:
         part = os.path.join(staging, path)
         os.makedirs(os.path.dirname(part), mode=0o700, exist_ok=True)
         have = os.path.getsize(part) if os.path.exists(part) else 0
         if have >= listed[path]["size"]:
             have = 0  # a whole or longer part from an earlier run is fetched again, not trusted
-        request = urllib.request.Request(url + urllib.parse.quote(path), headers=dict(headers))
+        request = urllib.request.Request(source + urllib.parse.quote(path), headers=dict(headers))
         if have:
             request.add_header("Range", f"bytes={have}-")
-        with opener.open(request, timeout=60) as answer:
+        with opener.open(request, timeout=30) as answer:
             append = have and answer.status == 206
-            got = 0
             with open(part, "ab" if append else "wb") as out:
-                while block := answer.read(_READ):
-                    out.write(block)
-                    got += len(block)
+                try:
+                    while block := answer.read(_READ):
+                        out.write(block)
+                        progress.add(len(block), source)
+                except http.client.HTTPException as exc:  # cut mid-body: not an OSError
+                    raise ConnectionError(f"{path}: the source stopped mid-file ({exc!r})") from exc
+        if os.path.getsize(part) != listed[path]["size"]:  # the source closed early: try the next
+            raise ConnectionError(f"{path}: the source stopped before the end of the file")
         os.makedirs(os.path.dirname(os.path.join(real_root, path)), exist_ok=True)
         os.replace(part, os.path.join(real_root, path))
-        return got
+
+    def one(path: str) -> None:
+        failures: list[OSError] = []
+        for source in sources:
+            waited_until = time.monotonic() + wait_s
+            while True:
+                try:
+                    from_source(path, source)
+                    return
+                except urllib.error.HTTPError as exc:
+                    if exc.code == 503 and time.monotonic() < waited_until:
+                        time.sleep(1.0)  # the source has not got this file yet
+                        continue
+                    failures.append(exc)
+                except OSError as exc:  # refused, reset, timed out: this source is gone
+                    failures.append(exc)
+                break
+        if len(sources) == 1:
+            raise failures[-1]
+        raise OSError(f"{path}: every source failed: " + "; ".join(
+            f"{_origin(s)}: {f}" for s, f in zip(sources, failures, strict=True)))
 
     with ThreadPoolExecutor(max_workers=min(8, workers or workers_default())) as pool:
-        fetched = list(pool.map(one, first.wrong))
+        list(pool.map(one, first.wrong))
+    progress.write()
     _readable(real_root)
     result = verify(root, entries, cache_path, workers=workers)
     if not result.wrong and not result.extra:
         shutil.rmtree(staging, ignore_errors=True)  # parts are kept only to resume a failed fetch
-    result.fetched_files, result.fetched_bytes = len(fetched), sum(fetched)
+    result.fetched_files, result.fetched_bytes = len(first.wrong), progress.done
     return result
 
 
@@ -471,9 +552,15 @@ def _main(argv: list[str]) -> int:
         v.add_argument("--cache")
         v.add_argument("--workers", type=int)
     sub.choices["verify"].add_argument("--full", action="store_true", help="hash every file, ignoring the cache")
-    sub.choices["fetch"].add_argument("--url", required=True)
+    sub.choices["fetch"].add_argument("--url", required=True, action="append",
+                                      help="a source; several are tried in order (a fan-out's parent first)")
     sub.choices["fetch"].add_argument("--ca")
     sub.choices["fetch"].add_argument("--token-file")
+    sub.choices["fetch"].add_argument("--cert", help="client certificate (PEM) for a source that requires one")
+    sub.choices["fetch"].add_argument("--key", help="its key (PEM)")
+    sub.choices["fetch"].add_argument("--wait-s", type=float, default=0.0,
+                                      help="how long a source that has not got a file yet (503) is waited for")
+    sub.choices["fetch"].add_argument("--progress", help="a JSON file rewritten with the bytes fetched")
     args = parser.parse_args(argv)
     try:
         if args.command == "describe":
@@ -481,7 +568,9 @@ def _main(argv: list[str]) -> int:
             return 0
         files = _listed(args.manifest, args.folder, args.prefix)
         if args.command == "fetch":
-            result = fetch(args.root, files, args.url, args.ca, args.token_file, args.cache, args.workers)
+            cert = (args.cert, args.key) if args.cert else None
+            result = fetch(args.root, files, args.url, args.ca, args.token_file, args.cache, args.workers,
+                           cert, args.wait_s, args.progress)
         else:
             result = verify(args.root, files, args.cache, args.full, args.workers)
     except (OSError, ValueError) as exc:  # URLError is an OSError; a bad list a ValueError

@@ -1,0 +1,130 @@
+"""The weights fan-out, control machine's side: who fetches from whom, what each host tries when
+its source dies, the serving side's transient unit, and the progress display's bottleneck.
+
+The shape: the control machine feeds ONE host (the seed), so its link carries the weights
+once; every other host hangs under an earlier host, each feeding at most `degree` others. A
+host serves each file as soon as it has verified it (weights/serve.py), so the levels overlap
+by file instead of waiting for whole copies. A fetcher's sources are its parent, then the
+parent's ancestors, then every other host earlier in the order, then the control machine:
+only EARLIER hosts, so no two hosts ever wait on each other, and a host that dies is skipped
+by its children without anyone deciding anything (verify.py fetch fails over, resuming).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+CONTROL = "control"  # the control machine, the fan-out's root
+FANOUT_PORT = 8471  # serve.py's port on each host while a fan-out runs
+SERVE_UNIT = "private-llm-weights-serve"
+
+
+@dataclass(frozen=True)
+class Plan:
+    order: tuple[str, ...]  # hosts in the order they are fed (the seed first)
+    parent: dict[str, str]  # host -> the host (or CONTROL) it fetches from first
+
+    def children(self, node: str) -> list[str]:
+        return [h for h in self.order if self.parent[h] == node]
+
+    def depth(self, host: str) -> int:
+        d = 0
+        while host != CONTROL:
+            host, d = self.parent[host], d + 1
+        return d
+
+
+def plan(hosts: list[str], degree: int = 2) -> Plan:
+    """The seed under the control machine, then breadth first: each host feeds up to `degree`
+    later hosts. degree 1 is a chain (every link carries the weights once; the longest path);
+    a larger degree shortens the path and splits a host's uplink between its children."""
+    if degree < 1:
+        raise ValueError(f"fan-out degree {degree}: each host must feed at least one other")
+    if len(set(hosts)) != len(hosts) or CONTROL in hosts:
+        raise ValueError(f"fan-out hosts must be distinct and none named {CONTROL!r}: {hosts}")
+    parent: dict[str, str] = {}
+    for i, host in enumerate(hosts):
+        parent[host] = CONTROL if i == 0 else hosts[(i - 1) // degree]
+    return Plan(tuple(hosts), parent)
+
+
+def sources(p: Plan, host: str) -> list[str]:
+    """Where `host` fetches from, in order: parent, its ancestors, the other earlier hosts (the
+    nearest in the order first), the control machine. All earlier than `host`: no cycle."""
+    chain: list[str] = []
+    node = p.parent[host]
+    while node != CONTROL:
+        chain.append(node)
+        node = p.parent[node]
+    earlier = list(reversed(p.order[: p.order.index(host)]))
+    return [*chain, *(h for h in earlier if h not in chain), CONTROL]
+
+
+def replan(p: Plan, dead: set[str]) -> Plan:
+    """The plan without `dead` hosts: each orphan hangs under its nearest living ancestor, or
+    the control machine (what a fetcher's failover does on its own, made explicit for the next
+    run and the display). The order of the living is kept."""
+    parent: dict[str, str] = {}
+    for host in p.order:
+        if host in dead:
+            continue
+        node = p.parent[host]
+        while node in dead:
+            node = p.parent[node]
+        parent[host] = node
+    order = tuple(h for h in p.order if h not in dead)
+    if sum(1 for h in order if parent[h] == CONTROL) > 1:
+        # the seed died: the first living host becomes the seed, the others hang under it
+        seed = order[0]
+        parent = {h: (CONTROL if h == seed else (seed if v == CONTROL else v)) for h, v in parent.items()}
+    return Plan(order, parent)
+
+
+@dataclass(frozen=True)
+class Link:
+    source: str
+    host: str
+    done: int
+    total: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+
+def progress_lines(links: list[Link]) -> list[str]:
+    """One line per host (bytes, rate, whom from) and the bottleneck: the slowest link still
+    moving bytes (or, at the end, the slowest of all), the one that sets the fan-out's time."""
+    lines = [
+        f"{link.host} <- {link.source}: {link.done / 1e9:.2f} of {link.total / 1e9:.2f} GB, "
+        f"{link.rate / 1e6:.0f} MB/s"
+        for link in links
+    ]
+    moving = [link for link in links if link.done < link.total] or links
+    if moving:
+        slow = min(moving, key=lambda link: link.rate)
+        lines.append(f"bottleneck: {slow.source} -> {slow.host} at {slow.rate / 1e6:.0f} MB/s")
+    return lines
+
+
+def serve_unit_argv(
+    run_id: str, python: str, script: str, server_args: list[str], deadline_s: int,
+) -> list[str]:
+    """The serving side on a host: a transient unit (`systemd-run`) that the host's own systemd
+    stops at the deadline even if the control machine is gone, removed once it ends
+    (--collect), sandboxed read-only but for its stats file's folder."""
+    if not run_id.replace("-", "").isalnum():
+        raise ValueError(f"fan-out run id {run_id!r}: letters, digits and '-' only")
+    return [
+        "systemd-run", f"--unit={SERVE_UNIT}-{run_id}", "--collect", "--quiet",
+        f"--property=RuntimeMaxSec={deadline_s}",
+        "--property=ProtectSystem=strict", "--property=ProtectHome=true", "--property=PrivateTmp=true",
+        "--property=NoNewPrivileges=true", "--property=ReadWritePaths=/run/private-llm",
+        "--", python, "-I", script, *server_args, f"--deadline-s={deadline_s}",
+    ]
+
+
+def serve_unit_command(run_id: str, python: str, script: str, server_args: list[str], deadline_s: int) -> str:
+    return shlex.join(serve_unit_argv(run_id, python, script, server_args, deadline_s))

@@ -1,0 +1,275 @@
+"""Runs ON A HOST (standard library only), and on the control machine as the fan-out's root:
+serves a model folder's signed files to the next hosts of a weights fan-out (docs/weights.md,
+"Fan-out"), for `verify.py fetch --url` to fetch with Range resume.
+
+Only deployment hosts pass: the TLS handshake requires a client certificate of the deployment
+CA (every host's certificate carries clientAuth, installer/tls/ca.py), and each request must
+carry this run's bearer token, read from a 0600 file and compared in constant time. Anyone
+else gets a failed handshake or a 401 and no byte.
+
+Nothing unverified is served onward. A file is served only once it has the size the signed
+list gives and its pieces' sha256 match (hashed here on first request, or vouched for by the
+verifier's cache with the same stat key); until then the answer is 503 with Retry-After, which
+the fetcher takes as "not here yet" and waits, so a host serves each file as soon as it has it
+(the fan-out pipelines by file). A file whose bytes are wrong gets 409: the fetcher moves to its
+next source.
+
+The server exits at its deadline (`--deadline-s`) whatever happens: the systemd unit or the
+process that starts it needs no stop to be safe. `--stats` is rewritten (atomically) with the
+bytes served to each client: the fan-out's progress and its control-link count read it.
+
+  serve.py --root DIR --manifest FILE [--folder F | --prefix P] [--cache FILE]
+           --bind ADDR --port N --cert PEM --key PEM --ca PEM --token-file F
+           --deadline-s S [--stats FILE] [--limit-mb-s R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import os
+import ssl
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+if __package__:
+    from installer.weights import verify as _verify
+else:  # on the hosts: verify.py sits beside this file (the model role copies both)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import verify as _verify  # type: ignore[no-redef]
+
+_BLOCK = 1 << 20
+_STATS_EVERY = 0.5  # seconds between two writes of the stats file
+
+
+def read_token(path: str) -> str:
+    """The run's token: a file only its owner can read (a token others can read is refused)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as fh:
+        if os.fstat(fh.fileno()).st_mode & 0o077:
+            raise ValueError(f"{path}: the fan-out token file must be mode 0600 (others can read it)")
+        token = fh.read().strip()
+    if len(token) < 32:
+        raise ValueError(f"{path}: the fan-out token is shorter than 32 characters")
+    return token
+
+
+class Served:
+    """The folder's files as the signed list gives them, each verified here before it is served."""
+
+    def __init__(self, root: str, entries: list[dict], cache_path: str | None = None) -> None:
+        self.root = os.path.realpath(root)
+        self.listed = {e["path"]: e for e in _verify.check_entries(entries)}
+        self.cache = _verify.load_cache(cache_path)
+        self._checked: dict[str, list[int]] = {}  # path -> stat key it was found good with
+        self._lock = threading.Lock()
+        self.sent: dict[str, int] = {}  # client address -> bytes served
+        self._stats_at = 0.0
+
+    def state(self, path: str) -> tuple[int, str]:
+        """(HTTP status, why): 200 when the file is here and verified, 404 when the list lacks
+        it, 503 when it is not here (yet), 409 when its bytes differ from the list."""
+        entry = self.listed.get(path)
+        if entry is None:
+            return 404, "not in the signed manifest"
+        full = os.path.join(self.root, path)
+        try:
+            st = os.stat(full)
+        except OSError:
+            return 503, "not here yet"
+        if st.st_size != entry["size"]:
+            return 503, "not here yet"
+        key = _verify.stat_key(st)
+        with self._lock:
+            if self._checked.get(path) == key:
+                return 200, "verified"
+            hit = self.cache.get(path)
+            if hit and hit.get("key") == key and hit.get("entry") == _verify.entry_digest(entry):
+                self._checked[path] = key
+                return 200, "verified (cache)"
+        good = all(
+            _verify._hash_range(full, p.offset, p.length) == p.sha256 for p in _verify._pieces(entry)
+        )
+        if not good:
+            return 409, "its bytes differ from the signed manifest here"
+        with self._lock:
+            self._checked[path] = key
+        return 200, "verified"
+
+    def count(self, client: str, n: int, stats: str | None) -> None:
+        with self._lock:
+            self.sent[client] = self.sent.get(client, 0) + n
+            now = time.monotonic()
+            if not stats or (n and now - self._stats_at < _STATS_EVERY):
+                return
+            self._stats_at = now
+            snapshot = dict(self.sent)
+        write_stats(stats, snapshot)
+
+
+def write_stats(path: str, sent: dict[str, int]) -> None:
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fanout-stats-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"sent": sent, "total": sum(sent.values()), "at": time.time()}, fh, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _handler(
+    served: Served, token: str, stats: str | None, limit: float = 0.0,
+) -> type[BaseHTTPRequestHandler]:
+    expected = f"Bearer {token}".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 60  # a reader that stops reading frees its thread
+
+        def _refuse(self, code: int, why: str, retry: bool = False) -> None:
+            body = (why + "\n").encode()
+            self.send_response(code)
+            if retry:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            given = self.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                self._refuse(401, "this run's fan-out token is required")
+                return
+            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).removeprefix("/")
+            try:
+                _verify.check_path(path)
+            except ValueError as exc:
+                self._refuse(404, str(exc))
+                return
+            code, why = served.state(path)
+            if code != 200:
+                self._refuse(code, f"{path}: {why}", retry=code == 503)
+                return
+            size = served.listed[path]["size"]
+            start = _range_start(self.headers.get("Range"), size)
+            if start is None:
+                self._refuse(416, f"{path}: only 'Range: bytes=N-' with N below {size} is served")
+                return
+            self.send_response(206 if start else 200)
+            self.send_header("Content-Length", str(size - start))
+            if start:
+                self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+            self.end_headers()
+            client = self.client_address[0]
+            began, sent = time.monotonic(), 0
+            with open(os.path.join(served.root, path), "rb") as fh:
+                fh.seek(start)
+                left = size - start
+                while left > 0:
+                    if limit:  # the operator's cap on this link, so serving leaves room for traffic
+                        ahead = sent / limit - (time.monotonic() - began)
+                        if ahead > 0:
+                            time.sleep(ahead)
+                    block = fh.read(min(_BLOCK, left))
+                    if not block:
+                        break  # shrank since verified: the client's own verify refuses it
+                    self.wfile.write(block)
+                    left -= len(block)
+                    sent += len(block)
+                    served.count(client, len(block), stats)
+            served.count(client, 0, stats)
+
+        def log_message(self, *args: object) -> None:
+            pass  # requests carry the token: nothing of them goes to a log
+
+    return Handler
+
+
+def _range_start(header: str | None, size: int) -> int | None:
+    if not header:
+        return 0
+    spec = header.strip().removeprefix("bytes=")
+    if not spec.endswith("-") or not spec[:-1].isdigit() or header.strip() == spec:
+        return None
+    start = int(spec[:-1])
+    return start if start < size else None
+
+
+def tls_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
+    """Server side: this host's certificate; clients must show one of the deployment CA."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    context.load_verify_locations(cafile=ca)
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def finish_request(self, request, client_address):  # type: ignore[no-untyped-def]
+        """The TLS handshake in the request's own thread, bounded: a peer that connects and
+        says nothing would otherwise hold the accept loop, and every other host with it."""
+        request.settimeout(30)
+        try:
+            request.do_handshake()
+        except OSError:  # no client certificate, another CA's, or no TLS at all
+            return
+        super().finish_request(request, client_address)
+
+
+def make_server(
+    served: Served, bind: str, port: int, context: ssl.SSLContext, token: str, stats: str | None,
+    limit: float = 0.0,
+) -> ThreadingHTTPServer:
+    server = _Server((bind, port), _handler(served, token, stats, limit))
+    server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    return server
+
+
+def _main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="serve.py")
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--manifest", required=True)
+    parser.add_argument("--folder")
+    parser.add_argument("--prefix")
+    parser.add_argument("--cache")
+    parser.add_argument("--bind", required=True, help="the host's own address: never 0.0.0.0")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--ca", required=True)
+    parser.add_argument("--token-file", required=True)
+    parser.add_argument("--deadline-s", type=float, required=True)
+    parser.add_argument("--stats")
+    parser.add_argument("--limit-mb-s", type=float, default=0.0, help="cap each connection's rate (MB/s)")
+    args = parser.parse_args(argv)
+    if args.bind in ("0.0.0.0", "::", ""):
+        print(json.dumps({"ok": False, "problems": ["--bind must be the host's own address, not every address"]}))
+        return 2
+    try:
+        token = read_token(args.token_file)
+        served = Served(args.root, _verify._listed(args.manifest, args.folder, args.prefix), args.cache)
+        server = make_server(served, args.bind, args.port, tls_context(args.cert, args.key, args.ca),
+                             token, args.stats, args.limit_mb_s * 1e6)
+    except (OSError, ValueError) as exc:
+        print(json.dumps({"ok": False, "problems": [str(exc)]}))
+        return 2
+    if args.stats:
+        write_stats(args.stats, {})
+    timer = threading.Timer(args.deadline_s, server.shutdown)
+    timer.daemon = True
+    timer.start()
+    print(json.dumps({"ok": True, "serving": f"{args.bind}:{server.server_address[1]}"}), flush=True)
+    server.serve_forever(poll_interval=0.2)
+    if args.stats:
+        write_stats(args.stats, dict(served.sent))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
