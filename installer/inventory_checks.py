@@ -8,7 +8,7 @@ touches a host.
 
 from collections.abc import Iterator, Mapping
 
-from installer import plan
+from installer import keys, plan
 from installer.bundle import layout as bundle_layout
 from installer.bundle import monitoring_tarballs
 from installer.errors import InventoryError
@@ -54,6 +54,25 @@ def _parallel_of(inv: Inventory, tp: int, loc: tuple[str | int, ...]) -> Iterato
         )
 
 
+def _tenant_keys(inv: Inventory) -> Iterator[str]:
+    """Each API key a tenant names against the key store `up` pushes: a name it does not hold
+    (a typo, or a key not made yet) would leave the intended key on its own policy, silently.
+    A revoked key's name passes: it authenticates nobody, and revoking a key must not block the
+    next `up`. No store here (validate away from the control machine): nothing to check."""
+    found = keys.names_in_store() if any(t.keys for t in inv.auth.tenants) else None
+    if found is None:
+        return
+    store, names = found
+    for i, tenant in enumerate(inv.auth.tenants):
+        for j, key in enumerate(tenant.keys):
+            if key not in names:
+                yield (
+                    f"{inv.where('auth', 'tenants', i, 'keys', j)}: API key {key!r} is not in the key store "
+                    f"{store}; make it (`installer keys create --name {key}`) or correct the name "
+                    "(`installer keys list` shows them)"
+                )
+
+
 def _named_files(inv: Inventory) -> Iterator[str]:
     """The certificates of tls.mode provided, the release tarballs of monitoring.tarballs_dir, the
     hosts' OS targets (os.packages_dirs, CPU engines on ubuntu-22.04), auth.jwt's JWKS file, and
@@ -68,7 +87,7 @@ def check_inventory(inv: Inventory, canaries: Mapping[str, ServedModel] | None =
     """The inventory's plan, built once it passed every cross-check. Raises InventoryError
     (settings that contradict each other or name unusable files, with file:line) or
     tuner.TuneError (the model does not fit the GPUs the inventory describes)."""
-    problems = [*_parallel(inv), *_named_files(inv)]
+    problems = [*_parallel(inv), *_named_files(inv), *_tenant_keys(inv)]
     if problems:
         raise InventoryError(f"{len(problems)} problem(s) in the inventory", problems)
     return plan.build(inv, canaries)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from installer.errors import InstallerError
 from installer.files import write_private
-from installer.paths import state_dir
+from installer.paths import resolve_state_dir, state_dir
 from service.keyfile import (
     KEY_NAME_PATTERN,
     QUOTAS_FILE_NAME,
@@ -69,6 +69,16 @@ class KeyStore(BaseModel):
 
 def store_path() -> Path:
     return state_dir() / "keys.json"
+
+
+def names_in_store() -> tuple[Path, set[str]] | None:
+    """(the store, every key name it holds, revoked ones too), or None where there is no store
+    (`validate` run away from the control machine's state folder). Makes no folder, unlike
+    store_path(): `validate` changes nothing."""
+    path = resolve_state_dir()[0] / "keys.json"
+    if not path.is_file():
+        return None
+    return path, {k.name for k in load(path).keys}
 
 
 def parse_expiry(text: str) -> datetime:

@@ -280,6 +280,15 @@ class Settings(BaseSettings):
             raise ValueError("jwt needs keys_file: an anonymous gateway checks no credential at all")
         if self.tenants is not None and self.keys_file is None:
             raise ValueError("tenants need keys_file: an anonymous gateway knows no caller")
+        # Refused, not warned (as a key's quota is, in service/app.py): a tenant's quota is set in
+        # this same file, and without Redis the gateway has no ledger, so it would be silently
+        # unenforced. (`installer up` always gives gateways Redis: this is for hand-written files.)
+        quota = [t.name for t in self.tenants.tenants if t.quota_tokens] if self.tenants else []
+        if quota and self.limits.redis_url is None:
+            raise ValueError(
+                f"tenant(s) {', '.join(quota)} have a token quota, which is kept in Redis: set "
+                "limits.redis_url, or remove their quota_tokens and quota_period"
+            )
         if self.keys_file is not None and self.allow_anonymous:
             raise ValueError("set either keys_file or allow_anonymous, not both")
         if (self.metrics_host is None) != (self.metrics_port is None):

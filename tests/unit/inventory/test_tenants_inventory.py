@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from installer import keys
 from installer.ansible.render import _tenant_vars
 from installer.errors import InventoryError
 from installer.inventory import load_inventory
@@ -15,6 +16,14 @@ _JWT = (
     "  jwt:\n    issuers: [https://idp.example.internal/realms/llm]\n    audiences: [private-llm]\n"
     "    jwks_url: https://idp.example.internal/certs\n"
 )
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A state folder of the test's own, without a key store unless the test makes one."""
+    folder = tmp_path / "state"
+    monkeypatch.setenv("INSTALLER_STATE_DIR", str(folder))
+    return folder
 
 
 def _inventory(tmp_path: Path, tail: str, jwt: bool = True) -> Path:
@@ -131,3 +140,21 @@ def test_an_inventory_without_tenants_or_audit_dumps_as_before(tmp_path: Path) -
     inv = load_inventory(_inventory(tmp_path, "", jwt=True))
     dumped = inv.model_dump(mode="json", exclude_unset=False)
     assert set(dumped["auth"]) == {"jwt"} and "audit" not in dumped
+
+
+def test_a_tenant_key_not_in_the_key_store_is_refused_at_its_line(tmp_path: Path, state: Path) -> None:
+    """With a key store, each name in a tenant's keys must be one of its keys (a revoked one too:
+    it authenticates nobody, and revoking must not block the next `up`)."""
+    path = _inventory(tmp_path, "  tenants:\n    - name: a\n      keys: [ci-bot, old-bot, ci-bto]\n")
+    check_inventory(load_inventory(path))  # no key store here: nothing to check against
+    assert not state.exists()  # and validate made no state folder looking for one
+    keys.create("ci-bot")
+    keys.create("old-bot")
+    keys.revoke("old-bot")
+    problems = _problems(path)
+    assert len(problems) == 1, problems
+    assert f"site.yml:{_line_of(path, 'keys: [ci-bot')}:" in problems[0]
+    assert f"API key 'ci-bto' is not in the key store {state / 'keys.json'}" in problems[0]
+    assert "installer keys create --name ci-bto" in problems[0]
+    keys.create("ci-bto")
+    check_inventory(load_inventory(path))

@@ -39,6 +39,11 @@ def _load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, obj
         ),
         ({"engines": [ENGINE], "allow_anonymous": True, "metrics_port": 9100}, "go together"),
         (
+            {"engines": [ENGINE], "keys_file": "/k", "tenants": {"tenants": [
+                {"name": "free", "rpm": 5}, {"name": "paid", "quota_tokens": 9, "quota_period": "day"}]}},
+            r"tenant\(s\) paid have a token quota, which is kept in Redis: set limits.redis_url",
+        ),
+        (
             {"engines": [ENGINE], "allow_anonymous": True, "metrics_host": "0.0.0.0", "metrics_port": 9100},
             "metrics_host 0.0.0.0 is not a loopback address: set metrics_token_file",
         ),
