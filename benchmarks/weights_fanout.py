@@ -143,7 +143,7 @@ class FanoutLab:
         if '"ok": true' not in line:
             raise RuntimeError(f"{node.name}: serve.py did not start: {line} {node.server.stderr.read() if node.server.stderr else ''}")
 
-    def fetch(self, node: Node, sources: list[str], wait_s: float = 120) -> None:
+    def fetch(self, node: Node, sources: list[str], wait_s: float = 120, workers: int | None = None) -> None:
         argv = [PYTHON, "-I", str(WEIGHTS / "verify.py"), "fetch", "--root", str(node.model),
                 "--manifest", str(self.manifest), "--ca", str(self.work / "ca.pem"),
                 "--cert", str(node.home / "cert.pem"), "--key", str(node.home / "key.pem"),
@@ -151,6 +151,8 @@ class FanoutLab:
                 "--cache", str(node.home / "cache.json")]
         for source in sources:
             argv += ["--url", self.url(source)]
+        if workers:
+            argv += ["--workers", str(workers)]
         node.started, node.finished = time.monotonic(), 0.0
         node.fetcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
