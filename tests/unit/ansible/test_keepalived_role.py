@@ -1,0 +1,60 @@
+"""The keepalived role's keepalived.conf as rendered from an inventory's frontend (#37 item 1):
+unicast to the other gateway hosts only, VRRPv3 with no password on the wire, the health check
+on the host's own /readyz with the deployment CA, and nothing at all without a frontend."""
+
+from pathlib import Path
+
+import yaml
+
+from installer import plan
+from installer.ansible import keepalived_vars
+from installer.inventory import Inventory
+from tests.support.keepalived_role import ROLE, keepalived_conf
+
+
+def _plan(tmp: Path, **frontend: object) -> plan.DeploymentPlan:
+    (tmp / "w").mkdir(exist_ok=True)
+    (tmp / "w" / "config.json").write_text("{}")
+    inv = Inventory.model_validate({
+        "deployment": "demo", "engine": {"device": "cpu"}, "model": {"path": str(tmp / "w"), "served_name": "tiny"},
+        "hosts": [{"name": f"h{i}", "address": f"10.0.0.{i}"} for i in (1, 2, 3)],
+        "frontend": {"vip": "10.0.0.100/24", "router_id": 51, **frontend},
+    })
+    return plan.build(inv)
+
+
+def _conf(tmp: Path, host: str = "h2", **frontend: object) -> str:
+    p = _plan(tmp, **frontend)
+    hp = next(h for h in p.hosts if h.name == host)
+    return keepalived_conf(host, "eth0", {**keepalived_vars.group_vars(p), **keepalived_vars.host_vars(p, hp.gateway_url)})
+
+
+def test_unicast_to_the_other_gateway_hosts(tmp_path: Path) -> None:
+    conf = _conf(tmp_path)
+    peers = conf.split("unicast_peer {", 1)[1].split("}", 1)[0].split()
+    assert peers == ["10.0.0.1", "10.0.0.3"]
+    assert "unicast_src_ip 10.0.0.2" in conf and "check_unicast_src" in conf
+    assert "virtual_router_id 51" in conf and "priority 198" in conf
+    assert "10.0.0.100/24 dev eth0" in conf
+    assert "state BACKUP" in conf and "nopreempt" in conf
+
+
+def test_vrrp3_and_no_password_on_the_wire(tmp_path: Path) -> None:
+    conf = _conf(tmp_path)
+    assert "vrrp_version 3" in conf
+    settings = [line.split("#", 1)[0] for line in conf.splitlines()]
+    assert not any("authentication" in line or "auth_pass" in line for line in settings)
+
+
+def test_health_check_asks_the_hosts_own_gateway_over_https(tmp_path: Path) -> None:
+    conf = _conf(tmp_path, check_interval_s=1.5, advert_interval_s=0.3)
+    assert ("/etc/keepalived/pli_readyz_check.py https://10.0.0.2:8080/readyz /etc/private-llm/tls/ca.pem 1.5"
+            in conf)
+    assert "interval 1.5" in conf and "advert_int 0.3" in conf and "fall 2" in conf
+    assert "enable_script_security" in conf and "script_user private-llm" in conf
+
+
+def test_the_role_does_nothing_without_a_frontend() -> None:
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    assert tasks[0]["when"].startswith("keepalived_vip | length > 0")
+    assert yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["keepalived_vip"] == ""
