@@ -70,6 +70,18 @@ def invoke(*args: str) -> Result:
     return result
 
 
+def export_to(out: Path, recipient: str) -> Result:
+    """`installer state export` of this machine's state, encrypted to `recipient`'s key."""
+    done = invoke("state", "export", "--out", str(out), "--recipient", recipient)
+    assert done.exit_code == 0, done.output
+    return done
+
+
+def import_with(archive: Path, identity: Path, *more: str) -> Result:
+    """`installer state import` of `archive` on this machine, opened with `identity`."""
+    return invoke("state", "import", str(archive), "--identity", str(identity), *more)
+
+
 def tree(root: Path) -> dict[str, tuple[int, bytes | None]]:
     """Every path under `root`: its mode and, for a file, its bytes."""
     out: dict[str, tuple[int, bytes | None]] = {}

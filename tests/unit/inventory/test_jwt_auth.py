@@ -10,20 +10,11 @@ from installer.errors import InventoryError
 from installer.inventory import jwks_file, load_inventory
 from installer.inventory_checks import check_inventory
 from tests.support import idp
+from tests.support.site_file import JWT_ISSUER, refusals, site_file
 
 
 def _inventory(tmp_path: Path, jwt_yaml: str) -> Path:
-    model = tmp_path / "weights"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    path = tmp_path / "site.yml"
-    path.write_text(
-        f"deployment: demo\nmodel: {{path: {model}, served_name: tiny}}\n"
-        "hosts:\n  - name: h1\n    address: 10.0.0.1\n"
-        "auth:\n  jwt:\n    issuers: [https://idp.example.internal/realms/llm]\n    audiences: [private-llm]\n"
-        + jwt_yaml
-    )
-    return path
+    return site_file(tmp_path, "auth:\n" + JWT_ISSUER + jwt_yaml)
 
 
 def _with_file(tmp_path: Path, document: object) -> Path:
@@ -32,9 +23,7 @@ def _with_file(tmp_path: Path, document: object) -> Path:
 
 
 def _problems(path: Path) -> str:
-    with pytest.raises(InventoryError) as err:
-        check_inventory(load_inventory(path))
-    return "\n".join(err.value.details)
+    return "\n".join(refusals(path))
 
 
 def test_a_jwks_file_of_public_keys_passes_and_the_hosts_get_the_usable_ones(tmp_path: Path) -> None:

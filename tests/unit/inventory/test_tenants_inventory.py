@@ -11,11 +11,10 @@ from installer.errors import InventoryError
 from installer.inventory import load_inventory
 from installer.inventory_checks import check_inventory
 from service.config import TenantsConfig
+from tests.support.site_file import JWT_ISSUER, site_file
+from tests.support.site_file import refusals as _problems
 
-_JWT = (
-    "  jwt:\n    issuers: [https://idp.example.internal/realms/llm]\n    audiences: [private-llm]\n"
-    "    jwks_url: https://idp.example.internal/certs\n"
-)
+_JWT = JWT_ISSUER + "    jwks_url: https://idp.example.internal/certs\n"
 
 
 @pytest.fixture(autouse=True)
@@ -27,22 +26,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _inventory(tmp_path: Path, tail: str, jwt: bool = True) -> Path:
-    model = tmp_path / "weights"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    path = tmp_path / "site.yml"
-    path.write_text(
-        f"deployment: demo\nmodel: {{path: {model}, served_name: tiny}}\n"
-        "hosts:\n  - name: h1\n    address: 10.0.0.1\n"
-        "auth:\n" + (_JWT if jwt else "") + tail
-    )
-    return path
-
-
-def _problems(path: Path) -> list[str]:
-    with pytest.raises(InventoryError) as err:
-        check_inventory(load_inventory(path))
-    return list(err.value.details)
+    return site_file(tmp_path, "auth:\n" + (_JWT if jwt else "") + tail)
 
 
 def _line_of(path: Path, text: str) -> int:

@@ -35,11 +35,11 @@ from installer.runlog import RunLog
 from service import release_store
 from service.release_controller import Audit, Controller
 from service.release_store import Fenced, Refused, Store
+from tests.support.recorded_prometheus import answers as _answers
 from tests.support.redis_server import redis_server
 from tests.support.revisions import anchored_site, known_revision
 
 REPO = Path(__file__).resolve().parents[3]
-DATA = Path(__file__).parent / "data" / "prometheus"
 runner = CliRunner()
 _register()
 
@@ -98,22 +98,6 @@ def _spec(release: str, steps: tuple[int, ...] = (20, 50, 100)) -> dict[str, Any
             "slo": {"window_s": 120, "min_requests": 20, "relative": True, "error_ratio_margin": 0.02,
                     "ttft_p99_ratio": 1.5, "e2e_p95_ratio": 1.5, "latency_floor_s": 0.8,
                     "absolute": ["e2e_p95 <= 800 ms over 2 min"]}}
-
-
-def _answers(name: str) -> Any:
-    from service import release_promql
-
-    recorded = json.loads((DATA / f"{name}.json").read_text())
-
-    def query(promql: str) -> dict[str, Any]:
-        for key, answer in recorded.items():
-            w, what = key.split("|")
-            want = release_promql.requests_query("tiny-llama", float(w)) if what == "requests" else \
-                release_promql.quantile_query("tiny-llama", what, float(w))
-            if want == promql:
-                return answer
-        return {"status": "success", "data": {"resultType": "vector", "result": []}}
-    return query
 
 
 def _leader(host: dict[str, Any], answers: str) -> Controller:

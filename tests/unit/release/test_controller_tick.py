@@ -13,8 +13,8 @@ import pytest
 from service import release_controller, release_promql
 from service.release_controller import Audit, Controller
 from service.release_store import Fenced
+from tests.support.recorded_prometheus import answers as _answers
 
-DATA = Path(__file__).parent / "data" / "prometheus"
 SPEC = {"id": "demo/r7", "served_name": "tiny-llama", "steps": [10, 30, 100], "dwell_s": 60,
         "slo": {"window_s": 120, "min_requests": 20, "relative": True, "error_ratio_margin": 0.02,
                 "ttft_p99_ratio": 1.5, "e2e_p95_ratio": 1.5, "latency_floor_s": 0.8,
@@ -63,20 +63,6 @@ class MemoryStore:
             self.generation += 1
             self.weights_doc = dict(weights)
         return self.generation
-
-
-def _answers(name: str) -> release_promql.Query:
-    recorded = json.loads((DATA / f"{name}.json").read_text())
-
-    def query(promql: str) -> dict[str, Any]:
-        for key, answer in recorded.items():
-            w, what = key.split("|")
-            want = release_promql.requests_query("tiny-llama", float(w)) if what == "requests" else \
-                release_promql.quantile_query("tiny-llama", what, float(w))
-            if want == promql:
-                return answer
-        return {"status": "success", "data": {"resultType": "vector", "result": []}}
-    return query
 
 
 def _unreachable(promql: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The state archive's fixtures: the old machine with a full state folder, a new one with
-nothing, and a recipient key (tests/support/state_machines.py has the helpers)."""
+nothing, a recipient key, and the old machine's state exported to it
+(tests/support/state_machines.py has the helpers)."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -8,7 +9,7 @@ import pyrage
 import pytest
 
 from installer import paths
-from tests.support.state_machines import Machine, fill_state
+from tests.support.state_machines import Machine, export_to, fill_state
 
 
 @pytest.fixture
@@ -47,3 +48,12 @@ def age_identity(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     path.write_text(str(ident) + "\n")
     path.chmod(0o600)
     return str(ident.to_public()), path
+
+
+@pytest.fixture
+def exported(old: Machine, age_identity: tuple[str, Path], tmp_path: Path) -> Path:
+    """The archive of the old machine's state, encrypted to `age_identity`'s recipient; commands
+    still run on the old machine until a test switches (`on(new)`)."""
+    out = tmp_path / "s.age"
+    export_to(out, age_identity[0])
+    return out

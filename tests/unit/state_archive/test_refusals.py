@@ -13,11 +13,7 @@ import pyrage
 import pytest
 
 from installer.state_archive import StateArchiveError, archive
-from tests.support.state_machines import Machine, invoke, tree
-
-
-def _export(out: Path, recipient: str) -> None:
-    assert invoke("state", "export", "-o", str(out), "-r", recipient).exit_code == 0
+from tests.support.state_machines import Machine, import_with, invoke, tree
 
 
 def _nothing_written(machine: Machine) -> None:
@@ -28,16 +24,9 @@ def _nothing_written(machine: Machine) -> None:
 
 @pytest.mark.parametrize("where", ["payload", "header-mac", "truncated"])
 def test_a_changed_archive_is_refused_and_nothing_is_written(
-    old: Machine,
-    new: Machine,
-    on: Callable[[Machine], None],
-    age_identity: tuple[str, Path],
-    tmp_path: Path,
-    where: str,
+    exported: Path, new: Machine, on: Callable[[Machine], None], age_identity: tuple[str, Path], where: str
 ) -> None:
-    recipient, identity = age_identity
-    out = tmp_path / "s.age"
-    _export(out, recipient)
+    out = exported
     blob = bytearray(out.read_bytes())
     if where == "payload":
         blob[-20] ^= 0x01
@@ -49,24 +38,19 @@ def test_a_changed_archive_is_refused_and_nothing_is_written(
     out.write_bytes(bytes(blob))
     on(new)
     with pytest.raises(StateArchiveError, match=r"was changed or damaged.*nothing was written"):
-        invoke("state", "import", str(out), "--identity", str(identity))
+        import_with(out, age_identity[1])
     _nothing_written(new)
 
 
 def test_the_wrong_identity_is_told_apart_from_a_changed_archive(
-    old: Machine,
-    new: Machine,
-    on: Callable[[Machine], None],
-    age_identity: tuple[str, Path],
-    tmp_path: Path,
+    exported: Path, new: Machine, on: Callable[[Machine], None], tmp_path: Path
 ) -> None:
-    out = tmp_path / "s.age"
-    _export(out, age_identity[0])
+    out = exported
     other = tmp_path / "other.txt"
     other.write_text(str(pyrage.x25519.Identity.generate()) + "\n")
     on(new)
     with pytest.raises(StateArchiveError, match="the identity does not open"):
-        invoke("state", "import", str(out), "--identity", str(other))
+        import_with(out, other)
     with pytest.raises(StateArchiveError, match="encrypted to recipient keys, not a passphrase"):
         invoke("state", "import", str(out))
     _nothing_written(new)
@@ -130,33 +114,27 @@ def test_a_member_that_could_escape_is_refused_and_nothing_is_written(
     out.write_bytes(pyrage.encrypt(_crafted(member, b"evil"), [pyrage.x25519.Recipient.from_str(recipient)]))
     on(new)
     with pytest.raises(StateArchiveError, match=why):
-        invoke("state", "import", str(out), "--identity", str(identity))
+        import_with(out, identity)
     _nothing_written(new)
     assert not (tmp_path / "escaped").exists() and not Path("/tmp/escaped-absolute").exists()
 
 
 def test_a_folder_with_other_state_is_refused_and_force_keeps_it_aside(
-    old: Machine,
-    new: Machine,
-    on: Callable[[Machine], None],
-    age_identity: tuple[str, Path],
-    tmp_path: Path,
+    old: Machine, exported: Path, new: Machine, on: Callable[[Machine], None], age_identity: tuple[str, Path]
 ) -> None:
-    recipient, identity = age_identity
-    out = tmp_path / "s.age"
-    _export(out, recipient)
+    out, identity = exported, age_identity[1]
     on(new)
     new.state.mkdir(parents=True, mode=0o700)
     (new.state / "keys.json").write_text('{"keys": []}\n')
     (new.state / "runs").mkdir()
     before = tree(new.state)
     with pytest.raises(StateArchiveError, match=r"holds other state \(keys.json: differs") as refused:
-        invoke("state", "import", str(out), "--identity", str(identity))
+        import_with(out, identity)
     assert "--force" in refused.value.details[0]
     assert tree(new.state) == before and not new.audit_key.exists()
     assert [p.name for p in new.state.parent.iterdir()] == [".installer"]
 
-    done = invoke("state", "import", str(out), "--identity", str(identity), "--force")
+    done = import_with(out, identity, "--force")
     assert done.exit_code == 0, done.output
     (kept_aside,) = [p for p in new.state.parent.iterdir() if p.name.startswith(".installer.replaced-")]
     assert tree(kept_aside) == before and str(kept_aside) in done.output.replace("\n", "")
@@ -164,37 +142,25 @@ def test_a_folder_with_other_state_is_refused_and_force_keeps_it_aside(
 
 
 def test_a_machine_whose_audit_key_did_not_seal_the_trail_is_refused(
-    old: Machine,
-    new: Machine,
-    on: Callable[[Machine], None],
-    age_identity: tuple[str, Path],
-    tmp_path: Path,
+    exported: Path, new: Machine, on: Callable[[Machine], None], age_identity: tuple[str, Path]
 ) -> None:
-    recipient, identity = age_identity
-    out = tmp_path / "s.age"
-    _export(out, recipient)
+    out, identity = exported, age_identity[1]
     new.audit_key.parent.mkdir(parents=True, mode=0o700)
     new.audit_key.write_text("ab" * 32 + "\n")
     new.audit_key.chmod(0o600)
     on(new)
     with pytest.raises(StateArchiveError, match=r"audit key .* is not the one that sealed"):
-        invoke("state", "import", str(out), "--identity", str(identity))
+        import_with(out, identity)
     assert not new.state.parent.exists()
     assert new.audit_key.read_text() == "ab" * 32 + "\n"
 
 
 def test_a_folder_holding_only_what_is_not_state_is_named_and_refused(
-    old: Machine,
-    new: Machine,
-    on: Callable[[Machine], None],
-    age_identity: tuple[str, Path],
-    tmp_path: Path,
+    exported: Path, new: Machine, on: Callable[[Machine], None], age_identity: tuple[str, Path]
 ) -> None:
-    recipient, identity = age_identity
-    out = tmp_path / "s.age"
-    _export(out, recipient)
+    out, identity = exported, age_identity[1]
     on(new)
     (new.state / "runs").mkdir(parents=True)
     with pytest.raises(StateArchiveError, match=r"is not empty \(it holds runs\); nothing was written"):
-        invoke("state", "import", str(out), "--identity", str(identity))
+        import_with(out, identity)
     assert [p.name for p in new.state.iterdir()] == ["runs"] and not new.audit_key.exists()

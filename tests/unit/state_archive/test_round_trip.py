@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from installer import audit
-from tests.support.state_machines import Machine, invoke, tree
+from tests.support.state_machines import Machine, export_to, import_with, invoke, tree
 
 LEFT_BEHIND = {"runs", "converged", "state.lock"}
 
@@ -25,8 +25,7 @@ def test_recipient_round_trip_restores_every_file_with_its_mode(
 ) -> None:
     recipient, identity = age_identity
     out = tmp_path / "prod-state.age"
-    done = invoke("state", "export", "--out", str(out), "--recipient", recipient)
-    assert done.exit_code == 0, done.output
+    done = export_to(out, recipient)
     assert out.stat().st_mode & 0o777 == 0o600
     assert "left out runs" in done.output and "left out converged" in done.output and ".terraform" in done.output
     expected = _kept(old.state)
@@ -34,7 +33,7 @@ def test_recipient_round_trip_restores_every_file_with_its_mode(
     assert expected["tls/prod/ca.pem"][0] == 0o644 and expected["tls"][0] == 0o700
 
     on(new)
-    done = invoke("state", "import", str(out), "--identity", str(identity))
+    done = import_with(out, identity)
     assert done.exit_code == 0, done.output
     got = tree(new.state)
     audit_trail = got.pop("audit.jsonl")
@@ -54,7 +53,7 @@ def test_recipient_round_trip_restores_every_file_with_its_mode(
     assert verdict.ok, verdict.why
     assert [e["command"] for e in audit.read(new.state / audit.FILE_NAME)][-1] == "state import"
 
-    again = invoke("state", "import", str(out), "--identity", str(identity))
+    again = import_with(out, identity)
     assert again.exit_code == 0 and "nothing to do" in again.output
 
 

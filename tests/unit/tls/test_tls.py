@@ -16,20 +16,14 @@ from installer.errors import InventoryError
 from installer.inventory import load_inventory
 from installer.inventory_checks import check_inventory
 from installer.tls import ca, store
+from tests.support.site_file import site_file
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 
 
 def _inventory(tmp_path: Path, tls_yaml: str = "", address: str = "10.0.0.1") -> Path:
-    model = tmp_path / "weights"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    path = tmp_path / "site.yml"
-    path.write_text(
-        f"deployment: demo\nmodel: {{path: {model}, served_name: tiny}}\n"
-        f"hosts:\n  - name: h1\n    address: {address}\n  - name: h2\n    address: 10.0.0.2\n{tls_yaml}"
-    )
-    return path
+    hosts = f"hosts:\n  - name: h1\n    address: {address}\n  - name: h2\n    address: 10.0.0.2\n"
+    return site_file(tmp_path, tls_yaml, hosts)
 
 
 @pytest.fixture
