@@ -198,9 +198,9 @@ def _share(total: int, workers: int) -> int:
 def _limiter(settings: Settings, metrics: Metrics, shared: SharedState | None) -> Limiter:
     if settings.limits.redis_url is None:
         return LocalLimiter() if shared is None else SharedLimiter(shared)
-    from service.redis_limits import RedisLimiter  # only deployments that use Redis need it
+    from service.redis_limits import RedisLimiter, endpoint  # only deployments that use Redis need it
 
-    return RedisLimiter(settings.limits.redis_url, metrics, settings.tls, settings.limits.redis_on_unavailable)
+    return RedisLimiter(endpoint(settings.limits, settings.tls), metrics, settings.limits.redis_on_unavailable)
 
 
 def _release_weights(settings: Settings, limiter: Limiter) -> "ControlledWeights | None":
@@ -227,7 +227,8 @@ def _ledger(settings: Settings, limiter: Limiter, keys: KeyRing, metrics: Metric
     from service.redis_usage import RedisLedger  # only deployments that use Redis need it
 
     assert isinstance(limiter, RedisLimiter)
-    return RedisLedger(limiter.client, limiter.outage, settings.limits.default_completion_reserve)
+    return RedisLedger(limiter.client, limiter.outage, settings.limits.default_completion_reserve,
+                       wait_replica=limiter.replicated)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

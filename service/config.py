@@ -85,6 +85,19 @@ class LimitsConfig(_Strict):
     # When Redis cannot be reached: admit requests without their limits and quotas (open), or
     # refuse those that have one with 503 (closed). Either way counted and alerted.
     redis_on_unavailable: Literal["open", "closed"] = "open"
+    # Sentinels ("host:port") that name the current primary of `redis_master`: with them the
+    # gateway follows a failover (service/redis_connect.py); redis_url then gives the password,
+    # the db and rediss:// (its host is only the first primary's). Empty: redis_url's host alone.
+    redis_sentinels: list[Annotated[str, Field(pattern=r"^(\[[0-9a-fA-F:]+\]|[^:\s\[\]]+):[0-9]{1,5}$")]] = Field(
+        default_factory=list
+    )
+    redis_master: str = Field(default="pli", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    @model_validator(mode="after")
+    def _sentinels_need_url(self) -> "LimitsConfig":
+        if self.redis_sentinels and self.redis_url is None:
+            raise ValueError("redis_sentinels need redis_url (its password, db and scheme)")
+        return self
 
 
 class EvidenceConfig(_Strict):

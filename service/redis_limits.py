@@ -10,8 +10,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from service.auth import ApiKey
-from service.config import TLSConfig
+from service.config import LimitsConfig, TLSConfig
 from service.metrics import Metrics
+from service.redis_connect import Endpoint, TLSFiles, async_client, parse_sentinel
 from service.redis_outage import RedisOutage
 
 log = logging.getLogger("service.redis_limits")
@@ -48,12 +49,12 @@ return string.format('%.17g', wait)
 """
 
 
-def ssl_args(url: str, tls: TLSConfig | None) -> dict[str, str]:
-    """rediss://: verified against the deployment CA, showing this host's certificate (the
-    Redis of a deployment requires one, like the engines)."""
-    if tls is None or not url.startswith("rediss://"):
-        return {}
-    return {"ssl_ca_certs": str(tls.ca_file), "ssl_certfile": str(tls.certfile), "ssl_keyfile": str(tls.keyfile)}
+def endpoint(limits: LimitsConfig, tls: TLSConfig | None) -> Endpoint:
+    """The gateway configuration's Redis: its URL, and the sentinels that follow its primary."""
+    assert limits.redis_url is not None
+    files = None if tls is None else TLSFiles(str(tls.ca_file), str(tls.certfile), str(tls.keyfile))
+    return Endpoint(limits.redis_url, tuple(parse_sentinel(s) for s in limits.redis_sentinels),
+                    limits.redis_master, files)
 
 
 class RedisLimiter:
@@ -62,12 +63,12 @@ class RedisLimiter:
     not access; authentication stays local) or refused with 503 (closed); counted either way."""
 
     def __init__(
-        self, url: str, metrics: Metrics, tls: TLSConfig | None = None,
-        on_unavailable: Literal["open", "closed"] = "open",
+        self, where: Endpoint | str, metrics: Metrics, on_unavailable: Literal["open", "closed"] = "open",
     ) -> None:
-        self._redis = aioredis.from_url(
-            url, socket_timeout=0.5, socket_connect_timeout=0.5, **ssl_args(url, tls)
-        )
+        where = Endpoint(where) if isinstance(where, str) else where
+        self._redis = async_client(where, 0.5)
+        # With a replica behind Sentinel, usage and quota writes wait for it (service/redis_usage.py).
+        self.replicated = bool(where.sentinels)
         self._script = self._redis.register_script(_BUCKET_LUA)
         self.outage = RedisOutage(on_unavailable, metrics, log)
 

@@ -3,9 +3,17 @@
 Imported only when `limits.redis_url` is set; it shares the rate limiter's connections and its
 `on_unavailable` choice (service/redis_outage.py): when Redis cannot be reached, a key with a
 quota is admitted without it (open) or refused with 503 (closed); usage is then not recorded.
+
+With a replica behind Sentinel (`wait_replica`), each quota reservation and usage write is
+followed on the same connection by WAIT 1: it counts as written once the replica has it too, so
+a failover (which promotes that replica) keeps it. A write the replica did not confirm within
+WAIT_MS stays on the primary, is logged and counted in pli_gateway_limiter_errors_total, and is
+lost only if the primary dies before it replicates (docs/ha.md#redis).
 """
 
+import time
 from datetime import UTC, datetime
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -65,8 +73,25 @@ return 1
 """
 
 
+# A replica on the same network acknowledges in well under a millisecond; this bounds what a
+# request waits before it is admitted when the replica has just gone.
+WAIT_MS = 100
+# After a WAIT that no replica confirmed (the replica's host is down, or it was just promoted and
+# has none yet), writes go unconfirmed this long, so that requests do not each wait WAIT_MS.
+UNREPLICATED_BACKOFF_S = 5.0
+
+
+class NotReplicated(RedisError):
+    """The write is on the primary, but the replica did not confirm it within WAIT_MS."""
+
+
 class RedisLedger:
-    def __init__(self, client: "aioredis.Redis", outage: RedisOutage, default_reserve: int = 1024) -> None:
+    def __init__(
+        self, client: "aioredis.Redis", outage: RedisOutage, default_reserve: int = 1024, wait_replica: bool = False,
+    ) -> None:
+        self._client = client
+        self._wait = wait_replica
+        self._unconfirmed_until = 0.0
         self._admit = client.register_script(_ADMIT_LUA)
         self._settle = client.register_script(_SETTLE_LUA)
         self._outage = outage
@@ -83,10 +108,12 @@ class RedisLedger:
         expire_at = int(resets.timestamp()) + 86400
         want = -1 if completion == 0 else (completion or 0)
         try:
-            ok, used, cap = await self._admit(
-                keys=[counter],
-                args=[key.quota_tokens, prompt, want, choices, expire_at, self._default_reserve],
+            ok, used, cap = await self._replicated(
+                self._admit, [counter], [key.quota_tokens, prompt, want, choices, expire_at, self._default_reserve]
             )
+        except NotReplicated as exc:
+            self._outage.after("quota reservation not on the replica", exc)
+            ok, used, cap = exc.args[1]
         except (RedisError, OSError) as exc:
             self._outage.check("quota", exc)  # raises 503 when closed
             return ticket
@@ -124,9 +151,25 @@ class RedisLedger:
             usage_field("x", name, model) if cut else "",
         ]
         try:
-            await self._settle(keys=keys, args=args)
+            await self._replicated(self._settle, keys, args)
+        except NotReplicated as exc:
+            self._outage.after("usage recorded on the primary, not yet on the replica", exc)
         except (RedisError, OSError) as exc:
             self._outage.after("usage not recorded", exc)
+
+    async def _replicated(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """The script's answer; with a replica, once the replica has its writes too. WAIT
+        counts the writes of its own connection, so both go down one connection (a pipeline)."""
+        if not self._wait or time.monotonic() < self._unconfirmed_until:
+            return await script(keys=keys, args=args)
+        async with self._client.pipeline(transaction=False) as pipe:
+            await script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", 1, WAIT_MS)
+            answer, acks = await pipe.execute()
+        if int(acks) < 1:
+            self._unconfirmed_until = time.monotonic() + UNREPLICATED_BACKOFF_S
+            raise NotReplicated(f"WAIT 1 {WAIT_MS}: no replica confirmed", answer)
+        return answer
 
     async def close(self) -> None:
         return None  # the limiter owns the connections

@@ -210,13 +210,15 @@ def settings_of(path: Path) -> dict[str, Any]:
 
 
 def redis_client(settings: dict[str, Any]) -> Any:
-    """The deployment's Redis as the settings name it (rediss:// with the host's certificate)."""
-    import redis  # only the controller's hosts need it
+    """The deployment's Redis as the settings name it (rediss:// with the host's certificate;
+    the primary that `redis_sentinels` name, when the settings have them)."""
+    from service.redis_connect import Endpoint, TLSFiles, parse_sentinel, sync_client
 
     tls = settings.get("tls") or {}
-    ssl = {"ssl_ca_certs": tls["ca_file"], "ssl_certfile": tls["certfile"], "ssl_keyfile": tls["keyfile"]} \
-        if tls and settings["redis_url"].startswith("rediss://") else {}
-    return redis.Redis.from_url(settings["redis_url"], socket_timeout=2, socket_connect_timeout=2, **ssl)
+    files = TLSFiles(tls["ca_file"], tls["certfile"], tls["keyfile"]) if tls else None
+    # With sentinels the controller follows a failover like the gateways (service/redis_connect.py).
+    sentinels = tuple(parse_sentinel(s) for s in settings.get("redis_sentinels") or ())
+    return sync_client(Endpoint(settings["redis_url"], sentinels, settings.get("redis_master", "pli"), files), 2)
 
 
 def run(controller: Controller, interval_s: float, stop: Callable[[], bool],

@@ -23,13 +23,11 @@ def report(since: date) -> dict[str, Any]:
     url = settings.limits.redis_url
     if url is None:
         return {"redis": False, "days": {}, "quotas": []}
-    import redis
+    from service.redis_connect import sync_client
+    from service.redis_limits import endpoint
 
-    from service.redis_limits import ssl_args
-
-    client = redis.Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=5, decode_responses=True, **ssl_args(url, settings.tls)
-    )
+    # the primary, through the sentinels when the gateway has them (a replica may lag)
+    client = sync_client(endpoint(settings.limits, settings.tls), 5, decode_responses=True)
     now = datetime.now(UTC)
     days: dict[str, dict[str, int]] = {}
     day = since
