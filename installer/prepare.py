@@ -28,6 +28,7 @@ from installer.paths import PLAYBOOKS_DIR
 from installer.plan import DeploymentPlan
 from installer.preflight import gpu as preflight_gpu
 from installer.preflight import ray_cluster as preflight_ray
+from installer.preflight import vrrp as preflight_vrrp
 from installer.preflight.hosts import HostReport, Needs, cpu_counts, run_preflight
 from installer.runlog import RunLog
 from installer.ssh import targets
@@ -215,6 +216,8 @@ def prepare(
         deployment_plan = plan.with_cpu_counts(deployment_plan, cpu_counts(reports))
         # A model spanning hosts: its Ray ports are free and every worker reaches the head.
         preflight_ray.check(inv, [(h.name, h.ray) for h in deployment_plan.hosts if h.ray is not None])
+        # A frontend: no other VRRP router on the gateway hosts' link uses its router id.
+        preflight_vrrp.check(inv)
 
     prepared = Prepared(inv, man, root, built, playbooks_dir, signature, log, deployment_plan,
                         adopted_above=adopted_above)

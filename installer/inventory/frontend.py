@@ -69,9 +69,10 @@ class Frontend(BaseModel):
     # The interface that carries the hosts' addresses; None: found on each host, the one holding
     # its inventory address.
     interface: Annotated[str, AfterValidator(_ifname)] | None = None
-    # How often each host asks its own gateway's /readyz; 2 failures in a row give up the VIP
-    # (so an unready gateway loses it within ~2 s, measured in docs/ha.md).
-    check_interval_s: Annotated[float, Field(ge=0.2, le=60)] = 0.5
+    # Seconds between two asks of each host's own gateway /readyz; 2 failures in a row give up
+    # the VIP (an unready gateway loses it in ~2.5 s, measured in docs/ha.md). Whole seconds:
+    # keepalived 2.2 (Debian 12) reads "0.5" as invalid and uses 1.
+    check_interval_s: Annotated[int, Field(ge=1, le=60)] = 1
     # VRRP advertisement interval (VRRPv3, centiseconds allowed): a dead holder is noticed after
     # about 3 of them, so 0.5 s moves the VIP within ~2 s.
     advert_interval_s: Annotated[float, Field(ge=0.1, le=40)] = 0.5

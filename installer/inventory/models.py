@@ -41,6 +41,7 @@ from installer.inventory import profiles, weights_source
 from installer.inventory.engine_env import EnvName, EnvValue
 from installer.inventory import targets as os_targets
 from installer.inventory.frontend import Frontend
+from installer.inventory.redis_ha import RedisReplicas
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
 
@@ -593,6 +594,7 @@ class Ports(_Strict):
     # The deployment's Redis (per-key limits, usage, quotas), on the first serving host; with one
     # serving host it listens on 127.0.0.1.
     redis: Port = 6379
+    redis_sentinel: Port = 26379  # with redis.replicas (installer/inventory/redis_ha.py checks it)
 
     @model_validator(mode="after")
     def _distinct(self) -> "Ports":
@@ -822,6 +824,7 @@ class RedisSettings(_Strict):
     # before this setting), or refuse the keys that have one with 503 (closed). Either way it is
     # counted and alerted (service/redis_outage.py, PLIGatewayRedisUnavailable).
     on_unavailable: Literal["open", "closed"] = "open"
+    replicas: RedisReplicas = "auto"  # with Sentinel: installer/inventory/redis_ha.py, docs/ha.md#redis
 
 
 class Disk(_Strict):

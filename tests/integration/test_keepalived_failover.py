@@ -9,8 +9,11 @@ address, the VIP and its name. The test, in the root namespace on the bridge, is
 sends requests to https://VIP/who back to back, a new connection each (a failed-over client
 reconnects), verifying the VIP against the deployment CA.
 
-1. The holder's /readyz turns 503 (a draining gateway): the VIP moves; no request fails.
+1. The holder's /readyz turns 503 (a draining gateway): the VIP moves; at most the one request
+   in flight as it moves fails.
 2. The new holder dies (its link goes down, its processes are killed): the VIP moves back.
+
+Before them, `up`'s VRRP preflight listener runs in one namespace and hears the other's adverts.
 
 Each case measures the time from the event to the first answer from the other host, and the
 requests that failed meanwhile; docs/ha.md records the figures. Root only (namespaces)."""
@@ -32,6 +35,7 @@ import pytest
 
 from installer.ansible import keepalived_vars
 from installer.inventory import Inventory
+from installer.preflight import vrrp as preflight_vrrp
 from installer.tls import ca, store
 from tests.support import REPO
 from tests.support.keepalived_role import CHECK_SCRIPT, keepalived_conf
@@ -98,7 +102,7 @@ def _inventory(tmp: Path, net: Net) -> Inventory:
         "deployment": "demo", "engine": {"device": "cpu"},
         "model": {"path": str(tmp / "w"), "served_name": "tiny"},
         "hosts": [{"name": "h0", "address": net.addresses[0]}, {"name": "h1", "address": net.addresses[1]}],
-        # the defaults: a check each 0.5 s, an advert each 0.5 s
+        # the defaults: a check each second, an advert each 0.5 s
         "frontend": {"vip": net.vip, "name": "llm.example.internal", "router_id": 37},
     })
 
@@ -205,42 +209,54 @@ def _plan(inv: Inventory):  # type: ignore[no-untyped-def]
 
 
 def _run_cases(net: Net, vip: str, ca_file: Path, tmp: Path) -> None:
-    h0, h1 = net.spaces
-    # The first host (priority 200) takes the VIP once both checks pass and the others are heard.
-    _wait(lambda: _holds(h0, vip), 20, f"{h0} takes the VIP")
-    assert not _holds(h1, vip)
+    # Both start as BACKUP with nopreempt: whichever hears no advert first takes the VIP (most
+    # often the first host, whose priority makes its wait shorter). Call it a, the other b.
+    _wait(lambda: _holds(net.spaces[0], vip) or _holds(net.spaces[1], vip), 20, "a host takes the VIP")
+    first = 0 if _holds(net.spaces[0], vip) else 1
+    (a, a_name), (b, b_name) = ((net.spaces[i], f"h{i}") for i in (first, 1 - first))
+    a_address = net.addresses[first]
+    assert not _holds(b, vip)
+    # `up`'s preflight listener (installer/preflight/vrrp.py), run in b: it hears a's real adverts
+    # with our router id; from one of our hosts they pass, from any other address they are refused.
+    heard = preflight_vrrp.heard_in(
+        lambda argv: subprocess.run(["ip", "netns", "exec", b, *argv], capture_output=True, text=True,
+                                    check=True).stdout, net.addresses[1 - first], 2.0)
+    assert (a_address, 37) in heard
+    assert preflight_vrrp.foreign(heard, 37, set(net.addresses)) == []
+    assert preflight_vrrp.foreign(heard, 37, {net.addresses[1 - first]}) == [a_address]
+
     load = Load(f"https://{vip}:{PORT}/who", ca_file)
     worker = threading.Thread(target=load.run, daemon=True)
     worker.start()
     try:
-        _wait(lambda: any(r[2] == "h0" for r in load.results), 10, "the VIP answers from h0")
+        _wait(lambda: any(r[2] == a_name for r in load.results), 10, f"the VIP answers from {a_name}")
 
-        # 1. h0's gateway turns unready: the VIP moves to h1, and nobody's request fails.
+        # 1. a's gateway turns unready: the VIP moves to b; at most the request in flight fails.
         t0 = time.monotonic()
-        (tmp / "h0" / "unready").touch()
-        moved = _wait(lambda: _holds(h1, vip) and not _holds(h0, vip), 10, "the VIP moves to h1 (h0 unready)")
-        _wait(lambda: any(r[2] == "h1" for r in load.results), 5, "the VIP answers from h1")
-        took, failed, total = load.after(t0, "h1")
-        print(f"\nunready: VIP moved in {moved:.2f} s, first answer from h1 after {took:.2f} s; "
+        (tmp / a_name / "unready").touch()
+        moved = _wait(lambda: _holds(b, vip) and not _holds(a, vip), 10, f"the VIP moves to {b_name}")
+        _wait(lambda: any(r[2] == b_name for r in load.results), 5, f"the VIP answers from {b_name}")
+        took, failed, total = load.after(t0, b_name)
+        print(f"\nunready: VIP moved in {moved:.2f} s, first answer from the other host after {took:.2f} s; "
               f"{failed} of {total} requests failed")
         assert took <= TARGET_S, f"failover after an unready gateway took {took:.2f} s"
-        # One client sends one request at a time: only the one in flight as the address left h0
+        # One client sends one request at a time: only the one in flight as the address left a
         # may fail (its connection's host no longer has the VIP); none before, none after.
         assert failed <= 1, f"{failed} requests failed while the VIP left an unready (still serving) gateway"
 
-        # h0 is ready again: the VIP stays on h1 (nopreempt), no second move.
-        (tmp / "h0" / "unready").unlink()
+        # a is ready again: the VIP stays on b (nopreempt), no second move.
+        (tmp / a_name / "unready").unlink()
         time.sleep(3)
-        assert _holds(h1, vip) and not _holds(h0, vip), "the VIP moved back to a recovered host (preempted)"
+        assert _holds(b, vip) and not _holds(a, vip), "the VIP moved back to a recovered host (preempted)"
 
-        # 2. h1 dies: its link goes, every process in it is killed. The VIP comes back to h0.
+        # 2. b dies: its link goes, every process in it is killed. The VIP comes back to a.
         t0 = time.monotonic()
-        _ip("-n", h1, "link", "set", "eth0", "down")
-        _kill_all_in(h1)
-        moved = _wait(lambda: _holds(h0, vip), 10, "the VIP moves to h0 (h1 dead)")
-        _wait(lambda: any(r[2] == "h0" and r[1] > t0 for r in load.results), 5, "the VIP answers from h0")
-        took, failed, total = load.after(t0, "h0")
-        print(f"host death: VIP on h0 after {moved:.2f} s, first answer from h0 after {took:.2f} s; "
+        _ip("-n", b, "link", "set", "eth0", "down")
+        _kill_all_in(b)
+        moved = _wait(lambda: _holds(a, vip), 10, f"the VIP moves to {a_name} ({b_name} dead)")
+        _wait(lambda: any(r[2] == a_name and r[1] > t0 for r in load.results), 5, f"the VIP answers from {a_name}")
+        took, failed, total = load.after(t0, a_name)
+        print(f"host death: VIP back after {moved:.2f} s, first answer from the survivor after {took:.2f} s; "
               f"{failed} of {total} requests failed (0.5 s client timeout)")
         assert took <= TARGET_S, f"failover after the holder died took {took:.2f} s"
     finally:

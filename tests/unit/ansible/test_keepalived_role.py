@@ -47,10 +47,10 @@ def test_vrrp3_and_no_password_on_the_wire(tmp_path: Path) -> None:
 
 
 def test_health_check_asks_the_hosts_own_gateway_over_https(tmp_path: Path) -> None:
-    conf = _conf(tmp_path, check_interval_s=1.5, advert_interval_s=0.3)
-    assert ("/etc/keepalived/pli_readyz_check.py https://10.0.0.2:8080/readyz /etc/private-llm/tls/ca.pem 1.5"
+    conf = _conf(tmp_path, check_interval_s=3, advert_interval_s=0.3)
+    assert ("/etc/keepalived/pli_readyz_check.py https://10.0.0.2:8080/readyz /etc/private-llm/tls/ca.pem 2"
             in conf)
-    assert "interval 1.5" in conf and "advert_int 0.3" in conf and "fall 2" in conf
+    assert "interval 3\n" in conf and "timeout 6" in conf and "advert_int 0.3" in conf and "fall 2" in conf
     assert "enable_script_security" in conf and "script_user private-llm" in conf
 
 
