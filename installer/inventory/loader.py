@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from installer.errors import InventoryError
-from installer.inventory import engine_flags, profile_checks
+from installer.inventory import engine_flags, profile_checks, redis_ha
 from installer.inventory.models import MODEL_FORM, Inventory, duplicate_hosts
 from installer.inventory.source import Loc, Source, dotted
 
@@ -181,6 +181,9 @@ def _check_consistency(inv: Inventory) -> Iterator[str]:
     yield from _check_extra_args(inv)
     # the models' serving profiles against their checkpoints and the bundled vLLM's names
     for loc, problem in profile_checks.problems(inv):
+        yield f"{inv.where(*loc)}: {problem}"
+    # redis.replicas against the hosts: a replica and a Sentinel quorum need hosts to put them on
+    for loc, problem in redis_ha.problems(inv):
         yield f"{inv.where(*loc)}: {problem}"
 
 
