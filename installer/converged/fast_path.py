@@ -61,6 +61,7 @@ MANAGED_FILES = (
     "/etc/default/prometheus*",
     "/etc/redis/redis.conf",
     "/etc/modprobe.d/private-llm-*",
+    "/etc/keepalived/keepalived.conf", "/etc/keepalived/pli_readyz_check.py",  # the frontend's VIP
 )
 # The weights, file by file by size, mtime, ctime, inode, mode and owner: hundreds of GB are too
 # much to hash on every `up`; the model role verifies their checksums when it copies them.
@@ -72,7 +73,7 @@ UNIT_PATTERNS = ("private-llm-*",)
 UNITS = (
     "redis-server.service", "prometheus.service", "prometheus-alertmanager.service",
     "prometheus-node-exporter.service", "nvidia-persistenced.service",
-    "nvidia-fabricmanager.service", "nvidia-dcgm-exporter.service",
+    "nvidia-fabricmanager.service", "nvidia-dcgm-exporter.service", "keepalived.service",
 )
 USERS = (HOST_LAYOUT["pli_user"],)
 # The GPU roles' packages (driver of whichever branch, CUDA, NCCL, fabric manager, DCGM) by
