@@ -46,6 +46,9 @@ COLUMNS = (
     "latency_ms",
     "client",
     "prev",
+    # a capped day's count of refusals not recorded one by one (service/request_audit.py)
+    "event",
+    "count",
 )
 
 
@@ -142,6 +145,17 @@ def rows(trails: Iterable[HostTrail], since: date, tenant: str | None = None) ->
                 continue
             out.append({"host": t.host, **record})
     return sorted(out, key=lambda r: (str(r.get("ts")), r["host"], r.get("seq", 0)))
+
+
+def unrecorded(trail: HostTrail, since: date) -> int:
+    """Refused requests from `since` on that `trail`'s host counted but did not record one by one
+    (its day file had reached audit.max_mb_per_day)."""
+    start = datetime(since.year, since.month, since.day, tzinfo=UTC).isoformat(timespec="milliseconds")
+    return sum(
+        int(r.get("count", 0))
+        for r in trail.verdict.records
+        if r.get("event") == audit_chain.NOT_RECORDED and str(r.get("ts", "")) >= start
+    )
 
 
 def to_jsonl(records: Iterable[dict[str, Any]]) -> str:

@@ -83,7 +83,11 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         gateway.client_ssl = client_context(settings.tls)
     access_log = AccessLog(settings.access_log)
     audit = settings.request_audit
-    request_audit = RequestAudit(audit.dir, audit.retention_days) if audit else None
+    request_audit = (
+        RequestAudit(audit.dir, audit.retention_days, audit.max_bytes_per_day, metrics.audit_unrecorded.inc)
+        if audit
+        else None
+    )
     # Read once: a missing, unreadable or short token file fails start-up, loudly.
     scrape_token = ScrapeToken(settings.metrics_token_file) if settings.metrics_token_file else None
 

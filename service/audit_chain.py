@@ -20,6 +20,9 @@ from typing import Any
 GENESIS = "0" * 64
 FILE_PREFIX = "requests-"  # + YYYY-MM-DD (UTC day written) + FILE_SUFFIX
 FILE_SUFFIX = ".jsonl"
+# The `event` of a record that counts refusals a capped day did not record one by one
+# (service/request_audit.py); chained like any record.
+NOT_RECORDED = "refusals_not_recorded"
 
 
 def digest(line: bytes) -> str:

@@ -149,6 +149,13 @@ class Metrics:
             ["check", "action"],
             registry=r,
         )
+        # Refused requests the audit trail counted but did not record one by one, today's file
+        # being at its cap (service/request_audit.py): the alert PLIGatewayRequestAuditCapped.
+        self.audit_unrecorded = Counter(
+            p + "request_audit_unrecorded",
+            "refused requests counted in the audit trail's summary records, not one by one (daily cap reached)",
+            registry=r,
+        )
         # Every series from 0, so the alert's increase() sees an outage's first check too (a
         # series born at 1 has no earlier sample to increase from).
         for check in ("limits", "quota"):

@@ -11,24 +11,36 @@ The workers of a gateway share one chain: each batch is written under an flock o
 unless this worker wrote it itself. A batch takes the lock for one write and at most one small
 read, as service/shared.py's buckets do. A day's file older than `retention_days` is removed
 when the next day's file is started.
+
+The daily cap (`max_bytes_per_day`): once today's file has reached it, refused requests (status
+400 and above) are no longer written one by one but counted, and every minute (and at the day's
+turn and at close) one chained `refusals_not_recorded` record says how many, of which statuses,
+between which times. Answered requests are still written: a refusal costs a flood nothing, an
+answer costs the engines, so answers are bounded by the deployment's capacity and the cap by
+what is left. Nothing is removed from the chain, so it verifies as before; the count also goes
+to the metric the alert PLIGatewayRequestAuditCapped reads.
 """
 
 import fcntl
 import json
 import logging
 import os
+import time
+from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from service.accesslog import AccessLog, write_all
-from service.audit_chain import FILE_PREFIX, FILE_SUFFIX, GENESIS, digest, seal
+from service.audit_chain import FILE_PREFIX, FILE_SUFFIX, GENESIS, NOT_RECORDED, digest, seal
 
 log = logging.getLogger("service.request_audit")
 
 LOCK_NAME = ".lock"
 _SMALL_TAIL = 4096
 _TAIL_BYTES = 64 * 1024  # far more than one record
+SUMMARY_EVERY_S = 60.0
 
 
 def day_file(folder: Path, day: str) -> Path:
@@ -43,10 +55,23 @@ def _day_of(path: Path) -> date | None:
 
 
 class RequestAudit(AccessLog):
-    def __init__(self, folder: Path, retention_days: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        retention_days: int,
+        max_bytes_per_day: int = 0,
+        on_unrecorded: Callable[[int], None] | None = None,
+    ) -> None:
         super().__init__(None)
         self.folder = folder
         self.retention_days = retention_days
+        self.max_bytes_per_day = max_bytes_per_day  # 0: no cap
+        self._on_unrecorded = on_unrecorded  # the metric's counter, told each refusal held back
+        # Refusals held back since the last count record: by status, and the first and last ts.
+        self._held: Counter[str] = Counter()
+        self._held_span: list[str] = []
+        self._last_summary = time.monotonic()
+        self._closing = False
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # on hosts: the unit's StateDirectory
         self._lock = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._day: str | None = None
@@ -68,10 +93,17 @@ class RequestAudit(AccessLog):
 
     def _append(self, batch: list[dict[str, Any]]) -> None:
         day = datetime.now(UTC).date().isoformat()
+        turned = self._day is not None and day != self._day
         if day != self._day or self._file is None:
             self._start(day)
         assert self._file is not None
         st = os.fstat(self._file)
+        if self.max_bytes_per_day and st.st_size >= self.max_bytes_per_day:
+            batch = self._hold_refusals(batch)
+        if self._held and (turned or self._closing or time.monotonic() - self._last_summary >= SUMMARY_EVERY_S):
+            batch = [*batch, self._summary()]
+        if not batch:
+            return
         torn = False
         if self._left != (st.st_ino, st.st_size):
             self._head, torn = self._read_head(st.st_size)
@@ -86,6 +118,43 @@ class RequestAudit(AccessLog):
         data = (b"\n" if torn else b"") + b"\n".join(lines) + b"\n"
         write_all(self._file, data)
         self._head, self._left = (seq, prev), (st.st_ino, st.st_size + len(data))
+
+    def _hold_refusals(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The batch without its refusals, which are counted instead (today's file is full)."""
+        kept = []
+        for record in batch:
+            status = record.get("status")
+            if isinstance(status, int) and status >= 400:
+                self._held[str(status)] += 1
+                ts = str(record.get("ts", ""))
+                self._held_span = [self._held_span[0] if self._held_span else ts, ts]
+            else:
+                kept.append(record)
+        held = len(batch) - len(kept)
+        if held and self._on_unrecorded is not None:
+            self._on_unrecorded(held)
+        return kept
+
+    def _summary(self) -> dict[str, Any]:
+        """The chained record of the refusals held back since the last one; resets the count."""
+        record = {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "event": NOT_RECORDED,
+            "count": sum(self._held.values()),
+            "statuses": dict(sorted(self._held.items())),
+            "first_ts": self._held_span[0],
+            "last_ts": self._held_span[1],
+            "max_bytes_per_day": self.max_bytes_per_day,
+            "pid": os.getpid(),
+        }
+        log.warning(
+            "request audit: today's file reached its cap of %d bytes; %d refused requests counted, "
+            "not recorded one by one", self.max_bytes_per_day, record["count"],
+        )
+        self._held.clear()
+        self._held_span = []
+        self._last_summary = time.monotonic()
+        return record
 
     def _start(self, day: str) -> None:
         if self._file is not None:
@@ -118,6 +187,9 @@ class RequestAudit(AccessLog):
         return (0, GENESIS), False
 
     def close(self) -> None:
+        self._closing = True  # the refusals still held get their count record in the last write
+        if self._held and not self._pending:
+            self._write([])
         super().close()
         for fd in (self._file, self._lock):
             if fd is not None:

@@ -172,7 +172,11 @@ def _tenant_vars(plan: DeploymentPlan) -> dict[str, Any]:
         }
     return {
         "gateway_tenants": tenants,
-        "gateway_request_audit": {"retention_days": audit.retention_days} if audit.requests else {},
+        "gateway_request_audit": (
+            {"retention_days": audit.retention_days, "max_bytes_per_day": audit.max_mb_per_day << 20}
+            if audit.requests
+            else {}
+        ),
     }
 
 

@@ -128,14 +128,16 @@ def _requests(inventory: Path, since: str, tenant: str | None, jsonl: Path | Non
             "since": first.isoformat(), "tenant": tenant, "records": len(records),
             "hosts": [{"host": t.host, "files": len(t.files), "records": len(t.verdict.records),
                        "first_seq": t.verdict.first_seq, "head": t.verdict.head,
+                       "unrecorded_refusals": request_audit.unrecorded(t, first),
                        "problems": [str(p) for p in t.verdict.problems]} for t in trails],
         }, indent=2))
     else:
         rows = [[t.host, str(len(t.files)), str(len(t.verdict.records)), str(t.verdict.first_seq or "-"),
-                 str(t.verdict.head[0] if t.verdict.head else "-"),
+                 str(t.verdict.head[0] if t.verdict.head else "-"), str(request_audit.unrecorded(t, first)),
                  "intact" if t.verdict.ok else f"{len(t.verdict.problems)} problem(s)"] for t in trails]
+        # "only counted": refusals past the daily cap, in count records, not one by one (docs/audit.md#size)
         console.print(table(f"request audit since {first.isoformat()} (UTC)",
-                            ["host", "files", "records", "first seq", "last seq", "chain"], rows))
+                            ["host", "files", "records", "first seq", "last seq", "only counted", "chain"], rows))
         written = [str(p) for p in (jsonl, csv_out) if p is not None]
         console.print(f"{len(records)} record(s)" + (f" of tenant {tenant}" if tenant else "")
                       + (f" written to {', '.join(written)}" if written else ""), soft_wrap=True)

@@ -815,6 +815,9 @@ class Audit(_Strict):
     requests: bool = True
     # Days of records a host keeps (a day's file is removed once it is older); 0: never removed.
     retention_days: Annotated[int, Field(ge=0, le=36_500)] = 365
+    # A host's file a day may grow to this (MiB); then refusals are counted, not recorded one by
+    # one (docs/audit.md#size). 0: no cap.
+    max_mb_per_day: Annotated[int, Field(ge=0, le=1_048_576)] = 1024
 
 
 class RedisSettings(_Strict):

@@ -134,3 +134,28 @@ def test_an_edit_and_a_tail_cut_since_the_last_check_are_named_by_host(tmp_path:
     ]
     assert [p.split(": ")[1] for p in by_host["gw2"]] == ["truncated"]
     assert "broken" in text
+
+
+def test_refusals_past_a_hosts_daily_cap_are_reported_as_only_counted(tmp_path: Path, hosts: dict[str, Path]) -> None:
+    audit = RequestAudit(hosts["gw1"], 30, max_bytes_per_day=100)  # its file is past 100 bytes already
+
+    async def flood() -> None:
+        for i in range(5):
+            audit.emit({"ts": f"2099-01-01T00:01:0{i}.000+00:00", "subject": "-", "status": 401})
+        audit.flush()
+
+    asyncio.run(flood())
+    audit.close()
+    out_csv = tmp_path / "all.csv"
+    inventory = str(_inventory(tmp_path))
+    ask = ["audit", "--requests", "-i", inventory, "--since", "today"]
+    result = runner.invoke(app, [*ask, "--json", "--csv", str(out_csv)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert {h["host"]: h["unrecorded_refusals"] for h in report["hosts"]} == {"gw1": 5, "gw2": 0}
+    counted = [r for r in csv.DictReader(out_csv.read_text().splitlines()) if r["event"]]
+    assert [(r["host"], r["event"], r["count"], r["seq"]) for r in counted] == [
+        ("gw1", "refusals_not_recorded", "5", "4")
+    ]
+    table = runner.invoke(app, ask)
+    assert table.exit_code == 0 and "only counted" in table.output, table.output

@@ -51,7 +51,7 @@ def test_tenants_reach_the_gateways_config_which_accepts_them(tmp_path: Path) ->
     assert cfg.claim == "groups" and cfg.default == "general"
     assert [t.name for t in cfg.tenants] == ["research", "general"]
     assert cfg.tenants[0].keys == ["ci-bot"] and cfg.tenants[0].quota_period == "month"
-    assert rendered["gateway_request_audit"] == {"retention_days": 365}
+    assert rendered["gateway_request_audit"] == {"retention_days": 365, "max_bytes_per_day": 1 << 30}
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,8 @@ WANTED = {
     "PLIReleaseRolledBack", "PLIReleaseHeldBlind", "PLIReleaseHeldOnClientErrors",
     # a gateway that cannot reach Redis: refusing (redis.on_unavailable closed) or admitting unchecked (#37)
     "PLIGatewayRedisUnavailable", "PLIGatewayLimitsNotEnforced",
+    # the request audit's daily cap reached: refusals counted, not recorded one by one (#38)
+    "PLIGatewayRequestAuditCapped",
 }
 
 

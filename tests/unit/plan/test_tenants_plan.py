@@ -30,7 +30,7 @@ def test_tenants_and_the_request_audit_reach_the_gateway_config(tmp_path: Path) 
     settings = _settings(
         tmp_path,
         auth={"tenants": [{"name": "research", "rpm": 60, "keys": ["ci"]}, {"name": "general", "tpm": 1000}]},
-        audit={"retention_days": 90},
+        audit={"retention_days": 90, "max_mb_per_day": 5},
     )
     assert settings.tenants is not None and settings.tenants.default is None
     assert [(t.name, t.rpm, t.tpm, t.keys) for t in settings.tenants.tenants] == [
@@ -38,10 +38,8 @@ def test_tenants_and_the_request_audit_reach_the_gateway_config(tmp_path: Path) 
         ("general", None, 1000, []),
     ]
     assert settings.request_audit is not None
-    assert (str(settings.request_audit.dir), settings.request_audit.retention_days) == (
-        "/var/lib/private-llm/audit",
-        90,
-    )
+    audit = settings.request_audit
+    assert (str(audit.dir), audit.retention_days, audit.max_bytes_per_day) == ("/var/lib/private-llm/audit", 90, 5 << 20)
 
 
 def test_without_tenants_none_and_the_trail_can_be_turned_off(tmp_path: Path) -> None:

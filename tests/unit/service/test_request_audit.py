@@ -7,7 +7,9 @@ import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from service import audit_chain
+import pytest
+
+from service import audit_chain, request_audit
 from service.request_audit import RequestAudit, day_file
 
 
@@ -148,3 +150,58 @@ def test_a_file_older_than_the_retention_is_removed_and_the_chain_goes_on_across
     days[0].unlink()
     verdict = audit_chain.verify(_files(tmp_path))
     assert verdict.ok and verdict.first_seq == 7
+
+
+def _refusal(i: int) -> dict[str, object]:
+    return {"ts": f"r{i:03}", "subject": "-", "tenant": None, "model": None, "status": 401 if i % 2 else 429}
+
+
+def test_past_the_daily_cap_refusals_are_counted_in_chained_records_and_answers_still_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    told: list[int] = []
+    audit = RequestAudit(tmp_path, 30, max_bytes_per_day=1000, on_unrecorded=told.append)
+    _write(audit, 0, 8)  # answers: past 1000 bytes
+    assert _today(tmp_path).stat().st_size >= 1000
+
+    async def flood(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            audit.emit(_refusal(i))
+        audit.emit(_record(100 + first))  # an answer among the refusals
+        audit.flush()
+
+    asyncio.run(flood(0, 30))  # within the minute: held, no count record yet
+    assert told == [30]
+    monkeypatch.setattr(request_audit, "SUMMARY_EVERY_S", 0.0)
+    asyncio.run(flood(30, 5))  # a minute on: the count record goes out with this batch
+    monkeypatch.setattr(request_audit, "SUMMARY_EVERY_S", 60.0)
+    asyncio.run(flood(35, 4))
+    audit.close()  # the last four get their count record at close
+    assert told == [30, 5, 4]
+
+    verdict = audit_chain.verify(_files(tmp_path))
+    assert verdict.ok, verdict.problems
+    assert [r["seq"] for r in verdict.records] == list(range(1, len(verdict.records) + 1))
+    assert not [r for r in verdict.records if r.get("status") in (401, 429)]  # none one by one
+    answers = [r["prompt_tokens"] for r in verdict.records if r.get("status") == 200]
+    assert answers == [*range(8), 100, 130, 135]
+    counts = [r for r in verdict.records if r.get("event") == request_audit.NOT_RECORDED]
+    assert [(c["count"], c["first_ts"], c["last_ts"]) for c in counts] == [(35, "r000", "r034"), (4, "r035", "r038")]
+    assert counts[0]["statuses"] == {"401": 17, "429": 18} and counts[0]["max_bytes_per_day"] == 1000
+
+
+def test_under_the_cap_or_without_one_every_refusal_is_a_record(tmp_path: Path) -> None:
+    for cap in (0, 1 << 20):
+        folder = tmp_path / str(cap)
+        audit = RequestAudit(folder, 30, max_bytes_per_day=cap)
+
+        async def go(audit: RequestAudit = audit) -> None:
+            for i in range(50):
+                audit.emit(_refusal(i))
+            audit.flush()
+
+        asyncio.run(go())
+        audit.close()
+        verdict = audit_chain.verify(_files(folder))
+        assert verdict.ok and len(verdict.records) == 50
+        assert not [r for r in verdict.records if "event" in r]
