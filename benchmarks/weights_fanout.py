@@ -9,13 +9,15 @@ control machine is serve.py on 127.0.0.1 over the source folder. Three runs per 
 
   - fanout: the control machine feeds the first host, each host feeds the next ones
     (installer/weights/fanout.py, degree 2), every host starts at once;
+  - chain:  the same with degree 1;
   - star:   every host fetches from the control machine at once: N copies through its link,
     what today's push does (same transport here, so only the shape differs);
   - one:    one host from the control machine (the "4 against 1" baseline).
 
 Control-link bytes are what the control machine's server counted. On this machine every host
-shares the same CPUs and the loopback, so wall times compare shapes, not a real network: TLS
-and hashing, not a link, are the bottleneck. Results: benchmarks/results/weights_fanout-*.json.
+shares the same CPUs and the loopback, so without a cap TLS and hashing, not a link, are the
+bottleneck; `--uplink-mb-s` caps every machine's sending rate below what the CPUs do, which is
+what a network whose links are slower than the hosts looks like. Results: benchmarks/results/weights_fanout-*.json.
 
 The class FanoutLab is the harness the integration test uses too.
 """
@@ -141,7 +143,8 @@ class FanoutLab:
         node.server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = node.server.stdout.readline() if node.server.stdout else ""
         if '"ok": true' not in line:
-            raise RuntimeError(f"{node.name}: serve.py did not start: {line} {node.server.stderr.read() if node.server.stderr else ''}")
+            err = node.server.stderr.read() if node.server.stderr else ""
+            raise RuntimeError(f"{node.name}: serve.py did not start: {line} {err}")
 
     def fetch(self, node: Node, sources: list[str], wait_s: float = 120, workers: int | None = None) -> None:
         argv = [PYTHON, "-I", str(WEIGHTS / "verify.py"), "fetch", "--root", str(node.model),
@@ -201,12 +204,15 @@ class FanoutLab:
             self.serve(node)
         start = time.monotonic()
         for name in plan.order:
-            self.fetch(self.nodes[name], fanout.sources(plan, name))
+            # a star is N copies from the control machine: no host may help another
+            only = [fanout.CONTROL] if plan.parent[name] == fanout.CONTROL else None
+            self.fetch(self.nodes[name], only or fanout.sources(plan, name))
         results = {name: self.wait(self.nodes[name]) for name in plan.order}
         wall = time.monotonic() - start
         time.sleep(0.6)  # the servers' stats are rewritten at most twice a second
         control = self.served(fanout.CONTROL)
-        links = [fanout.Link(self.read(self.nodes[n].progress).get("source", "?"), n,
+        names = {self.url(n).rstrip("/"): n for n in self.nodes}
+        links = [fanout.Link(names.get(self.read(self.nodes[n].progress).get("source", ""), "?"), n,
                              results[n][1].get("fetched_bytes", 0), results[n][1].get("fetched_bytes", 0),
                              self.nodes[n].finished - self.nodes[n].started) for n in plan.order]
         self.stop()
@@ -214,7 +220,8 @@ class FanoutLab:
                 "ok": all(code == 0 for code, _ in results.values()),
                 "hosts": {n: {"seconds": round(self.nodes[n].finished - self.nodes[n].started, 3),
                               "fetched_bytes": results[n][1].get("fetched_bytes"),
-                              "source": self.read(self.nodes[n].progress).get("source")} for n in plan.order},
+                              "source": names.get(self.read(self.nodes[n].progress).get("source", ""))}
+                          for n in plan.order},
                 "display": fanout.progress_lines(links)}
 
 
@@ -230,6 +237,8 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--degree", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--uplink-mb-s", type=float, default=0.0,
+                        help="cap every machine's serving rate (serve.py --limit-mb-s): a link slower than the CPUs")
     parser.add_argument("--work", default="/var/tmp/pli-weights-fanout")
     args = parser.parse_args()
     work = Path(args.work)
@@ -238,11 +247,13 @@ def main() -> int:
     manifest = make_model(work / "source" / "model", size, args.files)
     hosts = [f"h{i + 1}" for i in range(args.hosts)]
     runs: list[dict] = []
-    shapes = {"fanout": fanout.plan(hosts, args.degree), "star": star(hosts), "one": star(hosts[:1])}
+    shapes = {"fanout": fanout.plan(hosts, args.degree), "chain": fanout.plan(hosts, 1),
+              "star": star(hosts), "one": star(hosts[:1])}
     for r in range(args.rounds):
         names = list(shapes) if r % 2 == 0 else list(reversed(shapes))
         for shape in names:
-            lab = FanoutLab(work / f"run-{r}-{shape}", work / "source" / "model", manifest)
+            lab = FanoutLab(work / f"run-{r}-{shape}", work / "source" / "model", manifest,
+                            limit_mb_s=args.uplink_mb_s)
             try:
                 result = {"round": r, "shape": shape, **lab.run(shapes[shape])}
             finally:
@@ -252,6 +263,7 @@ def main() -> int:
             runs.append(result)
     model_bytes = sum(e["size"] for e in json.loads(manifest.read_text())["files"])
     out = {"model_bytes": model_bytes, "files": args.files + 1, "hosts": args.hosts, "degree": args.degree,
+           "uplink_mb_s": args.uplink_mb_s,
            "cpus": os.cpu_count(), "load_before": os.getloadavg(), "machine": platform.platform(), "runs": runs}
     results = REPO / "benchmarks" / "results"
     stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())

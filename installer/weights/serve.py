@@ -68,6 +68,8 @@ class Served:
         self.cache = _verify.load_cache(cache_path)
         self._checked: dict[str, list[int]] = {}  # path -> stat key it was found good with
         self._lock = threading.Lock()
+        self._hashing: dict[str, threading.Lock] = {}
+        self._next_slot = 0.0
         self.sent: dict[str, int] = {}  # client address -> bytes served
         self._stats_at = 0.0
 
@@ -92,14 +94,29 @@ class Served:
             if hit and hit.get("key") == key and hit.get("entry") == _verify.entry_digest(entry):
                 self._checked[path] = key
                 return 200, "verified (cache)"
-        good = all(
-            _verify._hash_range(full, p.offset, p.length) == p.sha256 for p in _verify._pieces(entry)
-        )
-        if not good:
-            return 409, "its bytes differ from the signed manifest here"
-        with self._lock:
-            self._checked[path] = key
+            hashing = self._hashing.setdefault(path, threading.Lock())
+        with hashing:  # two children asking at once: the file is hashed once
+            with self._lock:
+                if self._checked.get(path) == key:
+                    return 200, "verified"
+            good = all(
+                _verify._hash_range(full, p.offset, p.length) == p.sha256 for p in _verify._pieces(entry)
+            )
+            if not good:
+                return 409, "its bytes differ from the signed manifest here"
+            with self._lock:
+                self._checked[path] = key
         return 200, "verified"
+
+    def pace(self, n: int, limit: float) -> None:
+        """The operator's cap on this host's uplink (all connections together), so a fan-out
+        leaves room for serving traffic: each block waits for its slot at `limit` bytes/s."""
+        with self._lock:
+            now = time.monotonic()
+            slot = max(now, self._next_slot)
+            self._next_slot = slot + n / limit
+        if slot > now:
+            time.sleep(slot - now)
 
     def count(self, client: str, n: int, stats: str | None) -> None:
         with self._lock:
@@ -164,21 +181,17 @@ def _handler(
                 self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
             self.end_headers()
             client = self.client_address[0]
-            began, sent = time.monotonic(), 0
             with open(os.path.join(served.root, path), "rb") as fh:
                 fh.seek(start)
                 left = size - start
                 while left > 0:
-                    if limit:  # the operator's cap on this link, so serving leaves room for traffic
-                        ahead = sent / limit - (time.monotonic() - began)
-                        if ahead > 0:
-                            time.sleep(ahead)
+                    if limit:
+                        served.pace(min(_BLOCK, left), limit)
                     block = fh.read(min(_BLOCK, left))
                     if not block:
                         break  # shrank since verified: the client's own verify refuses it
                     self.wfile.write(block)
                     left -= len(block)
-                    sent += len(block)
                     served.count(client, len(block), stats)
             served.count(client, 0, stats)
 
@@ -246,7 +259,8 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--deadline-s", type=float, required=True)
     parser.add_argument("--stats")
-    parser.add_argument("--limit-mb-s", type=float, default=0.0, help="cap each connection's rate (MB/s)")
+    parser.add_argument("--limit-mb-s", type=float, default=0.0,
+                        help="cap this host's serving rate, all connections together (MB/s)")
     args = parser.parse_args(argv)
     if args.bind in ("0.0.0.0", "::", ""):
         print(json.dumps({"ok": False, "problems": ["--bind must be the host's own address, not every address"]}))

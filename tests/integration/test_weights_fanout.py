@@ -16,15 +16,15 @@ from installer.weights import fanout, verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-FILES, SIZE = 6, 36_000_000  # six 6 MB shards: two at a time per host at 4 MB/s a link
+FILES, SIZE = 6, 36_000_000  # six 6 MB shards, two at a time per host, each uplink at 8 MB/s
 
 
 def test_a_host_killed_mid_transfer_stalls_no_one_and_the_run_again_resumes(tmp_path: Path) -> None:
     manifest = make_model(tmp_path / "source" / "model", SIZE, FILES)
     entries = json.loads(manifest.read_text())["files"]
     model_bytes = sum(e["size"] for e in entries)
-    # a cap on each link so the kill lands mid-transfer on a busy machine (the product's option)
-    lab = FanoutLab(tmp_path / "lab", tmp_path / "source" / "model", manifest, limit_mb_s=4)
+    # a cap on each uplink so the kill lands mid-transfer on a busy machine (the product's option)
+    lab = FanoutLab(tmp_path / "lab", tmp_path / "source" / "model", manifest, limit_mb_s=8)
     hosts = ["h1", "h2", "h3", "h4"]
     plan = fanout.plan(hosts, degree=2)
     assert [plan.parent[h] for h in hosts] == [fanout.CONTROL, "h1", "h1", "h2"]
