@@ -14,6 +14,8 @@ import pytest
 
 from tests.support import REPO
 from tests.support.e2e import Run, host_run, installer, latest_summary
+from tests.support.lab_tenants import LabTenants
+from tests.support.lab_tenants import setup as lab_tenants_setup
 
 # Overridable so two test runs on one machine (say, a clean-clone CI check beside a developer's
 # run) use different labs instead of colliding on names and addresses.
@@ -70,7 +72,13 @@ def api_key(e2e_state: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def deployed(lab_hosts, e2e_state: Path, api_key: str) -> Run:
+def lab_tenants(lab_hosts, e2e_state: Path) -> LabTenants:
+    """Two tenants (and a JWT issuer) in the lab inventory before the first deploy (#38)."""
+    return lab_tenants_setup(lab_hosts.inventory_path, e2e_state)
+
+
+@pytest.fixture(scope="session")
+def deployed(lab_hosts, e2e_state: Path, api_key: str, lab_tenants: LabTenants) -> Run:
     """The first `installer up` onto the fresh lab; every slow check shares this deployment."""
     start = time.monotonic()
     proc = installer("up", "--inventory", str(lab_hosts.inventory_path))

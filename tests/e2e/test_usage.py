@@ -2,7 +2,8 @@
 requests through both gateways (whole and streamed, two kinds of request), `installer usage`
 reporting exactly what the responses' `usage` fields add up to per key and model, then a quota
 set on one key refused with a clear 429 by both gateways and shown by `keys list`. The keys are
-revoked at the end, so the deployment keeps the keys the other tests expect."""
+revoked at the end, so the deployment keeps the keys the other tests expect. Then the lab
+inventory's two tenants (#38): each one's limit holds across both gateways, apart from the other's."""
 
 import json
 import ssl
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.e2e import Run, host_run, installer
+from tests.support.lab_tenants import BLUE, RED, RPM, LabTenants
 
 pytestmark = pytest.mark.e2e
 
@@ -160,3 +162,45 @@ def test_usage_reports_the_responses_usage_and_a_quota_is_refused_on_both_gatewa
     finally:
         host_run(lab_hosts, host, _status_edit(201, 200))
     assert installer(*ask).returncode == 0
+
+
+def _spend(client: httpx.Client, addresses: list[str], bearers: list[str]) -> tuple[int, httpx.Response | None]:
+    """Whole completions through both gateways in turn, bearers in turn, until one is refused:
+    (answered, the refusal). A bucket refills rpm/60 a second, so a slow answer may let one more in."""
+    for n in range(RPM + 3):
+        resp = _ask(client, addresses[n % 2], bearers[n % len(bearers)], "text", False)
+        if resp.status_code == 429:
+            return n, resp
+        _usage(resp)
+    return RPM + 3, None
+
+
+def test_two_tenants_limits_hold_separately_across_both_gateways(
+    deployed: Run, lab_hosts, lab_tenants: LabTenants, client: httpx.Client
+) -> None:
+    """The lab inventory's two tenants (tests/support/lab_tenants.py), from the first `up`: each
+    tenant's rpm is one budget over both gateways for its token callers and its API key, one
+    tenant's spent budget leaves the other's whole, a token of no tenant is a 403 on both
+    gateways, and `installer usage --by tenant` reports both."""
+    inventory = str(lab_hosts.inventory_path)
+    addresses = [h.address for h in lab_hosts.hosts]
+    alice, bob = lab_tenants.token("alice", "staff", "red"), lab_tenants.token("bob", "red")
+    carol = lab_tenants.token("carol", "blue")
+
+    red_answered, refused = _spend(client, addresses, [alice, bob])
+    assert refused is not None and RPM <= red_answered <= RPM + 1, (red_answered, refused)
+    assert f"tenant '{RED}'" in refused.json()["error"]["message"], refused.text
+    # RED's spent bucket is not BLUE's: its API key and carol share a budget of their own
+    blue_answered, refused = _spend(client, addresses, [lab_tenants.key_secret, carol])
+    assert refused is not None and RPM <= blue_answered <= RPM + 1, (blue_answered, refused)
+    assert f"tenant '{BLUE}'" in refused.json()["error"]["message"], refused.text
+
+    for address in addresses:  # no default tenant: a token whose groups name none is refused
+        resp = _ask(client, address, lab_tenants.token("dave", "staff"), "text", False)
+        assert resp.status_code == 403, resp.text
+        assert resp.json()["error"]["code"] == "no_tenant"
+
+    proc = installer("usage", "--inventory", inventory, "--since", "today", "--by", "tenant", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = {r["tenant"]: r["requests"] for r in json.loads(proc.stdout)["rows"] if r["tenant"] in (RED, BLUE)}
+    assert got == {RED: red_answered, BLUE: blue_answered}
