@@ -101,7 +101,8 @@ class RequestAudit(AccessLog):
         if self.max_bytes_per_day and st.st_size >= self.max_bytes_per_day:
             batch = self._hold_refusals(batch)
         if self._held and (turned or self._closing or time.monotonic() - self._last_summary >= SUMMARY_EVERY_S):
-            batch = [*batch, self._summary()]
+            # at the day's turn before the new day's records: the count is of the day before
+            batch = [self._summary(), *batch] if turned else [*batch, self._summary()]
         if not batch:
             return
         torn = False

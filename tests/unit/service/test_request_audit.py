@@ -205,3 +205,34 @@ def test_under_the_cap_or_without_one_every_refusal_is_a_record(tmp_path: Path) 
         verdict = audit_chain.verify(_files(folder))
         assert verdict.ok and len(verdict.records) == 50
         assert not [r for r in verdict.records if "event" in r]
+
+
+def test_refusals_held_at_the_days_turn_are_counted_first_in_the_new_days_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    today = datetime.now(UTC)
+
+    class Tomorrow(datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+            return today + timedelta(days=1)
+
+    audit = RequestAudit(tmp_path, 30, max_bytes_per_day=500)
+    _write(audit, 0, 5)
+
+    async def refuse(first: int) -> None:
+        for i in range(first, first + 3):
+            audit.emit(_refusal(i))
+        audit.flush()
+
+    asyncio.run(refuse(0))
+    monkeypatch.setattr(request_audit, "datetime", Tomorrow)
+    asyncio.run(refuse(3))  # tomorrow's file is empty: these are records again
+    audit.close()
+    verdict = audit_chain.verify(_files(tmp_path))
+    assert verdict.ok, verdict.problems
+    second = [json.loads(line) for line in sorted(tmp_path.glob("requests-*.jsonl"))[1].read_text().splitlines()]
+    assert [(r.get("event"), r.get("count"), r.get("status")) for r in second] == [
+        (request_audit.NOT_RECORDED, 3, None), (None, None, 401), (None, None, 429), (None, None, 401)
+    ]
+    assert second[0]["last_ts"] == "r002"  # yesterday's refusals
