@@ -135,6 +135,7 @@ def tune_for(
         ),
         base_port=inv.ports.engine if base_port is None else base_port,
         quantization=engine.quantization,
+        pipeline_parallel_size=inv.gpu.pipeline_parallel_size,
     )
 
 

@@ -121,7 +121,9 @@ def _memory_why(spec: ModelSpec, tuned: Tuned, gpu: GPUType, per_host: int) -> l
         f"vLLM may use on each {gpu.name}"
         + (" (fp8 weights)" if lay.weights == "fp8" else "")
     ]
-    if lay.pp > 1:
+    if lay.pp > 1 and tuned.why.get("pipeline_parallel_size", "").startswith("set in the inventory"):
+        out.append(f"PP {lay.pp}: {tuned.why['pipeline_parallel_size']}")
+    elif lay.pp > 1:
         one = evaluate(spec, gpu, Layout(tp=lay.tp, pp=1, weights=lay.weights, kv_dtype=lay.kv_dtype),
                        max_model_len=fit.max_model_len, max_num_seqs=fit.max_num_seqs,
                        gpu_memory_utilization=fit.gpu_memory_utilization)

@@ -650,7 +650,11 @@ def recommend(
     gpu_memory_utilization: float = 0.9,
     batched_tokens: int = DEFAULT_BATCHED_TOKENS,
     weights: str = "native",
+    pipeline_parallel_size: int | None = None,
 ) -> Recommendation:
+    """The best layout of `spec` on `hosts` hosts of `gpus_per_host` GPUs; `pipeline_parallel_size`
+    pins the number of hosts one engine spans (gpu.pipeline_parallel_size), else the fewest do."""
+
     def ev(layout: Layout) -> Fit:
         return evaluate(
             spec,
@@ -662,7 +666,10 @@ def recommend(
             batched_tokens=batched_tokens,
         )
 
-    tried = [ev(layout) for layout in _layouts(spec, gpu, gpus_per_host, hosts, weights)]
+    layouts = _layouts(spec, gpu, gpus_per_host, hosts, weights)
+    if pipeline_parallel_size is not None:
+        layouts = [lay for lay in layouts if lay.pp == pipeline_parallel_size]
+    tried = [ev(layout) for layout in layouts]
     # quality order first, then fewest GPUs: the first layout at full concurrency wins;
     # else the first that starts at all, with fewer full-length sequences at once
     order = sorted(

@@ -365,10 +365,16 @@ def _context(spec: ModelSpec, max_model_len: int, notes: list[str]) -> int:
 
 
 def _fitting(spec: ModelSpec, gpu: GPUType, per_host: int, hosts: int, length: int, seqs: int, util: float,
-             quantization: str | None) -> Recommendation:
+             quantization: str | None, pp: int | None = None) -> Recommendation:
     """The planner's layout for these GPUs; TuneError when the model does not fit them."""
+    if pp is not None and (pp > hosts or pp > spec.num_layers):
+        short = f"{hosts} serving host(s)" if pp > hosts else f"{spec.num_layers} layer(s) in {spec.name}"
+        raise TuneError(f"gpu.pipeline_parallel_size {pp} needs a pipeline stage on each of {pp} hosts; "
+                        f"there are only {short}",
+                        ["lower gpu.pipeline_parallel_size, or leave it out for the tuner to choose"])
     try:
         rec = recommend(spec, gpu, gpus_per_host=per_host, hosts=hosts, max_model_len=length, max_num_seqs=seqs,
+                        pipeline_parallel_size=pp,
                         gpu_memory_utilization=util, weights=quantization or "native")
     except InstallerError as exc:  # fp8 asked for where it cannot be had
         raise TuneError(str(exc), ["leave quantization unset: the weights stay as the checkpoint has them"]) from None
@@ -485,6 +491,7 @@ def tune(
     gpu_memory_utilization: float | None = None,
     base_port: int = 8000,
     quantization: str | None = None,
+    pipeline_parallel_size: int | None = None,
 ) -> Tuned:
     """Engines and vLLM flags for `spec` on `hosts` (identical hosts; the first is measured).
 
@@ -505,7 +512,7 @@ def tune(
     util = _utilization(gpu, gpu_memory_utilization, why)
     length = _context(spec, max_model_len, notes)
     plan_seqs = max_num_seqs or concurrency
-    rec = _fitting(spec, gpu, per_host, len(hosts), length, plan_seqs, util, quantization)
+    rec = _fitting(spec, gpu, per_host, len(hosts), length, plan_seqs, util, quantization, pipeline_parallel_size)
     assert rec.fit is not None
     fit, lay = rec.fit, rec.fit.layout
     seqs = max_num_seqs or derive_max_num_seqs(fit.kv_tokens, length)
@@ -515,6 +522,11 @@ def tune(
         else f"{fit.kv_tokens:,} KV tokens hold {seqs} sequences at half of max_model_len {length}"
     )
     _layout_reasons(spec, rec, quantization, per_host, length, plan_seqs, why)
+    if pipeline_parallel_size:
+        why["pipeline_parallel_size"] = (
+            f"set in the inventory (gpu.pipeline_parallel_size): one pipeline stage on each of "
+            f"{pipeline_parallel_size} hosts over Ray, whether or not fewer hosts hold the model"
+        )
     settings: dict[str, Any] = {
         "tensor_parallel_size": lay.tp,
         "pipeline_parallel_size": lay.pp,

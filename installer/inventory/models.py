@@ -513,6 +513,11 @@ class GPUStack(_Strict):
     type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
     count: Annotated[int, Field(ge=1, le=64)] | None = None
     numa_nodes: Annotated[int, Field(ge=1, le=16)] = 1  # CPU sockets the GPUs are spread over
+    # One engine over this many serving hosts (a pipeline stage each, vLLM's Ray backend) even
+    # where fewer hosts hold the model: to prove a Ray deployment on small GPUs (#36,
+    # tests/gpu/host/ray2.yml), or to keep the layout of a larger site. Left out, the tuner
+    # spans hosts only when one host is not enough (docs/multinode.md).
+    pipeline_parallel_size: Annotated[int, Field(ge=2, le=64)] | None = None
     gate: GPUGate = GPUGate()
 
     @field_validator("type")

@@ -11,14 +11,24 @@
 #     KIT_DIR      Debian 12 .debs (tests/gpu/host/make_kit.sh)
 #     ROOT         / on the GPU machine; a rootfs folder to rehearse on another machine (chroot)
 # Prints SYSTEMD_PID=<pid>; `nsenter -t PID -m -p -u -i -C -r -w CMD` runs CMD inside.
+# Several hosts on one machine (ray_two_hosts.sh): each its own ROOT (an overlay of the machine's
+# root), NAME (its hostname, cgroup and boot log), NETNS (a network namespace made beforehand; the
+# container also gets a private /dev/shm), LISTEN (sshd's address in that namespace) and GPUS
+# (the GPUs it sees, "0,1" or "" for none, as the NVIDIA container toolkit does it: only their
+# /dev/nvidiaN nodes; default all of /dev).
 set -euo pipefail
 kit=$(cd "${1:?kit dir}" && pwd); pub=${2:?public key file}; R=${3:-/}; PORT=${PORT:-2222}
+NAME=${NAME:-}; NETNS=${NETNS:-}; LISTEN=${LISTEN:-127.0.0.1}; GPUS=${GPUS:-all}
+cg=/sys/fs/cgroup/pli${NAME:+-$NAME}; boot_log=/tmp/pli-systemd-boot${NAME:+-$NAME}.log
 R=${R%/}; [ -n "$R" ] || R=""
 stage=$(mktemp -d)
 for deb in "$kit"/*.deb; do dpkg-deb -x "$deb" "$stage"; done
 # Files the root already has win: its libraries are the same sonames, newer.
 tar -C "$stage" -cf - . | tar -C "$R/" -xf - --skip-old-files --keep-directory-symlink
 rm -rf "$stage"
+# a fresh root (an overlay whose lower /dev is the machine's empty mount point) has no /dev/null
+# for the chroot'ed tools below; the boot mounts the real /dev over it
+[ -e "$R/dev/null" ] || mknod -m 0666 "$R/dev/null" c 1 3
 missing=$(for b in /lib/systemd/systemd /usr/sbin/sshd /usr/bin/ssh /usr/bin/dbus-daemon /lib/systemd/systemd-journald; do
   chroot "$R/" /usr/bin/ldd "$b" | grep "not found" | sed "s|^|$b: |"; done || true)
 [ -z "$missing" ] || { echo "libraries missing on this root (add their packages to the kit):"; echo "$missing"; exit 1; }
@@ -33,7 +43,7 @@ mkdir -p "$R/etc/ssh/sshd_config.d" "$R/root/.ssh" "$R/var/log/journal"
 chroot "$R/" /usr/bin/ssh-keygen -A >/dev/null
 cat > "$R/etc/ssh/sshd_config.d/pli-gpu-host.conf" <<EOF
 Port $PORT
-ListenAddress 127.0.0.1
+ListenAddress $LISTEN
 PermitRootLogin prohibit-password
 PasswordAuthentication no
 UsePAM no
@@ -54,19 +64,35 @@ ln -sf /lib/systemd/system/ssh.service "$R/etc/systemd/system/multi-user.target.
 mkdir -p "$R/etc/systemd/system.conf.d"
 printf '[Manager]\nDefaultEnvironment=NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1\n' \
   > "$R/etc/systemd/system.conf.d/pli-gpu-host.conf"
+# the host's name: NCCL tells hosts apart by hostname and boot id, vLLM's and Ray's logs by name
+[ -z "$NAME" ] || echo "$NAME" > "$R/etc/hostname"
 # units that need hardware or a console a container lacks
 for u in getty@tty1.service console-getty.service systemd-remount-fs.service; do
   ln -sf /dev/null "$R/etc/systemd/system/$u"
 done
 
-mkdir -p /sys/fs/cgroup/pli
+mkdir -p "$cg"
 inner=$(mktemp)
 cat > "$inner" <<EOS
 set -e
 R="$R"
 mount --make-rprivate /
 if [ -n "\$R" ]; then
-  mount --bind "\$R" "\$R"; mount --rbind /dev "\$R/dev"; mount --rbind /sys "\$R/sys"
+  mount --bind "\$R" "\$R"; mount --rbind /sys "\$R/sys"
+  if [ "$GPUS" = all ]; then mount --rbind /dev "\$R/dev"
+  else  # a /dev of its own: the machine's nodes but the GPUs it is not given
+    mount -t tmpfs -o mode=0755,nosuid tmpfs "\$R/dev"
+    for n in /dev/*; do
+      case "\$n" in /dev/nvidia[0-9]*) ;; *)
+        if [ -d "\$n" ]; then mkdir -p "\$R\$n"; mount --rbind "\$n" "\$R\$n"
+        elif [ -L "\$n" ]; then cp -P "\$n" "\$R\$n"
+        else touch "\$R\$n"; mount --bind "\$n" "\$R\$n"; fi ;;
+      esac
+    done
+    for g in \$(echo "$GPUS" | tr , ' '); do touch "\$R/dev/nvidia\$g"; mount --bind "/dev/nvidia\$g" "\$R/dev/nvidia\$g"; done
+  fi
+  # a host of its own: its own shared memory (vLLM and NCCL would otherwise see one host)
+  [ -z "$NAME" ] || mount -t tmpfs -o mode=1777,size=16g tmpfs "\$R/dev/shm"
   if [ -d /usr/local/nvidia ]; then mkdir -p "\$R/usr/local/nvidia"; mount --rbind /usr/local/nvidia "\$R/usr/local/nvidia"; fi
 fi
 mount -t proc proc "\$R/proc"
@@ -77,14 +103,18 @@ mount -t tmpfs -o mode=1777 tmpfs "\$R/tmp"
 cd "\$R/"
 exec chroot . /usr/bin/env container=other /lib/systemd/systemd --system
 EOS
-( echo $BASHPID > /sys/fs/cgroup/pli/cgroup.procs
-  exec setsid unshare --pid --fork --mount --uts --ipc --cgroup bash "$inner" ) > /tmp/pli-systemd-boot.log 2>&1 < /dev/null &
+in_ns=(); [ -z "$NETNS" ] || in_ns=(ip netns exec "$NETNS")
+( echo $BASHPID > "$cg/cgroup.procs"
+  exec "${in_ns[@]}" setsid unshare --pid --fork --mount --uts --ipc --cgroup bash "$inner" ) > "$boot_log" 2>&1 < /dev/null &
+# this ROOT's systemd (another host's may run beside it)
+mine() { for p in $(pgrep -xf "/lib/systemd/systemd --system"); do
+  [ "$(readlink "/proc/$p/root")" = "${R:-/}" ] && { echo "$p"; return; }; done; }
 P=""
 for _ in $(seq 60); do
-  P=$(pgrep -xf "/lib/systemd/systemd --system" | head -1 || true)
+  P=$(mine || true)
   [ -n "$P" ] && break; sleep 0.5
 done
-[ -n "$P" ] || { echo "systemd did not start"; cat /tmp/pli-systemd-boot.log; exit 1; }
+[ -n "$P" ] || { echo "systemd did not start"; cat "$boot_log"; exit 1; }
 N=(nsenter -t "$P" -m -p -u -i -C -r -w)
 state=""
 for _ in $(seq 60); do

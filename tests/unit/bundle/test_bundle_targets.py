@@ -361,7 +361,9 @@ def test_the_checked_in_host_torch_lock_is_vllm_without_the_hosts_stack() -> Non
     lock = wheels.host_torch_lock()
     assert (lock["python"], lock["torch"]) == ("3.12", "2.11.0")
     reqs = lock["requirements"]
-    assert isinstance(reqs, list) and "vllm==0.26.0" in reqs and len(reqs) == 95
+    assert isinstance(reqs, list) and "vllm==0.26.0" in reqs and len(reqs) == 98
+    # Ray for the Ray units of a model spanning hosts, with the two requirements it adds (#36)
+    assert {"ray==2.58.0", "click==8.5.1", "msgpack==1.2.4"} <= set(reqs)
     # the CuTe DSL needs one CUDA flavour of its libraries, cu13 for torch 2.11.0+cu130: without it
     # flashinfer's import fails ("No CTK flavor installed"), seen on the H200 on 2026-12-01
     assert "nvidia-cutlass-dsl-libs-cu13==4.6.0" in reqs
