@@ -264,7 +264,7 @@ def main() -> int:
     model_bytes = sum(e["size"] for e in json.loads(manifest.read_text())["files"])
     out = {"model_bytes": model_bytes, "files": args.files + 1, "hosts": args.hosts, "degree": args.degree,
            "uplink_mb_s": args.uplink_mb_s,
-           "cpus": os.cpu_count(), "load_before": os.getloadavg(), "machine": platform.platform(), "runs": runs}
+           "cpus": os.cpu_count(), "load_at_end": os.getloadavg(), "machine": platform.platform(), "runs": runs}
     results = REPO / "benchmarks" / "results"
     stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
     (results / f"weights_fanout-{stamp}.json").write_text(json.dumps(out, indent=1) + "\n")

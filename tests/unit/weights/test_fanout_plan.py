@@ -19,8 +19,8 @@ def test_the_control_link_feeds_one_host_and_a_tree_of_degree_two_follows() -> N
     assert [p.depth(h) for h in HOSTS] == [1, 2, 2, 3, 3, 3, 3]
 
 
-def test_degree_one_is_a_chain() -> None:
-    p = fanout.plan(HOSTS[:4], degree=1)
+def test_the_default_is_a_chain() -> None:
+    p = fanout.plan(HOSTS[:4])
     assert [p.parent[h] for h in HOSTS[:4]] == [CONTROL, "h1", "h2", "h3"]
     assert p.depth("h4") == 4
 
