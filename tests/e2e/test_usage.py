@@ -135,6 +135,7 @@ def test_usage_reports_the_responses_usage_and_a_quota_is_refused_on_both_gatewa
     assert listing.returncode == 0, listing.stderr
     assert f"{used} of {quota}/day" in listing.stdout
     audit = installer("audit", "--json")
+    assert audit.returncode == 0, audit.stderr  # the reason, not a JSON error on empty output
     assert any(e["command"] == "keys quota" and b in e["argv"] and e["result"] == "ok"
                for e in json.loads(audit.stdout))
 
