@@ -18,6 +18,7 @@ from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
+from installer.gpu import ray_ports
 from installer.inventory import Host, Inventory, jwks_file
 from installer.plan import DeploymentPlan, HostPlan
 from installer.ssh import target
@@ -260,6 +261,9 @@ def _monitoring_vars(plan: DeploymentPlan) -> dict[str, Any]:
         "monitoring_webhook_url": mon.webhook_url or "",
         # Prometheus fetches each engine's metrics from the gateway on the engine's own host.
         "monitoring_engines": {h.name: list(h.engine_names) for h in plan.serving()},
+        # A model spanning hosts: Prometheus scrapes its Ray head's autoscaler metrics.
+        "monitoring_ray_heads": [h.name for h in plan.hosts if h.ray is not None and h.ray.role == "head"],
+        "monitoring_ray_metrics_port": ray_ports.AUTOSCALER_METRIC_PORT,
     }
 
 

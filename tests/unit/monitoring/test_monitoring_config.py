@@ -123,3 +123,19 @@ def test_the_inventory_monitoring_section_reaches_the_role() -> None:
     assert got["monitoring_retention"] == "30d"
     defaults = yaml.safe_load((Path(__file__).parents[3] / "playbooks/roles/monitoring/defaults/main.yml").read_text())
     assert set(got) <= set(defaults), "every rendered monitoring_* variable is a documented role option"
+
+
+def test_a_ray_head_is_scraped_for_the_clusters_metrics(tmp_path: Path) -> None:
+    # A model spanning hosts (#36): the Ray head's autoscaler metrics, at the head's address.
+    token = tmp_path / "scrape.token"
+    token.write_text("t" * 64)
+    variables = inventory_vars({"h0": "10.0.0.1", "h1": "10.0.0.2"}, ["h0"], _monitoring_token_file=str(token),
+                               monitoring_ray_heads=["h0"], monitoring_ray_metrics_port=44217)
+    text = render("prometheus.yml.j2", **variables)
+    (tmp_path / "prometheus.yml").write_text(text)
+    proc = _check("promtool", "check", "config", str(tmp_path / "prometheus.yml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _jobs(text)["ray"]["static_configs"] == [{"targets": ["10.0.0.1:44217"], "labels": {"host": "h0"}}]
+    # without a Ray cluster, no job
+    assert "ray" not in _jobs(render("prometheus.yml.j2", **inventory_vars(
+        {"h0": "10.0.0.1"}, ["h0"], _monitoring_token_file=str(token))))

@@ -1,0 +1,66 @@
+"""The `ray` column: for a model spanning hosts (vLLM's Ray backend), each member of its Ray
+cluster, asked now over SSH: the private-llm-ray unit's state and restarts on the head and every
+worker. A member down (its unit failed, or restarting) is named on the engine's row and under the
+table, since the engine cannot serve without every pipeline stage; a worker host has no engine
+row of its own. Deployments without a Ray cluster get no SSH at all (#36 item 2)."""
+
+from collections.abc import Callable, Sequence
+
+from installer import inventory_checks, remote
+from installer.gpu import ray_ports
+from installer.ssh import Target, target
+from installer.status.model import Column, Context, Row
+
+# the unit's state and how often systemd restarted it (Restart=on-failure)
+PROBE = f"systemctl show -p ActiveState,SubState,NRestarts --value {ray_ports.UNIT}.service"
+RunOne = Callable[..., remote.Result]
+
+
+def _members(text: str) -> str:
+    return text if text.endswith(" up") else f"[bold red]{text}[/]"
+
+
+def member_state(text: str) -> tuple[bool, str]:
+    """(up, words) from PROBE's three lines: ActiveState, SubState, NRestarts."""
+    lines = [x.strip() for x in text.strip().splitlines()]
+    active, sub, restarts = (lines + ["", "", ""])[:3]
+    up = active == "active" and sub == "running"
+    words = f"{active or 'unknown'} ({sub or '?'})"
+    if restarts not in ("", "0"):
+        words += f", restarted {restarts} time(s)"
+    return up, words
+
+
+class RayCollector:
+    columns: Sequence[Column] = (Column("ray", "ray", _members),)
+
+    def __init__(self, run_one: RunOne | None = None) -> None:
+        self.run_one = run_one or remote.run_one  # the SSH edge, stood in by the tests
+
+    def collect(self, ctx: Context, rows: list[Row]) -> None:
+        inv = ctx.inventory
+        if inv.engine.device != "gpu" or inv.gpu.type is None:  # only a tuned GPU layout spans hosts
+            return
+        plan = inventory_checks.check_inventory(inv)
+        nodes = [(h.name, h.ray) for h in plan.hosts if h.ray is not None]
+        if not nodes:
+            return
+        hosts = {h.name: h for h in inv.hosts}
+        members: list[tuple[Target, str]] = [(target(inv, hosts[name]), node.role) for name, node in nodes]
+        answers = remote.each(members, lambda m: self.run_one(m[0], PROBE, timeout=ctx.timeout_s * 2))
+        down: list[str] = []
+        for (t, role), r in zip(members, answers, strict=True):
+            if not r.ok:
+                down.append(f"Ray {role} {t.name} ({t.address}): no answer over SSH: {r.why}")
+                continue
+            up, words = member_state(r.text)
+            if not up:
+                down.append(f"Ray {role} {t.name} ({t.address}): {ray_ports.UNIT}.service {words}; the model "
+                            f"spanning hosts cannot serve until it is back (`installer up` starts it again)")
+        head = next(name for name, node in nodes if node.role == "head")
+        summary = f"{len(nodes)}/{len(nodes)} up" if not down else f"{len(down)}/{len(nodes)} down"
+        for row in rows:
+            if row.host != head:
+                continue
+            row.values["ray"] = summary
+            row.problems += down

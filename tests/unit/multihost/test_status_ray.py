@@ -1,0 +1,65 @@
+"""`installer status` names a broken member of a model's Ray cluster (#36 item 2): each Ray
+host's private-llm-ray unit asked over SSH (the remote layer stood in at its edge,
+remote.run_one), the state on the head's engine row and each member that is down under the table.
+A deployment without a Ray cluster is not asked at all."""
+
+from collections.abc import Callable
+
+from installer import remote
+from installer.inventory import Inventory
+from installer.ssh import Target
+from installer.status import Context, Row, collect
+from installer.status.ray import PROBE, RayCollector
+
+
+class Units:
+    """What `systemctl show -p ActiveState,SubState,NRestarts` answers on each host."""
+
+    def __init__(self, states: dict[str, str], unreachable: tuple[str, ...] = ()) -> None:
+        self.states, self.unreachable = states, unreachable
+        self.asked: list[str] = []
+
+    def __call__(self, t: Target, command: str, **_kw: object) -> remote.Result:
+        assert command == PROBE
+        self.asked.append(t.name)
+        if t.name in self.unreachable:
+            return remote.Result(t.name, 255, b"", "ssh: connect to host 10.0.0.2 port 22: No route to host", 3.0)
+        return remote.Result(t.name, 0, self.states[t.name].encode(), "", 0.1)
+
+
+def rows_for(inv: Inventory, units: Units) -> list[Row]:
+    report = collect(Context(inv, None), [RayCollector(units)], lambda h: [f"{h.name}-0"])
+    return report.rows
+
+
+def test_both_members_up(two_hosts: Callable[..., Inventory]) -> None:
+    units = Units({"h0": "active\nrunning\n0\n", "h1": "active\nrunning\n0\n"})
+    h0, h1 = rows_for(two_hosts(), units)
+    assert sorted(units.asked) == ["h0", "h1"]
+    assert h0.values["ray"] == "2/2 up" and not h0.problems
+    assert "ray" not in h1.values  # the worker host runs no engine of its own
+
+
+def test_a_failed_worker_is_named_with_its_address_and_the_repair(two_hosts: Callable[..., Inventory]) -> None:
+    units = Units({"h0": "active\nrunning\n0\n", "h1": "failed\nfailed\n3\n"})
+    h0, _ = rows_for(two_hosts(), units)
+    assert h0.values["ray"] == "1/2 down"
+    (problem,) = h0.problems
+    assert problem.startswith("Ray worker h1 (10.0.0.2): private-llm-ray.service failed (failed), restarted 3 time(s)")
+    assert "`installer up`" in problem
+
+
+def test_a_restarting_worker_and_an_unreachable_one_are_down(two_hosts: Callable[..., Inventory]) -> None:
+    units = Units({"h0": "active\nrunning\n0\n", "h1": "activating\nauto-restart\n1\n"})
+    h0, _ = rows_for(two_hosts(), units)
+    assert h0.values["ray"] == "1/2 down" and "activating (auto-restart), restarted 1 time(s)" in h0.problems[0]
+    units = Units({"h0": "active\nrunning\n0\n"}, unreachable=("h1",))
+    h0, _ = rows_for(two_hosts(), units)
+    assert "Ray worker h1 (10.0.0.2): no answer over SSH: ssh: connect to host" in h0.problems[0]
+
+
+def test_no_ray_cluster_no_ssh(two_hosts: Callable[..., Inventory]) -> None:
+    # DeepSeek-V3 fits one host of 8 x H200: a replica per host, no Ray
+    units = Units({})
+    rows = rows_for(two_hosts(gpu="h200"), units)
+    assert units.asked == [] and all("ray" not in r.values for r in rows)
