@@ -67,3 +67,32 @@ def test_a_host_killed_mid_transfer_stalls_no_one_and_the_run_again_resumes(tmp_
         assert lab.served(fanout.CONTROL) == model_bytes  # the control link carried it once
     finally:
         lab.stop()
+
+
+def test_a_source_with_wrong_bytes_is_passed_over_and_one_that_never_has_the_file_times_out(
+    tmp_path: Path,
+) -> None:
+    manifest = make_model(tmp_path / "source" / "model", 3_000_000, 2)
+    entries = json.loads(manifest.read_text())["files"]
+    lab = FanoutLab(tmp_path / "lab", tmp_path / "source" / "model", manifest)
+    try:
+        lab.serve(lab.control, lab.source)
+        damaged, empty, fetcher = lab.host("h1", 0), lab.host("h2", 1), lab.host("h3", 2)
+        for node in (damaged, empty):
+            node.model.mkdir()
+        for entry in entries:  # h1 holds every file at its size, every byte wrong: 409
+            (damaged.model / entry["path"]).write_bytes(b"\0" * entry["size"])
+        lab.serve(damaged)
+        lab.serve(empty)  # h2 holds nothing: 503, "not here yet", for ever
+
+        lab.fetch(fetcher, ["h2"], wait_s=2)
+        code, out = lab.wait(fetcher)
+        assert code == 2 and "503" in out["problems"][0], out
+
+        lab.fetch(fetcher, ["h1", "h2", fanout.CONTROL], wait_s=2)
+        code, out = lab.wait(fetcher)
+        assert (code, out["ok"]) == (0, True), out
+        assert lab.read(fetcher.progress)["source"] == lab.url(fanout.CONTROL).rstrip("/")
+        assert verify.verify(str(fetcher.model), entries, full=True).problems == []
+    finally:
+        lab.stop()
