@@ -21,7 +21,7 @@ from installer import engines
 from installer.engines import EngineInstance, ModelEngines, RayNode
 from installer.errors import InventoryError
 from installer.gpu.tuner import Tuned
-from installer.inventory import Host, Inventory, ServedModel
+from installer.inventory import Host, Inventory, ServedModel, redis_ha
 from installer.inventory.weights_source import HostsSource, MirrorSource
 from installer.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
 
@@ -143,7 +143,7 @@ def _host_plan(inv: Inventory, tuned: Tuned | None, host: Host, found: list[Engi
     return HostPlan(
         host=host,
         groups=groups,
-        package_groups=(*groups, "redis") if host is redis_host(inv) else groups,
+        package_groups=(*groups, "redis") if redis_ha.runs_redis(inv, host) else groups,
         engines=tuple(found),
         engine_names=_names(host, found),
         ray=engines.ray_node(inv, tuned, host),

