@@ -269,13 +269,18 @@ def _relevance(query: Any, document: Any) -> float:
     return round(sum(w in str(query).split() for w in words) / max(len(words), 1), 6)
 
 
-async def rerank(request: web.Request) -> web.Response:
-    """vLLM's /v1/rerank answer (entrypoints/pooling/scoring/protocol.py RerankResponse)."""
+async def _counted_body(request: web.Request) -> Any:
+    """The request's JSON body, the request counted and its body kept for the test to read."""
     stats = request.app[STATS_KEY]
     stats["requests"] += 1
     raw = await request.read()
     stats["last_body"] = raw.decode()
-    body = json.loads(raw)
+    return json.loads(raw)
+
+
+async def rerank(request: web.Request) -> web.Response:
+    """vLLM's /v1/rerank answer (entrypoints/pooling/scoring/protocol.py RerankResponse)."""
+    body = await _counted_body(request)
     docs = _listed(body["documents"])
     tokens = sum(len(str(body["query"]).split()) + len(str(d).split()) for d in docs)
     results = sorted(
@@ -302,11 +307,7 @@ async def rerank(request: web.Request) -> web.Response:
 
 async def score(request: web.Request) -> web.Response:
     """vLLM's /v1/score answer (ScoreResponse): text_1 against each text_2 (or pairwise)."""
-    stats = request.app[STATS_KEY]
-    stats["requests"] += 1
-    raw = await request.read()
-    stats["last_body"] = raw.decode()
-    body = json.loads(raw)
+    body = await _counted_body(request)
     first, second = next(
         (_listed(body[a]), _listed(body[b]))
         for a, b in (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))

@@ -33,51 +33,34 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
         p = "pli_gateway_"
-        self.requests = Counter(
-            p + "requests",
-            "API requests by model, key name and HTTP status",
-            ["model", "key", "status"],
-            registry=r,
+
+        # The gateway's counters and histograms: its prefix and registry given once.
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(p + name, doc, labels, registry=r)
+
+        def histogram(name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(p + name, doc, labels, buckets=buckets, registry=r)
+
+        self.requests = counter(
+            "requests", "API requests by model, key name and HTTP status", ("model", "key", "status")
         )
-        self.request_seconds = Histogram(
-            p + "request_duration_seconds",
-            "end-to-end request latency at the gateway",
-            ["model"],
-            buckets=_E2E_BUCKETS,
-            registry=r,
+        self.request_seconds = histogram(
+            "request_duration_seconds", "end-to-end request latency at the gateway", ("model",), _E2E_BUCKETS
         )
-        self.ttft = Histogram(
-            p + "time_to_first_token_seconds",
-            "gateway receipt of a request to its first streamed byte",
-            ["model"],
-            buckets=_TTFT_BUCKETS,
-            registry=r,
+        self.ttft = histogram(
+            "time_to_first_token_seconds", "gateway receipt of a request to its first streamed byte", ("model",),
+            _TTFT_BUCKETS,
         )
-        self.itl = Histogram(
-            p + "inter_token_latency_seconds",
-            "gap between streamed chunks, as relayed",
-            ["model"],
-            buckets=_ITL_BUCKETS,
-            registry=r,
-        )
-        self.prompt_tokens = Counter(
-            p + "prompt_tokens",
-            "prompt tokens reported by the engines",
-            ["model", "key"],
-            registry=r,
-        )
-        self.completion_tokens = Counter(
-            p + "completion_tokens",
-            "completion tokens reported by the engines",
-            ["model", "key"],
-            registry=r,
+        self.itl = histogram("inter_token_latency_seconds", "gap between streamed chunks, as relayed", ("model",),
+                             _ITL_BUCKETS)
+        self.prompt_tokens = counter("prompt_tokens", "prompt tokens reported by the engines", ("model", "key"))
+        self.completion_tokens = counter(
+            "completion_tokens", "completion tokens reported by the engines", ("model", "key")
         )
         self.in_flight = Gauge(
             p + "in_flight_requests", "API requests being served", registry=r, multiprocess_mode="livesum"
         )
-        self.upstream_errors = Counter(
-            p + "upstream_errors", "failed exchanges with engines", ["engine", "reason"], registry=r
-        )
+        self.upstream_errors = counter("upstream_errors", "failed exchanges with engines", ("engine", "reason"))
         self.engine_healthy = Gauge(
             p + "engine_healthy",
             "1 if the engine passed a readiness check recently",
@@ -96,65 +79,51 @@ class Metrics:
         # Per attempt, by release stage (service/stages.py): what `installer release watch`
         # compares. A canary attempt retried on stable counts once for each stage; one whose
         # client left before its first byte is an error.
-        self.stage_requests = Counter(
-            p + "stage_requests",
+        self.stage_requests = counter(
+            "stage_requests",
             "engine attempts by model, release stage and outcome (ok, error, client_error, bad_output)",
-            ["model", "stage", "outcome"],
-            registry=r,
+            ("model", "stage", "outcome"),
         )
         # Attempts kept out of the figures above, by why (service/evidence.py).
-        self.unjudged_requests = Counter(
-            p + "unjudged_requests",
+        self.unjudged_requests = counter(
+            "unjudged_requests",
             "engine attempts left out of the release figures, by model, stage, outcome and reason "
             "(forced: the request named its stage; key_share: one key past its share of the window)",
-            ["model", "stage", "outcome", "reason"],
-            registry=r,
+            ("model", "stage", "outcome", "reason"),
         )
-        self.stage_ttft = Histogram(
-            p + "stage_ttft_seconds",
+        self.stage_ttft = histogram(
+            "stage_ttft_seconds",
             "an attempt's start to its first response byte (a timed-out canary: the timeout; "
             "a client that left first: when it left)",
-            ["model", "stage"],
-            buckets=_STAGE_BUCKETS,
-            registry=r,
+            ("model", "stage"),
+            _STAGE_BUCKETS,
         )
-        self.stage_seconds = Histogram(
-            p + "stage_request_duration_seconds",
-            "an attempt's start to its end",
-            ["model", "stage"],
-            buckets=_STAGE_BUCKETS,
-            registry=r,
+        self.stage_seconds = histogram(
+            "stage_request_duration_seconds", "an attempt's start to its end", ("model", "stage"), _STAGE_BUCKETS
         )
         # Streams whose engine broke off after the first byte (service/stream_resume.py).
-        self.stream_resumed = Counter(
-            p + "stream_resumed",
+        self.stream_resumed = counter(
+            "stream_resumed",
             "streams broken off by their engine, by model and outcome (resumed: finished from another "
             "engine; failed: the next engine failed too; "
             "client_disconnected; else why it was not resumed: off, n, logprobs, reasoning, tool_call, "
             "no_engine, ...)",
-            ["model", "outcome"],
-            registry=r,
+            ("model", "outcome"),
         )
-        self.limiter_errors = Counter(
-            p + "limiter_errors",
-            "rate-limit checks skipped because the shared store failed",
-            registry=r,
-        )
+        self.limiter_errors = counter("limiter_errors", "rate-limit checks skipped because the shared store failed")
         # A limit or quota check that found Redis unreachable, and what limits.redis_on_unavailable
         # made of it (service/redis_outage.py): the alert PLIGatewayRedisUnavailable reads it.
-        self.redis_unavailable = Counter(
-            p + "redis_unavailable",
+        self.redis_unavailable = counter(
+            "redis_unavailable",
             "limit (rate) and quota checks made while Redis was unreachable, by check and action "
             "(admitted: on_unavailable open; refused: closed, answered 503)",
-            ["check", "action"],
-            registry=r,
+            ("check", "action"),
         )
         # Refused requests the audit trail counted but did not record one by one, today's file
         # being at its cap (service/request_audit.py): the alert PLIGatewayRequestAuditCapped.
-        self.audit_unrecorded = Counter(
-            p + "request_audit_unrecorded",
+        self.audit_unrecorded = counter(
+            "request_audit_unrecorded",
             "refused requests counted in the audit trail's summary records, not one by one (daily cap reached)",
-            registry=r,
         )
         # Every series from 0, so the alert's increase() sees an outage's first check too (a
         # series born at 1 has no earlier sample to increase from).

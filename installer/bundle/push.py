@@ -62,13 +62,6 @@ class PushResult:
 
 
 @dataclass(frozen=True)
-class _Want:
-    path: str
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True)
 class _Damaged:
     """A file the host holds with the wrong content: `size` bytes, hard-linked `links` times."""
 
@@ -88,14 +81,14 @@ def _ssh(
     return subprocess.run(target.ssh_argv(command), input=stdin, capture_output=True, check=False)
 
 
-def _wanted(root: Path, man: Manifest, host_files: list[FileEntry]) -> list[_Want]:
+def _wanted(root: Path, man: Manifest, host_files: list[FileEntry]) -> list[FileEntry]:
     """Every file the host must hold, meta files (hashed from our verified copies) last."""
-    files = [_Want(f.path, f.size, f.sha256) for f in sorted(host_files, key=lambda f: f.path)]
+    files = sorted(host_files, key=lambda f: f.path)
     for name in META_FILES:
         path = root / name
         if path.is_file():
             data = path.read_bytes()
-            files.append(_Want(name, len(data), hashlib.sha256(data).hexdigest()))
+            files.append(FileEntry(name, len(data), hashlib.sha256(data).hexdigest()))
     return files
 
 
@@ -164,7 +157,7 @@ json.dump({"linked": linked, "bad": bad}, sys.stdout)
 
 
 def _host_check(
-    target: Target, mode: str, dest: str, files: list[_Want]
+    target: Target, mode: str, dest: str, files: list[FileEntry]
 ) -> tuple[list[_Damaged], int]:
     """(files the host lacks or holds damaged, files it hard-linked from an earlier bundle)."""
     command = f"python3 -c {shlex.quote(_HOST_CHECK)} {mode} {shlex.quote(dest)}"
@@ -190,7 +183,7 @@ def _prefix_sha256(path: Path, size: int) -> str:
     return digest.hexdigest()
 
 
-def _resumable(root: Path, want: _Want, held: _Damaged) -> bool:
+def _resumable(root: Path, want: FileEntry, held: _Damaged) -> bool:
     """The host holds a true beginning of this file, in its own inode: append the rest to it."""
     return (
         0 < held.size < want.size

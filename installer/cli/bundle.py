@@ -11,7 +11,7 @@ from rich.filesize import decimal
 from installer.bundle import build as bundle_build
 from installer.bundle import contents, sbom_read, sign, signed_tar
 from installer.bundle.manifest import Manifest, parse
-from installer.cli.root import app
+from installer.cli.root import InventoryOpt, app
 from installer.inventory import load_inventory
 from installer.ui import console, table
 
@@ -53,7 +53,7 @@ def warn_insecure(check: sign.SignatureCheck) -> None:
 
 @bundle_app.command("build")
 def build_cmd(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory YAML file.")],
+    inventory: InventoryOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle tar file to write.")],
     sign_key: Annotated[
         Path | None,

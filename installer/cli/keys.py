@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from installer import keys
-from installer.cli.root import app
+from installer.cli.root import StateInventoryOpt, app
 from installer.ui import console, table
 
 if TYPE_CHECKING:
@@ -113,10 +113,7 @@ def create_cmd(
 
 @keys_app.command("list")
 def list_cmd(
-    inventory: Annotated[
-        Path | None,
-        typer.Option("--inventory", "-i", help="List this deployment's keys (its state is next to the inventory)."),
-    ] = None,
+    inventory: StateInventoryOpt = None,
 ) -> None:
     """List keys with their limits, quotas and status (never a secret); with --inventory, each
     quota's use in its current period, read from the deployment's Redis."""

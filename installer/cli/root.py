@@ -185,6 +185,12 @@ def _record(
 InventoryOpt = Annotated[
     Path, typer.Option("--inventory", "-i", help="Inventory YAML file.", show_default=False)
 ]
+# For the commands that also work with no deployment named (state, keys list): the inventory then
+# only says whose state it is (the state folder next to it).
+StateInventoryOpt = Annotated[
+    Path | None,
+    typer.Option("--inventory", "-i", help="Inventory file of the deployment: its state is the .installer/ beside it."),
+]
 
 
 def run_up(

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from installer.cli.root import app
+from installer.cli.root import StateInventoryOpt, app
 from installer.state_archive import StateArchiveError, crypto, export, restore
 from installer.ui import console
 
@@ -16,10 +16,6 @@ state_app = typer.Typer(
 )
 app.add_typer(state_app, name="state")
 
-InventoryOpt = Annotated[
-    Path | None,
-    typer.Option("--inventory", "-i", help="Inventory file of the deployment: its state is .installer/ beside it."),
-]
 PassphraseFileOpt = Annotated[
     Path | None,
     typer.Option(
@@ -33,7 +29,7 @@ PassphraseFileOpt = Annotated[
 @state_app.command("export")
 def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="The archive to write (0600).")],
-    inventory: InventoryOpt = None,
+    inventory: StateInventoryOpt = None,
     passphrase_file: PassphraseFileOpt = None,
     recipient: Annotated[
         list[str] | None,
@@ -70,7 +66,7 @@ def export_cmd(
 @state_app.command("import")
 def import_cmd(
     archive: Annotated[Path, typer.Argument(help="The archive `installer state export` wrote.")],
-    inventory: InventoryOpt = None,
+    inventory: StateInventoryOpt = None,
     passphrase_file: PassphraseFileOpt = None,
     identity: Annotated[
         list[Path] | None,

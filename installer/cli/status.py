@@ -2,7 +2,6 @@
 
 import json
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from installer.cli.root import app
+from installer.cli.root import InventoryOpt, app
 from installer.inventory import load_inventory
 from installer.status.model import StatusReport
 from installer.status.report import report as status_report
@@ -47,7 +46,7 @@ def _print(view: Group, wide: bool) -> None:
 
 @app.command("status")
 def status_cmd(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file of the deployment.")],
+    inventory: InventoryOpt,
     prometheus: Annotated[
         str | None,
         typer.Option(help="Prometheus base URL; default: the first monitoring host's (monitoring.prometheus_port)."),

@@ -1,12 +1,10 @@
 """`installer ca export`: the deployment CA's certificate, for clients to trust."""
 
 import sys
-from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from installer.cli.root import app
+from installer.cli.root import InventoryOpt, app
 from installer.inventory import load_inventory
 from installer.tls import store
 
@@ -16,7 +14,7 @@ app.add_typer(ca_app, name="ca")
 
 @ca_app.command("export")
 def export_cmd(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Inventory file of the deployment.")],
+    inventory: InventoryOpt,
 ) -> None:
     """Print the CA certificate (PEM) that clients pass as their CA bundle."""
     # Raw bytes on stdout, so `installer ca export -i site.yml > ca.pem` is the file itself.

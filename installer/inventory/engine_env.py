@@ -60,12 +60,16 @@ def owned_reason(name: str) -> str | None:
     return None
 
 
+def _matching(pattern: re.Pattern[str], text: str, what: str) -> str:
+    """`text`, whole by `pattern`; else the error says what it should have been."""
+    if not pattern.fullmatch(text):
+        raise ValueError(f"{text!r} is not {what}")
+    return text
+
+
 def _check_name(name: str) -> str:
-    if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"{name!r} is not an environment variable name: capitals, digits and '_', not starting "
-            "with a digit (e.g. NCCL_SOCKET_IFNAME)"
-        )
+    _matching(_NAME, name, "an environment variable name: capitals, digits and '_', not starting "
+                           "with a digit (e.g. NCCL_SOCKET_IFNAME)")
     why = owned_reason(name)
     if why is not None:
         raise ValueError(f"{name} is set by the installer ({why}); remove it from engine.env")
@@ -73,13 +77,9 @@ def _check_name(name: str) -> str:
 
 
 def _check_value(value: str) -> str:
-    if not _VALUE.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a value an engine unit takes as it is: up to 1024 letters, digits and "
-            "'.', '_', ',', ':', '/', '=', '+', '@', '^', '-' (no spaces, quotes, '%' or '$'); quote "
-            "numbers in YAML (\"0\")"
-        )
-    return value
+    return _matching(_VALUE, value, "a value an engine unit takes as it is: up to 1024 letters, digits and "
+                                    "'.', '_', ',', ':', '/', '=', '+', '@', '^', '-' (no spaces, quotes, '%' "
+                                    "or '$'); quote numbers in YAML (\"0\")")
 
 
 EnvName = Annotated[str, AfterValidator(_check_name)]
