@@ -23,7 +23,7 @@ def _members(text: str) -> str:
 def member_state(text: str) -> tuple[bool, str]:
     """(up, words) from PROBE's three lines: ActiveState, SubState, NRestarts."""
     lines = [x.strip() for x in text.strip().splitlines()]
-    active, sub, restarts = (lines + ["", "", ""])[:3]
+    active, sub, restarts = [*lines, "", "", ""][:3]
     up = active == "active" and sub == "running"
     words = f"{active or 'unknown'} ({sub or '?'})"
     if restarts not in ("", "0"):

@@ -67,9 +67,9 @@ for i in 0 1; do
 done
 step "network: $(ip -br addr show "$BR" | tr -s ' ')"
 
-# The roots: the machine's root, with each host's writes on a tmpfs of its own. Folders the
-# machine mounts separately (the image's torch, the driver's libraries) are not in the overlay's
-# lower layer: they are bound in, read-only.
+# The roots: the machine's root, with each host's writes on a tmpfs of its own. What the machine
+# mounts separately (the image's torch, the driver's libraries) is not in the overlay's lower
+# layer: it is bound in, read-only.
 for h in "${NAMES[@]}"; do
   R=$(root_of "$h"); mkdir -p "/srv/pli36/$h/rw" "$R"
   mountpoint -q "$R" && continue
@@ -77,8 +77,13 @@ for h in "${NAMES[@]}"; do
   mkdir -p "/srv/pli36/$h/rw/upper" "/srv/pli36/$h/rw/work"
   mount -t overlay "root-$h" -o "lowerdir=/,upperdir=/srv/pli36/$h/rw/upper,workdir=/srv/pli36/$h/rw/work" "$R" \
     || { step "overlay root of $h failed"; exit 4; }
-  for m in $(findmnt -rno TARGET | grep -E '^/(opt|usr)/' | grep -v '^/usr/local/nvidia' || true); do
-    mkdir -p "$R$m" 2>/dev/null; [ -d "$m" ] && mount --bind -o ro "$m" "$R$m"
+  # (NVIDIA's container toolkit binds the driver's libraries and tools file by file, e.g.
+  # /usr/lib/x86_64-linux-gnu/libcuda.so.1 and /usr/bin/nvidia-smi: the lower layer has only the
+  # empty files they are bound onto; systemd_host.sh binds /usr/local/nvidia itself)
+  for m in $(findmnt -rno TARGET | grep -E '^/(opt|usr|lib|lib64|bin|sbin|etc)/' \
+             | grep -vE '^/usr/local/nvidia|^/etc/(hostname|hosts|resolv.conf)$' || true); do
+    if [ -d "$m" ]; then mkdir -p "$R$m"; else [ -e "$R$m" ] || touch "$R$m"; fi
+    mount --bind "$m" "$R$m" && mount -o remount,bind,ro "$R$m"
   done
   rm -rf "$R/srv/pli36" "$R/root/pli-state"* "$R/root/bundle.tar"  # the other hosts' and the control side's
 done
@@ -160,7 +165,7 @@ nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$out/gp
 while IFS=', ' read -r pid mem _; do
   [ -n "$pid" ] && echo "pid $pid $mem MiB root $(readlink "/proc/$pid/root") $(tr '\0' ' ' < "/proc/$pid/cmdline" | cut -c1-120)"
 done < "$out/gpu_apps.txt" | tee "$out/placement.txt"
-inside h0 bash -c 'set -a; . /etc/private-llm/engine.env 2>/dev/null; /opt/private-llm/venv/bin/ray status' > "$out/ray_status.txt" 2>&1
+inside h0 bash -c "set -a; . /etc/private-llm/engine.env; /opt/private-llm/current/venv/bin/ray status --address $NET.2:6390" > "$out/ray_status.txt" 2>&1
 for h in "${NAMES[@]}"; do
   for u in private-llm-ray private-llm-engine private-llm-gateway; do
     inside "$h" journalctl --all -u "$u.service" -o short-unix --no-pager > "$out/journal_${h}_$u.txt" 2>&1
