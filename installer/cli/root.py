@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from installer import audit, deploy, paths
+from installer import audit, deploy, paths, prove
 from installer.ansible.runner import strategy_env
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
@@ -238,4 +238,8 @@ def run_up(
         console.print("[green]converged:[/] nothing changed on any host (changed=0)")
     else:
         console.print(f"[green]done:[/] {result.changed} change(s) applied; every host serves")
+    if inv.frontend is not None and not check:
+        fe = inv.frontend
+        console.print(f"clients: {prove.gateway_base(inv, fe.name or fe.address())}/v1 (the frontend's virtual IP "
+                      f"{fe.address()}, held by one ready gateway host: `installer status` shows which)")
     return result
