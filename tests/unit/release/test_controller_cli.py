@@ -105,6 +105,15 @@ def _leader(host: dict[str, Any], answers: str) -> Controller:
     return Controller(Store(host["client"], "mon1", lease_ms=10_000), _answers(answers), Audit(host["audit"]))
 
 
+def _taken(site: Path, host: dict[str, Any], answers: str) -> tuple[Release, Controller]:
+    """A release started through the controller (its spec in Redis), its leader after one tick."""
+    r = _released(site)
+    controller.start(load_inventory(site), _spec(r.controller))
+    leader = _leader(host, answers)
+    leader.tick()
+    return r, leader
+
+
 def _state(host: dict[str, Any]) -> dict[str, Any]:
     return json.loads(host["client"].get(release_store.STATE))
 
@@ -156,10 +165,7 @@ def test_start_refuses_while_the_controller_runs_a_release(site: Path, host: dic
 def test_watch_and_status_show_the_controllers_decisions_and_promote_refuses_its_rollback(
     site: Path, host: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    r = _released(site)
-    controller.start(load_inventory(site), _spec(r.controller))
-    leader = _leader(host, "slow")
-    leader.tick()
+    r, leader = _taken(site, host, "slow")
     leader.tick()  # the canary's e2e p95 is over its limit: rolled back
     result = runner.invoke(app, ["release", "watch", "-i", str(site), "-m", "main", "--poll", "0.5", "--for", "20"],
                            env={"COLUMNS": "200"})
@@ -181,10 +187,7 @@ def test_watch_and_status_show_the_controllers_decisions_and_promote_refuses_its
 def test_promote_steps_through_the_controller_and_fences_it(
     site: Path, host: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    r = _released(site)
-    controller.start(load_inventory(site), _spec(r.controller))
-    leader = _leader(host, "healthy")
-    leader.tick()
+    r, leader = _taken(site, host, "healthy")
     written: list[dict[str, Any]] = []
     monkeypatch.setattr(promote.stages, "write", lambda inv, splits, *a, **k: written.append(dict(splits)))
     result = runner.invoke(app, ["release", "promote", "-i", str(site), "-m", "main"])
@@ -200,10 +203,7 @@ def test_promote_steps_through_the_controller_and_fences_it(
 def test_abort_stops_the_controller_before_the_stages_file_and_takes_the_release_out(
     site: Path, host: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    r = _released(site)
-    controller.start(load_inventory(site), _spec(r.controller))
-    leader = _leader(host, "healthy")
-    leader.tick()
+    _, leader = _taken(site, host, "healthy")
     events: list[str] = []
 
     def stages_written(inv: Any, splits: dict[str, Any], *a: Any, **k: Any) -> None:
