@@ -259,7 +259,10 @@ async def take_over(
     state.attempted = True
     info.attempts += 1
     info.engine = engine.name
-    log.info("stream of request %s resumed on engine %s after %s broke off", info.request_id, engine.name, dead.name)
+    # The tokens sent: where the text of one engine ends and the next one's begins (an operator
+    # comparing the answer with the engines' own logs, and the real-vLLM test, need it).
+    log.info("stream of request %s resumed on engine %s after %s broke off, %d completion tokens sent",
+             info.request_id, engine.name, dead.name, state.sent_tokens or 0)
     router.begin(engine)
     outcome = FAILED
     try:
