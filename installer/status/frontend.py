@@ -3,6 +3,7 @@ serving host's `ip -o addr` over the one SSH fan-out (installer/remote.py). None
 more than one (VRRP split: the hosts cannot hear each other), is a problem on every row."""
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from installer import remote
 from installer.inventory import Inventory
@@ -21,7 +22,7 @@ def holds(ip_addr_text: str, vip: str) -> bool:
     for line in ip_addr_text.splitlines():
         fields = line.split()
         # "2: eth0    inet 10.0.0.100/24 scope global secondary eth0" (family, then address/prefix)
-        for family, address in zip(fields, fields[1:], strict=False):
+        for family, address in pairwise(fields):
             if family in ("inet", "inet6") and address.split("/", 1)[0] == vip:
                 return True
     return False

@@ -162,7 +162,7 @@ def test_vip_moves_on_unready_gateway_and_on_host_death(two_hosts: Net, tmp_path
     ca_file.write_bytes(authority.cert_pem)
     group = keepalived_vars.group_vars(_plan(inv))
     logs: list[Path] = []
-    for i, (ns, host) in enumerate(zip(net.spaces, inv.hosts, strict=True)):
+    for ns, host in zip(net.spaces, inv.hosts, strict=True):
         dns, addresses = store.host_names(inv, host)
         assert vip in addresses and "llm.example.internal" in dns  # the certificate covers the VIP and its name
         issued = ca.issue_server(authority, host.name, dns, addresses, 2)

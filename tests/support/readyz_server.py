@@ -15,7 +15,7 @@ def main() -> None:
     name, port, cert, key, unready = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5])
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path == "/readyz":
                 code = 503 if unready.exists() else 200
                 body = b'{"status": "draining"}' if code == 503 else b'{"status": "ready"}'

@@ -26,7 +26,8 @@ def _plan(tmp: Path, **frontend: object) -> plan.DeploymentPlan:
 def _conf(tmp: Path, host: str = "h2", **frontend: object) -> str:
     p = _plan(tmp, **frontend)
     hp = next(h for h in p.hosts if h.name == host)
-    return keepalived_conf(host, "eth0", {**keepalived_vars.group_vars(p), **keepalived_vars.host_vars(p, hp.gateway_url)})
+    variables = {**keepalived_vars.group_vars(p), **keepalived_vars.host_vars(p, hp.gateway_url)}
+    return keepalived_conf(host, "eth0", variables)
 
 
 def test_unicast_to_the_other_gateway_hosts(tmp_path: Path) -> None:
