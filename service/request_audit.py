@@ -12,13 +12,14 @@ unless this worker wrote it itself. A batch takes the lock for one write and at 
 read, as service/shared.py's buckets do. A day's file older than `retention_days` is removed
 when the next day's file is started.
 
-The daily cap (`max_bytes_per_day`): once today's file has reached it, refused requests (status
-400 and above) are no longer written one by one but counted, and every minute (and at the day's
-turn and at close) one chained `refusals_not_recorded` record says how many, of which statuses,
-between which times. Answered requests are still written: a refusal costs a flood nothing, an
-answer costs the engines, so answers are bounded by the deployment's capacity and the cap by
-what is left. Nothing is removed from the chain, so it verifies as before; the count also goes
-to the metric the alert PLIGatewayRequestAuditCapped reads.
+The daily cap (`max_bytes_per_day`): once today's file has reached it, the gateway's refusals
+(4xx, not 499: a client that left may have cost the engines) are no longer written one by one
+but counted, and every minute (and at the day's turn and at close) one chained
+`refusals_not_recorded` record says how many, of which statuses, between which times. Answered
+requests are still written: a refusal costs a flood nothing, an answer costs the engines, so
+answers are bounded by the deployment's capacity. Nothing is removed from the chain, so it
+verifies as before; the count also goes to the metric the alert PLIGatewayRequestAuditCapped
+reads.
 """
 
 import fcntl
@@ -32,7 +33,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from service.accesslog import AccessLog, write_all
+from service.accesslog import CLIENT_CLOSED, AccessLog, write_all
 from service.audit_chain import FILE_PREFIX, FILE_SUFFIX, GENESIS, NOT_RECORDED, digest, seal
 
 log = logging.getLogger("service.request_audit")
@@ -125,7 +126,7 @@ class RequestAudit(AccessLog):
         kept = []
         for record in batch:
             status = record.get("status")
-            if isinstance(status, int) and status >= 400:
+            if isinstance(status, int) and 400 <= status < CLIENT_CLOSED:
                 self._held[str(status)] += 1
                 ts = str(record.get("ts", ""))
                 self._held_span = [self._held_span[0] if self._held_span else ts, ts]

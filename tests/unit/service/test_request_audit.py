@@ -236,3 +236,21 @@ def test_refusals_held_at_the_days_turn_are_counted_first_in_the_new_days_file(
         (request_audit.NOT_RECORDED, 3, None), (None, None, 401), (None, None, 429), (None, None, 401)
     ]
     assert second[0]["last_ts"] == "r002"  # yesterday's refusals
+
+
+def test_past_the_cap_a_5xx_and_a_client_that_left_are_still_records(tmp_path: Path) -> None:
+    audit = RequestAudit(tmp_path, 30, max_bytes_per_day=1)
+    _write(audit, 0, 1)  # past its 1-byte cap
+
+    async def go() -> None:
+        for status in (500, 499, 503, 403):
+            audit.emit({**_record(9), "status": status})
+        audit.flush()
+
+    asyncio.run(go())
+    audit.close()
+    verdict = audit_chain.verify(_files(tmp_path))
+    assert verdict.ok, verdict.problems
+    assert [(r.get("status"), r.get("count")) for r in verdict.records] == [
+        (200, None), (500, None), (499, None), (503, None), (None, 1)
+    ]
