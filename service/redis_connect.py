@@ -1,6 +1,7 @@
 """Clients for the deployment's Redis: one URL, or the primary that Sentinel names.
 
-With sentinels (the inventory's `redis.replicas`, docs/ha.md#redis), a connection asks them for
+With sentinels (the inventory's `redis.replicas`,
+docs/ha.md#redis-that-survives-a-host-redisreplicas), a connection asks them for
 the current primary of the master set, and asks again when it is refused (a demoted primary
 answers READONLY, a dead one does not answer): redis-py's Sentinel does the discovery, nothing
 here does. The URL gives the password, the db and rediss://; the sentinels are reached with the

@@ -8,7 +8,7 @@ With a replica behind Sentinel (`wait_replica`), each quota reservation and usag
 followed on the same connection by WAIT 1: it counts as written once the replica has it too, so
 a failover (which promotes that replica) keeps it. A write the replica did not confirm within
 WAIT_MS stays on the primary, is logged and counted in pli_gateway_limiter_errors_total, and is
-lost only if the primary dies before it replicates (docs/ha.md#redis).
+lost only if the primary dies before it replicates (docs/ha.md#redis-that-survives-a-host-redisreplicas).
 """
 
 import time

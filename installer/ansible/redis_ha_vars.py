@@ -1,5 +1,5 @@
 """The redis role's and the gateways' variables for a replicated Redis behind Sentinel
-(installer/inventory/redis_ha.py decides where each part runs; docs/ha.md#redis).
+(installer/inventory/redis_ha.py decides where each part runs; docs/ha.md#redis-that-survives-a-host-redisreplicas).
 
 Without replicas none is rendered and the roles' defaults do what they did before: one Redis on
 the first serving host, no Sentinel, gateways on its URL alone."""

@@ -41,7 +41,7 @@ from installer.inventory import profiles, weights_source
 from installer.inventory.engine_env import EnvName, EnvValue
 from installer.inventory import targets as os_targets
 from installer.inventory.frontend import Frontend
-from installer.inventory.redis_ha import RedisReplicas
+from installer.inventory.redis_replicas import RedisReplicas
 from installer.inventory.source import Loc, Source, dotted
 from service import release_slo
 
@@ -832,7 +832,7 @@ class RedisSettings(_Strict):
     # before this setting), or refuse the keys that have one with 503 (closed). Either way it is
     # counted and alerted (service/redis_outage.py, PLIGatewayRedisUnavailable).
     on_unavailable: Literal["open", "closed"] = "open"
-    replicas: RedisReplicas = "auto"  # with Sentinel: installer/inventory/redis_ha.py, docs/ha.md#redis
+    replicas: RedisReplicas = "auto"  # with Sentinel: installer/inventory/redis_ha.py, docs/ha.md
 
 
 class Disk(_Strict):

@@ -1,5 +1,5 @@
 """`redis.replicas`: the deployment's Redis with replicas and Sentinel, so that limits, quotas and
-usage survive the loss of a host (docs/ha.md#redis).
+usage survive the loss of a host (docs/ha.md#redis-that-survives-a-host-redisreplicas).
 
 - `auto` (the default): one replica, on the second serving host, once the deployment has two
   serving hosts and a third host for the third sentinel; else 0, one Redis as before.
@@ -20,19 +20,12 @@ Refused at the setting's file:line (`validate`, before any host is touched):
 - replicas where no three hosts can run sentinels (quorum impossible).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field
+from installer.inventory.models import Host, Inventory
+from installer.inventory.source import Loc
 
-if TYPE_CHECKING:  # models.py imports this module for the field's type
-    from installer.inventory.models import Host, Inventory
-    from installer.inventory.source import Loc
-
-RedisReplicas = Literal["auto"] | Annotated[int, Field(ge=0, le=8)]
 # Odd, so that a majority exists; three survive the loss of one host, which is what is promised.
 SENTINELS = 3
 QUORUM = 2  # sentinels that must agree the primary is down (also the majority that elects)

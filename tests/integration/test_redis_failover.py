@@ -4,7 +4,7 @@ primary is SIGKILLed: the sentinels promote the replica, the gateways (on_unavai
 refuse limited keys with 503 while there is no primary and then follow the new one; the key's
 rate limit holds with no over-admission beyond one window, and the usage ledger on the new
 primary holds every request the gateways did not report failing to record (WAIT 1 after each
-usage write). The failover time is printed (docs/ha.md#redis quotes it)."""
+usage write). The failover time is printed (docs/ha.md#redis-that-survives-a-host-redisreplicas quotes it)."""
 
 import datetime as dt
 import os
@@ -81,9 +81,10 @@ def test_gateways_follow_a_failover_and_keep_limits_and_acknowledged_usage(
                            "redis_on_unavailable": "closed"},
             }))
             conf.chmod(0o600)
+            env = {**os.environ, "PLI_GATEWAY_CONFIG": str(conf)}
             with (tmp_path / f"gateway-{n}.out").open("wb") as out:
                 procs.append(subprocess.Popen([sys.executable, "-m", "service"], cwd=REPO, stdout=out,
-                                              stderr=subprocess.STDOUT, env={**os.environ, "PLI_GATEWAY_CONFIG": str(conf)}))
+                                              stderr=subprocess.STDOUT, env=env))
             gateways.append(f"https://127.0.0.1:{port}")
         for gw in gateways:
             deadline = time.monotonic() + 90  # two gateways starting on a loaded two-core CI machine

@@ -130,7 +130,8 @@ def test_the_role_renders_a_replica_and_sentinels_that_fail_over_and_converge(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name in ("h1", "h2"):
-            procs[name] = _start([server, str(out / name / "redis.conf"), "--supervised", "no"], tmp_path / "data" / name)
+            conf = out / name / "redis.conf"
+            procs[name] = _start([server, str(conf), "--supervised", "no"], tmp_path / "data" / name)
         for name in HOSTS:
             conf = tmp_path / "data" / f"{name}-sentinel.conf"  # Sentinel rewrites it: a writable copy
             conf.write_text((out / name / "sentinel.conf").read_text())

@@ -46,11 +46,11 @@ def _wait_tls(port: int, proc: subprocess.Popen[bytes], ctx: ssl.SSLContext) -> 
     deadline = time.monotonic() + 15
     while True:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as raw:
-                with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):
-                        return
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):
+                    return
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise

@@ -83,6 +83,7 @@ def test_replicas_take_auto_or_a_small_count(tmp_path: Path) -> None:
 
 
 def test_a_sentinel_port_that_clashes_is_refused(tmp_path: Path) -> None:
-    path = _inventory(tmp_path, [_host(1), _host(2), _host(3)], "redis: {replicas: 1}\nports:\n  redis_sentinel: 8080\n")
+    hosts = [_host(1), _host(2), _host(3)]
+    path = _inventory(tmp_path, hosts, "redis: {replicas: 1}\nports:\n  redis_sentinel: 8080\n")
     [problem] = _refused(path)
     assert problem.startswith(f"{path}:{_line(path, 'redis_sentinel: 8080')}: ")

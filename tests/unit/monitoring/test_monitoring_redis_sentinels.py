@@ -16,7 +16,8 @@ def _settings(**extra: object) -> dict:
                              trim_blocks=True)
     env.filters["to_nice_json"] = lambda v: json.dumps(v, indent=4, sort_keys=True)
     text = env.get_template("release-controller.json.j2").render(
-        **role_vars(gateway_redis_url="rediss://:pw@10.0.0.1:6379/0", pli_tls_dir="/etc/private-llm/tls", **HOST, **extra))
+        **role_vars(gateway_redis_url="rediss://:pw@10.0.0.1:6379/0", pli_tls_dir="/etc/private-llm/tls",
+                    **HOST, **extra))
     return json.loads(text)
 
 

@@ -27,7 +27,7 @@ def test_the_url_gives_password_db_and_tls_to_the_primary_and_the_sentinels() ->
     assert [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
             for s in sentinel.sentinels] == [("10.0.0.1", 26379), ("10.0.0.2", 26379)]
     skw = sentinel.sentinels[0].connection_pool.connection_kwargs
-    assert skw["password"] == "p@ss" and skw["ssl_ca_certs"] == TLS.ca_file and "db" not in skw or skw["db"] == 0
+    assert skw["password"] == "p@ss" and skw["ssl_ca_certs"] == TLS.ca_file and skw.get("db", 0) == 0
     sync = sync_client(ep, 2).connection_pool
     assert sync.service_name == "pli" and sync.connection_kwargs["ssl_keyfile"] == TLS.keyfile
 
@@ -38,7 +38,8 @@ def test_without_sentinels_the_url_alone() -> None:
 
 
 def test_the_gateway_settings_give_the_endpoint() -> None:
-    limits = LimitsConfig(redis_url="rediss://:x@10.0.0.1:6379/0", redis_sentinels=["10.0.0.1:26379", "[fd00::2]:26379"])
+    limits = LimitsConfig(redis_url="rediss://:x@10.0.0.1:6379/0",
+                          redis_sentinels=["10.0.0.1:26379", "[fd00::2]:26379"])
     ep = endpoint(limits, None)
     assert ep.sentinels == (("10.0.0.1", 26379), ("fd00::2", 26379)) and ep.master == "pli" and ep.tls is None
 
