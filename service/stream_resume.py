@@ -373,8 +373,10 @@ class _Rewriter:
                     return None
             elif not state.client_continuous:
                 del obj["usage"]
-        if isinstance(choices, list) and choices and not any(self._says(c) for c in choices) and "usage" not in obj:
-            return None  # the opening chunk: only the role
+        if isinstance(choices, list) and choices and not any(self._says(c) for c in choices):
+            # The opening chunk: only the role, and with continuous usage the count the client
+            # already had from the first engine's last chunk; kept, it is an empty delta mid-answer.
+            return None
         if choices:
             call.events += 1
             call.said = True

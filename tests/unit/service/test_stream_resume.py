@@ -158,3 +158,17 @@ def test_the_next_engine_s_events_continue_the_client_s_stream(strip_usage: bool
     assert call.accounted == [whole]
     assert [o["usage"] for o in objs if not o["choices"]] == ([] if strip_usage else [whole])
     assert call.finishes == [b"stop"]
+
+
+def test_the_next_engine_s_opening_chunk_is_dropped_when_the_client_asked_for_usage_in_every_chunk() -> None:
+    """vLLM puts the usage so far (0 tokens) in its role chunk too: kept, the client would get an
+    empty delta in the middle of its answer (found by tests/integration/test_vllm_stream_resume.py)."""
+    state = admit(CHAT, _chat(stream_options={"include_usage": True, "continuous_usage_stats": True}), True)
+    state.observe(_block(_chunk({"role": "assistant", "content": ""}, 0), _chunk({"content": " a"}, 1)))
+    rewrite = _Rewriter(_Call(False), state)  # type: ignore[arg-type]
+    out = rewrite.block(_block(
+        {**_chunk({"role": "assistant", "content": ""}, 0), "id": "c2"},
+        {**_chunk({"content": " b"}, 1), "id": "c2"},
+    ))
+    objs = [json.loads(e[6:]) for e in out.split(b"\n\n") if e]
+    assert [(o["choices"][0]["delta"], o["usage"]["completion_tokens"]) for o in objs] == [({"content": " b"}, 2)]
