@@ -22,13 +22,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from installer.tls import ca
 from service.redis_connect import Endpoint, TLSFiles, parse_sentinel, sync_client
 from service.usage import USAGE_PREFIX
 from tests.support import REPO
 from tests.support.loopback import free_port, stop
-from tests.support.redis_sentinel import replicated_redis
+from tests.support.redis_sentinel import replicated_redis, sentinels_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -97,6 +98,15 @@ def test_gateways_follow_a_failover_and_keep_limits_and_acknowledged_usage(
                 assert time.monotonic() < deadline, (tmp_path / "gateway-0.out").read_text()[-3000:]
                 time.sleep(0.1)
 
+        tls = TLSFiles(str(ca_file), str(cert), str(key))
+        sentinels = tuple(parse_sentinel(s) for s in rr.sentinel_addresses)
+        ask = Sentinel(list(sentinels), sentinel_kwargs={
+            "password": password, "ssl": True, "ssl_ca_certs": str(ca_file), "ssl_certfile": str(cert),
+            "ssl_keyfile": str(key), "socket_timeout": 1})
+        deadline = time.monotonic() + 40
+        while not sentinels_ready(ask.sentinels, rr.replica.port):
+            assert time.monotonic() < deadline, "the sentinels did not find each other and the replica"
+            time.sleep(0.2)
         results: list[tuple[float, float, int]] = []  # (sent, answered, status)
         done = threading.Event()
 
@@ -117,18 +127,14 @@ def test_gateways_follow_a_failover_and_keep_limits_and_acknowledged_usage(
         time.sleep(5)
         killed = time.monotonic()
         os.kill(rr.primary.proc.pid, signal.SIGKILL)  # the primary's host is gone, mid-write
-        tls = TLSFiles(str(ca_file), str(cert), str(key))
-        sentinels = tuple(parse_sentinel(s) for s in rr.sentinel_addresses)
-        from redis.sentinel import Sentinel
-
-        ask = Sentinel(list(sentinels), sentinel_kwargs={
-            "password": password, "ssl": True, "ssl_ca_certs": str(ca_file), "ssl_certfile": str(cert),
-            "ssl_keyfile": str(key), "socket_timeout": 1})
         promoted = None
         while time.monotonic() - killed < 30:
-            if ask.discover_master("pli")[1] == rr.replica.port:
-                promoted = time.monotonic()
-                break
+            try:
+                if ask.discover_master("pli")[1] == rr.replica.port:
+                    promoted = time.monotonic()
+                    break
+            except MasterNotFoundError:  # the old primary is down and none is promoted yet
+                pass
             time.sleep(0.05)
         assert promoted is not None, "the sentinels did not promote the replica within 30 s"
         while time.monotonic() - promoted < 30 and not any(t > promoted and s == 200 for _, t, s in results):

@@ -26,6 +26,7 @@ from installer.tls import ca
 from service.redis_connect import Endpoint, TLSFiles, sync_client
 from tests.support import REPO
 from tests.support.loopback import free_port, stop
+from tests.support.redis_sentinel import sentinels_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -70,11 +71,18 @@ def _render(tmp_path: Path, wanted: dict[str, Any], round_: int) -> Path:
 
 
 def _start(argv: list[str], workdir: Path) -> subprocess.Popen[bytes]:
+    """Its log (stdout: logfile "") in workdir/log, which a failed test prints."""
     workdir.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([*argv, "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    with (workdir / "log").open("wb") as log:
+        return subprocess.Popen([*argv, "--dir", str(workdir)], stdout=log, stderr=subprocess.STDOUT)
 
 
-def _until(check: Any, timeout: float, what: str) -> None:
+def _logs(root: Path) -> str:
+    return "\n".join(f"--- {p.parent.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-25:])
+                     for p in sorted(root.glob("*/log")))
+
+
+def _until(check: Any, timeout: float, what: str, detail: Any = lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -82,7 +90,7 @@ def _until(check: Any, timeout: float, what: str) -> None:
                 return
         except (redis.RedisError, OSError):
             pass
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, f"{what}\n{detail()}"
         time.sleep(0.1)
 
 
@@ -151,13 +159,14 @@ def test_the_role_renders_a_replica_and_sentinels_that_fail_over_and_converge(
                       TLSFiles(str(tls1 / "ca.pem"), str(tls1 / "server.pem"), str(tls1 / "server.key")))
         through = sync_client(ep, 2)
         _until(lambda: through.set("pli:test", "1") and through.wait(1, 1000) == 1, 30, "no write reached the replica")
-        _until(lambda: len(through.connection_pool.sentinel_manager.sentinels[0].sentinel_sentinels("pli")) == 2,
-               30, "the sentinels did not find each other")
+        watchers = through.connection_pool.sentinel_manager.sentinels
+        _until(lambda: sentinels_ready(watchers, port), 40, "the sentinels did not find each other and the replica",
+               lambda: _logs(tmp_path / "data"))
 
         killed = time.monotonic()
         os.kill(procs["h1"].pid, signal.SIGKILL)
         _until(lambda: through.connection_pool.get_master_address() == ("127.0.0.2", port), 30,
-               "the sentinels did not promote the replica")
+               "the sentinels did not promote the replica", lambda: _logs(tmp_path / "data"))
         promoted = time.monotonic() - killed
         assert sync_client(ep, 2).get("pli:test") == b"1"
         print(f"\nsentinels promoted h2 {promoted:.2f} s after h1's primary was SIGKILLed")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,18 @@ def replicated_redis(
             conf.chmod(0o600)
             found.sentinels.append(start([server, str(conf), "--sentinel"], port, f"s{i}"))
         yield found
+
+
+def sentinels_ready(clients: list[Any], replica_port: int, master: str = "pli") -> bool:
+    """Every sentinel knows the other two and sees the replica linked to the primary. Sentinels
+    learn replicas from the primary's INFO, every 10 s: until then a failover finds "no good
+    slave" (seen in this test), so a test kills the primary only after this."""
+    for sentinel in clients:
+        if len(sentinel.sentinel_sentinels(master)) != len(clients) - 1:
+            return False
+        linked = [r for r in sentinel.sentinel_slaves(master)
+                  if int(r["port"]) == replica_port and r.get("is_slave") and not r.get("is_sdown")
+                  and not r.get("is_disconnected") and r.get("master-link-status") == "ok"]
+        if not linked:
+            return False
+    return True
