@@ -261,8 +261,9 @@ async def take_over(
     info.engine = engine.name
     # The tokens sent: where the text of one engine ends and the next one's begins (an operator
     # comparing the answer with the engines' own logs, and the real-vLLM test, need it).
-    log.info("stream of request %s resumed on engine %s after %s broke off, %d completion tokens sent",
-             info.request_id, engine.name, dead.name, state.sent_tokens or 0)
+    log.info("stream of request %s resumed on engine %s after %s broke off, %d completion tokens "
+             "(%d characters) sent", info.request_id, engine.name, dead.name, state.sent_tokens or 0,
+             sum(map(len, state.text)))
     router.begin(engine)
     outcome = FAILED
     try:
