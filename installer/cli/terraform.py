@@ -138,6 +138,10 @@ def print_profile_section(inv: Inventory) -> None:
         if r.flags:
             rows = [[escape(shlex.join(f.argv)), escape(f.cause)] for f in r.flags]
             console.print(table(f"flags {escape(m.label)}'s profile adds", ["flag", "caused by"], rows))
+        if r.env:
+            rows = [[escape(f"{e.name}={e.value}"), escape(e.cause)] for e in r.env]
+            console.print(table(f"environment {escape(m.label)}'s profile sets (engine.env wins)",
+                                ["variable", "caused by"], rows))
         for note in r.notes:
             console.print(f"  {note}", markup=False, highlight=False)
 

@@ -38,8 +38,8 @@ from pydantic_core import PydanticCustomError
 
 from installer.gpu import matrix as gpu_matrix
 from installer.inventory import profiles, weights_source
-from installer.inventory.engine_env import EnvName, EnvValue
 from installer.inventory import targets as os_targets
+from installer.inventory.engine_env import EnvName, EnvValue
 from installer.inventory.frontend import Frontend
 from installer.inventory.redis_replicas import RedisReplicas
 from installer.inventory.source import Loc, Source, dotted

