@@ -57,7 +57,8 @@ def test_open_admits_and_closed_refuses_when_redis_stops(
         for gw in (open_gw, closed_gw):
             assert [_post(gw, s).status_code for s in (limited, quota, free)] == [200, 200, 200]
             assert _unavailable(gw, scrape_token.headers) == {}
-            assert "pli_gateway_redis_unavailable_total{" in httpx.get(gw.url + "/metrics", headers=scrape_token.headers).text
+            metrics = httpx.get(gw.url + "/metrics", headers=scrape_token.headers).text
+            assert "pli_gateway_redis_unavailable_total{" in metrics
     # redis-server is stopped (by its PID) from here on
 
     assert _post(open_gw, limited).status_code == 200

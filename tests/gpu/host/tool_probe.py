@@ -18,7 +18,8 @@ def post(path, body):
 
 params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
           "required": ["city"], "additionalProperties": False}
-tool = {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city", "parameters": params}}
+tool = {"type": "function",
+        "function": {"name": "get_weather", "description": "the weather in a city", "parameters": params}}
 msgs = [{"role": "user", "content": "Weather in Paris?"}]
 base = {"model": "tiny-deepseek", "messages": msgs, "tools": [tool], "max_tokens": 64, "temperature": 0}
 forced = {**base, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
@@ -30,8 +31,10 @@ print("prompt text tail:", repr(str(det.get("prompt", det))[-400:]))
 c = post("v1/completions", {"model": "tiny-deepseek", "prompt": ids, "max_tokens": 64, "temperature": 0,
                             "structured_outputs": {"json": params}})
 print("completion+json on the tool prompt:", repr(c.get("choices", [{}])[0].get("text", c)))
-loose = {**tool, "function": {**tool["function"], "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
-for name, body in [("forced", forced), ("forced thinking false", {**forced, "chat_template_kwargs": {"thinking": False}}),
+loose_params = {"type": "object", "properties": {"city": {"type": "string"}}}
+loose = {**tool, "function": {**tool["function"], "parameters": loose_params}}
+for name, body in [("forced", forced),
+                   ("forced thinking false", {**forced, "chat_template_kwargs": {"thinking": False}}),
                    ("forced thinking true", {**forced, "chat_template_kwargs": {"thinking": True}}),
                    ("required", {**base, "tool_choice": "required"}),
                    ("forced loose schema", {**forced, "tools": [loose]})]:
