@@ -51,6 +51,18 @@ reads. Thinking is V3.1's switch: the generation prompt closes the block (`</thi
 `chat_template_kwargs` sets `thinking` (or `enable_thinking`), which opens it (`<think>`) --
 what vLLM's `deepseek_v3` reasoning parser assumes. (`deepseek_r1` assumes the block is always
 open: with thinking off it files the whole answer as reasoning.)
+
+Whitespace never wins (`_hold_bias_dimension`): hidden dimension 0 is a constant, read only by the
+output heads. The embedding gives every token +32 there; nothing else writes it (the rows at 0 of
+o_proj, every down_proj and the MTP's eh_proj are zero but for eh_proj carrying the previous hidden
+state's own positive value) and nothing but the heads reads it (the columns at 0 of q_a_proj,
+kv_a_proj_with_mqa, gate/up_proj and the router gate are zero). After a final RMSNorm it is
+positive for every input, and the heads' rows of whitespace-only tokens have -8 there, every other
+row 0. Why: vLLM's deepseek_v3 tool parser constrains a forced tool call with an xgrammar structural
+tag whose JSON allows any whitespace between tokens (`disable_any_whitespace` reaches only plain
+JSON schemas), and random weights that prefer a tab after `{` never close the JSON. A real
+checkpoint writes compact JSON on its own and needs no such bias. Tokens the grammar forces (the
+tag's `\n```json\n`) still come: the grammar masks every other token to -inf.
 """
 
 from __future__ import annotations
@@ -98,6 +110,14 @@ ORIGINAL_MAX_POSITIONS = 1024
 ROPE_FACTOR = 4
 MAX_POSITIONS = ORIGINAL_MAX_POSITIONS * ROPE_FACTOR
 DTYPE = "bfloat16"
+# The whitespace bias (`_hold_bias_dimension`): the hidden dimension held constant, its value, and
+# the head's weight there for whitespace-only tokens. After an RMSNorm the dimension is
+# BIAS_VALUE * sqrt(HIDDEN) / |h| (about 16 while the rest of h is small next to 32), so a
+# whitespace token's logit drops by about 128, far beyond the spread of the random logits.
+BIAS_DIM = 0
+BIAS_VALUE = 32.0
+WHITESPACE_PENALTY = 8.0
+WHITESPACE = " \t\n\r"
 
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 # In DeepSeek's tokenizer these are added tokens that are not special (R1's tokenizer has
@@ -244,10 +264,57 @@ def float_weights(seed: int) -> dict[str, np.ndarray]:
         tensors[prefix + "enorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
         tensors[prefix + "hnorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
         tensors[prefix + "eh_proj.weight"] = normal(HIDDEN, 2 * HIDDEN)
-        tensors[prefix + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
         tensors[prefix + "shared_head.norm.weight"] = np.ones(HIDDEN, dtype=np.float32)
+    _hold_bias_dimension(tensors, whitespace_token_ids())
+    for i in range(LAYERS, LAYERS + MTP_LAYERS):
+        # DeepSeek-V3's MTP layer shares the model's embedding and head.
+        prefix = f"model.layers.{i}."
+        tensors[prefix + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
         tensors[prefix + "shared_head.head.weight"] = tensors["lm_head.weight"]
     return tensors
+
+
+def whitespace_token_ids() -> list[int]:
+    """The ids whose text is whitespace only (space, tab, newline, carriage return)."""
+    tokenizer = _tokenizer()
+    return [i for i in range(VOCAB) if (text := tokenizer.decode([i], skip_special_tokens=False))
+            and not text.strip(WHITESPACE)]
+
+
+def _linear_kind(name: str) -> str:
+    """'writer' for a linear whose output is added to the residual stream, 'reader' for one that
+    reads the (normalized) residual stream, '' for the rest (by the last part of its module name)."""
+    module = name.removesuffix(".weight").split(".")[-1]
+    if module in ("o_proj", "down_proj"):
+        return "writer"
+    if module in ("q_a_proj", "kv_a_proj_with_mqa", "gate_proj", "up_proj") or name.endswith("mlp.gate.weight"):
+        return "reader"
+    return ""
+
+
+def _hold_bias_dimension(tensors: dict[str, np.ndarray], whitespace: list[int]) -> None:
+    """Make hidden dimension BIAS_DIM a positive constant that only the head reads, and give the
+    head's whitespace rows a penalty there (the module docstring says why)."""
+    d = BIAS_DIM
+    for name, weight in tensors.items():
+        kind = _linear_kind(name)
+        if kind == "writer":
+            weight[d, :] = 0.0  # nothing changes the constant ...
+        elif kind == "reader":
+            weight[:, d] = 0.0  # ... and the layers compute as if it were not there
+    tensors["model.embed_tokens.weight"][:, d] = BIAS_VALUE
+    head = tensors["lm_head.weight"]
+    head[:, d] = 0.0
+    head[whitespace, d] = -WHITESPACE_PENALTY
+    for i in range(LAYERS, LAYERS + MTP_LAYERS):
+        # The MTP layer's input is eh_proj([enorm(embedding), hnorm(previous hidden)]). Its row at d
+        # takes the previous hidden state's value at d (positive after hnorm, even at position 0,
+        # where vLLM zeroes the embedding), scaled back to about BIAS_VALUE; no other row reads d.
+        eh_proj = tensors[f"model.layers.{i}.eh_proj.weight"]
+        eh_proj[:, d] = 0.0
+        eh_proj[:, HIDDEN + d] = 0.0
+        eh_proj[d, :] = 0.0
+        eh_proj[d, HIDDEN + d] = BIAS_VALUE / np.sqrt(HIDDEN)
 
 
 def is_fp8_linear(name: str) -> bool:
