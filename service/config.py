@@ -212,6 +212,8 @@ class RequestAuditConfig(_Strict):
 
     dir: Path
     retention_days: int = Field(default=365, ge=0, le=36_500, description="0: never removed")
+    # Once today's file is this big, refusals are counted, not recorded one by one (docs/audit.md).
+    max_bytes_per_day: int = Field(default=1 << 30, ge=0, description="0: no cap")
 
 
 class Settings(BaseSettings):
