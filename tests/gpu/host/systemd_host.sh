@@ -78,7 +78,8 @@ set -e
 R="$R"
 mount --make-rprivate /
 if [ -n "\$R" ]; then
-  mount --bind "\$R" "\$R"; mount --rbind /sys "\$R/sys"
+  # recursive: what was bound under ROOT before the boot (ray_two_hosts.sh's driver files) stays
+  mount --rbind "\$R" "\$R"; mount --rbind /sys "\$R/sys"
   if [ "$GPUS" = all ]; then mount --rbind /dev "\$R/dev"
   else  # a /dev of its own: the machine's nodes but the GPUs it is not given
     mount -t tmpfs -o mode=0755,nosuid tmpfs "\$R/dev"
