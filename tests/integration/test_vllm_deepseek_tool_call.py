@@ -95,5 +95,12 @@ def test_forced_tool_calls_close_their_json(tmp_path: Path) -> None:
             assert prove.tool_call_problem(streamed) is None, (name, streamed)
             arguments = json.loads(streamed["tool_calls"][0]["function"]["arguments"], strict=False)
             assert arguments == json.loads(whole["message"]["tool_calls"][0]["function"]["arguments"], strict=False)
+        # The bias flattens the random logits; the chat that prove asks with thinking on still
+        # comes back with the reasoning the deepseek_v3 parser parsed out of it.
+        chat = {"model": "tiny-deepseek", "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+                "max_tokens": 48, "temperature": 0, "chat_template_kwargs": prove.THINKING_ON}
+        resp = httpx.post(url, json=chat, timeout=600)
+        assert resp.status_code == 200, resp.text
+        assert prove._reasoning_of(resp.json()["choices"][0]["message"]), resp.json()
     finally:
         stop(engine, timeout=30)
