@@ -42,6 +42,9 @@ class RequestInfo:
     prompt: Any = None  # only set when log_prompts is on
     tenant: str | None = None
     stage: str | None = None  # the release stage of the engine that answered
+    # The prompt and answer the audit trail keeps (service/audit_retain.py); None unless
+    # audit.retain is on: then nothing of the answer is gathered.
+    retained: Any = None
 
     @property
     def metric_key(self) -> str:
@@ -166,13 +169,16 @@ class AccessLogMiddleware:
         self.log.emit(record)
         if self.audit is not None:
             client = scope.get("client")
-            # never the prompt or the answer (docs/audit.md)
-            self.audit.emit({
+            # never the prompt or the answer, unless audit.retain keeps them, redacted (docs/audit.md)
+            audited = {
                 "ts": record["ts"], "request_id": info.request_id, "subject": info.key_name, "tenant": info.tenant,
                 "path": scope["path"], "model": info.model, "stage": info.stage, "status": status,
                 "prompt_tokens": info.prompt_tokens, "completion_tokens": info.completion_tokens,
                 "latency_ms": record["duration_ms"], "client": client[0] if client else None,
-            })
+            }
+            if info.retained is not None:
+                audited.update(info.retained.fields())
+            self.audit.emit(audited)
         m = self.metrics
         m.requests.labels(info.model, info.metric_key, str(status)).inc()
         if status < 400:

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from service import metrics_port, scrape_auth
 from service.accesslog import AccessLog, AccessLogMiddleware
+from service.audit_retain import Retention
 from service.auth import KeyRing, jwt_verifier
 from service.config import Settings
 from service.drain import DrainFile
@@ -83,6 +84,12 @@ def create_app(settings: Settings, shared: SharedState | None = None) -> FastAPI
         gateway.client_ssl = client_context(settings.tls)
     access_log = AccessLog(settings.access_log)
     audit = settings.request_audit
+    if audit is not None and audit.retain is not None:
+        retain = audit.retain
+        gateway.retention = Retention(
+            retain.prompts, retain.answers,
+            [r if isinstance(r, str) else (r.name, r.pattern) for r in retain.redact], retain.max_chars,
+        )
     request_audit = (
         RequestAudit(audit.dir, audit.retention_days, audit.max_bytes_per_day, metrics.audit_unrecorded.inc)
         if audit

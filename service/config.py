@@ -16,6 +16,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from service.audit_retain import BUILTIN, pattern_problem
+
 CONFIG_ENV = "PLI_GATEWAY_CONFIG"
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0)]
@@ -207,6 +209,39 @@ class TenantsConfig(_Strict):
         return self
 
 
+class RedactionConfig(_Strict):
+    """An operator's redaction: matches become `[redacted:<name>]` (service/audit_retain.py)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    pattern: str = Field(min_length=1, max_length=1000)
+
+    @field_validator("pattern")
+    @classmethod
+    def _usable(cls, value: str) -> str:
+        problem = pattern_problem(value)
+        if problem:
+            raise ValueError(f"the pattern {problem}")
+        return value
+
+
+class RetainConfig(_Strict):
+    """The prompts and answers the audit trail keeps, redacted (service/audit_retain.py); the
+    inventory's audit.retain."""
+
+    prompts: bool = False
+    answers: bool = False
+    # built-in names (service/audit_retain.py's BUILTIN) and the operator's patterns, in order
+    redact: list[str | RedactionConfig] = Field(default_factory=lambda: list(BUILTIN))
+    max_chars: int = Field(default=16_384, ge=1, le=1 << 20, description="each of prompt and answer")
+
+    @model_validator(mode="after")
+    def _known(self) -> "RetainConfig":
+        for item in self.redact:
+            if isinstance(item, str) and item not in BUILTIN:
+                raise ValueError(f"unknown redaction {item!r}: built-in ones are {sorted(BUILTIN)}")
+        return self
+
+
 class RequestAuditConfig(_Strict):
     """The per-request audit trail (service/request_audit.py): its folder and how long it keeps."""
 
@@ -214,6 +249,8 @@ class RequestAuditConfig(_Strict):
     retention_days: int = Field(default=365, ge=0, le=36_500, description="0: never removed")
     # Once today's file is this big, refusals are counted, not recorded one by one (docs/audit.md).
     max_bytes_per_day: int = Field(default=1 << 30, ge=0, description="0: no cap")
+    # None: never the prompt or the answer (docs/audit.md#keeping-prompts-and-answers)
+    retain: RetainConfig | None = None
 
 
 class Settings(BaseSettings):

@@ -180,6 +180,8 @@ class OpenAIRoutes:
         raw, strip_usage = _with_usage(body, raw, info, resume)
         if gw.settings.log_prompts:
             info.prompt = _prompt(body)
+        if gw.retention is not None:  # audit.retain: redacted when the record is written
+            info.retained = gw.retention.start(_prompt(body) if gw.retention.prompts else None)
         session = _header(scope, self.session_header) if self.session_header else None
         return ProxyCall(
             gw.upstream, info, key, scope["path"], raw, model, strip_usage, reserved, session, ticket, resume

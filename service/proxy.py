@@ -511,6 +511,8 @@ class ProxyCall(Response):
             self._account(self._tail_usage(data))
             if engine.task == "generate":
                 self._read_answer(data)
+                if self.info.retained is not None:  # audit.retain (service/audit_retain.py)
+                    self.info.retained.whole(data, self.path.endswith("chat/completions"))
         else:
             data = normalize_error(resp.status, data)
             content_type = b"application/json"
@@ -574,6 +576,8 @@ class ProxyCall(Response):
                 # The last block and the end of the response go out in one write.
                 self.done = block.endswith(_SSE_DONE)
                 self.events += block.count(b"data: {")
+                if info.retained is not None:  # audit.retain: the text the client is sent
+                    info.retained.stream(block)
                 await send(
                     {"type": "http.response.body", "body": block, "more_body": not self.done}
                 )

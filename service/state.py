@@ -3,6 +3,7 @@
 import ssl
 from dataclasses import dataclass
 
+from service.audit_retain import Retention
 from service.auth import KeyRing
 from service.config import Settings
 from service.health import HealthChecker
@@ -29,3 +30,4 @@ class Gateway:
     health: HealthChecker = None  # type: ignore[assignment]
     server_ssl: ssl.SSLContext | None = None  # what the API port serves (None: plain HTTP)
     client_ssl: ssl.SSLContext | None = None  # for https:// engines
+    retention: Retention | None = None  # audit.retain: the prompts and answers the trail keeps

@@ -313,6 +313,8 @@ async def _relay(
                         out = rewrite.block(block)
                         if out:
                             call.done = out.endswith(_DONE + _SSE_END)
+                            if call.info.retained is not None:  # audit.retain: the text the client is sent
+                                call.info.retained.stream(out)
                             await send({"type": "http.response.body", "body": out, "more_body": not call.done})
                         if call.done:
                             return RESUMED

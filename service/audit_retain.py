@@ -1,0 +1,188 @@
+"""What the request audit trail keeps of a request's text, when the operator turns it on
+(inventory `audit.retain`, docs/audit.md#keeping-prompts-and-answers); off by default, and then
+nothing here runs.
+
+The redaction hook is a list of regular expressions, built-in ones by name and the operator's
+own, applied to every string before it is written: the inventory carries data, never code, so
+nothing of it is executed on a host (a plugin would run with the gateway's rights, see every
+request and the keys file, and be one more thing to ship, sign and review on every host). A
+pattern that can match the empty string is refused: it would match everywhere and nowhere.
+
+Python's `re` has no time limit, and the text is the client's: every string is cut to
+`max_chars` (plus a margin, so a secret across the cut is still seen whole) *before* a pattern
+runs, which bounds what one request can cost; docs/audit.md asks for patterns without nested
+quantifiers. Then it is cut to `max_chars`, and the record says so (`prompt_cut`, `answer_cut`).
+"""
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# Text looked at past the cap, so a secret that crosses it is still matched whole (and then cut).
+MARGIN = 1024
+
+# Specific before generic: a key's digits are not taken for a card number first.
+BUILTIN: dict[str, str] = {
+    # the product's own keys (installer/keys.py), OpenAI-style, Hugging Face, GitHub, AWS key ids
+    "api_key": r"\bsk-pli-[A-Za-z0-9_\-]{8,}|\bsk-(?:[a-z]+-)?[A-Za-z0-9_\-]{20,}|\bhf_[A-Za-z0-9]{30,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{36,}|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+    # an Authorization header's value, and a JWT wherever it stands
+    "bearer": r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]+=*|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*",
+    "email": r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
+    # 13 to 19 digits, spaces or dashes between them (no Luhn check: redacting more is the safe side)
+    "card": r"(?<![\d-])\d(?:[ \-]?\d){12,18}(?![\d-])",
+    "ipv4": r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.])",
+}
+NAME = r"^[a-z][a-z0-9_]{0,31}$"
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` cannot be a redaction (None: it can): it does not compile, or it can match
+    the empty string."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        return f"does not compile: {exc}"
+    try:
+        # sre's own minimum width: exact (a lookahead alone, `a*`, `x?` are all 0).
+        shortest = re._parser.parse(pattern, compiled.flags).getwidth()[0]  # type: ignore[attr-defined]
+    except (AttributeError, re.error):
+        shortest = 0 if compiled.search("") else 1
+    if shortest == 0:
+        return "can match the empty string (it would match everywhere); make it need at least one character"
+    return None
+
+
+class Redactor:
+    """The redactions in order: each match becomes `[redacted:<name>]`."""
+
+    def __init__(self, redact: Iterable[str | tuple[str, str]]) -> None:
+        self.rules: list[tuple[str, re.Pattern[str]]] = []
+        for item in redact:
+            name, pattern = (item, BUILTIN[item]) if isinstance(item, str) else item
+            problem = pattern_problem(pattern)
+            if problem:  # the inventory refuses it first (installer/inventory/models.py)
+                raise ValueError(f"redaction {name!r}: the pattern {problem}")
+            self.rules.append((name, re.compile(pattern)))
+
+    def __call__(self, text: str) -> str:
+        for name, pattern in self.rules:
+            text = pattern.sub(f"[redacted:{name}]", text)
+        return text
+
+
+class Retention:
+    """The operator's policy: which texts, redacted how, how long at most."""
+
+    def __init__(self, prompts: bool, answers: bool, redact: Iterable[str | tuple[str, str]], max_chars: int) -> None:
+        self.prompts, self.answers, self.max_chars = prompts, answers, max_chars
+        self.redact = Redactor(redact)
+
+    def start(self, prompt: Any) -> "Retained | None":
+        """A request's retained texts; None when neither is kept."""
+        if not (self.prompts or self.answers):
+            return None
+        return Retained(self, prompt if self.prompts else None)
+
+    def clean(self, value: Any, budget: list[int]) -> tuple[Any, bool]:
+        """`value` with every string redacted and the strings cut to `budget[0]` characters in
+        all (taken from it); whether something was cut."""
+        if isinstance(value, str):
+            raw = value[: budget[0] + MARGIN]
+            text = self.redact(raw)
+            cut = len(text) > budget[0] or len(raw) < len(value)
+            text = text[: budget[0]]
+            budget[0] -= len(text)
+            return text, cut
+        if isinstance(value, list):
+            cut = False
+            out = []
+            for item in value:
+                item, c = self.clean(item, budget)
+                out.append(item)
+                cut = cut or c
+            return out, cut
+        if isinstance(value, dict):
+            cut = False
+            kept = {}
+            for key, item in value.items():
+                kept[key], c = self.clean(item, budget)
+                cut = cut or c
+            return kept, cut
+        return value, False
+
+
+class Retained:
+    """One request's prompt, and its answer as the client received it: a whole answer's body,
+    or the text of the stream's deltas (both engines' for a resumed stream), gathered only up
+    to the cap and its margin."""
+
+    def __init__(self, policy: Retention, prompt: Any) -> None:
+        self.policy = policy
+        self.prompt = prompt
+        # the choices' texts by index (n > 1 streams interleave them)
+        self.answer: dict[int, list[str]] | None = {} if policy.answers else None
+        self._room = policy.max_chars + MARGIN
+        self._beyond = False  # text came past what was gathered
+
+    def whole(self, body: bytes, chat: bool) -> None:
+        """The text of a whole (not streamed) answer's choices."""
+        if self.answer is None:
+            return
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError):
+            return
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        for choice in choices if isinstance(choices, list) else ():
+            part = choice.get("message") if chat and isinstance(choice, dict) else choice
+            if isinstance(part, dict):
+                self._take(choice.get("index"), part.get("content") if chat else part.get("text"))
+
+    def stream(self, block: bytes) -> None:
+        """A block of whole events as sent to the client: the text of their deltas."""
+        if self.answer is None:
+            return
+        for event in block.split(b"\n\n"):
+            if not event.startswith(b"data: {"):
+                continue
+            try:
+                obj = json.loads(event[6:])
+            except (ValueError, RecursionError):
+                continue
+            choices = obj.get("choices") if isinstance(obj, dict) else None
+            for choice in choices if isinstance(choices, list) else ():
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta")
+                self._take(choice.get("index"), delta.get("content") if isinstance(delta, dict) else choice.get("text"))
+
+    def _take(self, index: Any, text: Any) -> None:
+        if not isinstance(text, str) or not text or self.answer is None:
+            return
+        index = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        if len(text) > self._room:
+            self._beyond = True
+        piece = text[: self._room]
+        self._room -= len(piece)
+        if piece:
+            self.answer.setdefault(index, []).append(piece)
+
+    def fields(self) -> dict[str, Any]:
+        """The record's retained fields, redacted and cut: written after the others, so the
+        record's other fields are the same whether retention is on or off."""
+        out: dict[str, Any] = {}
+        policy = self.policy
+        if policy.prompts and self.prompt is not None:
+            out["prompt"], cut = policy.clean(self.prompt, [policy.max_chars])
+            if cut:
+                out["prompt_cut"] = True
+        if self.answer is not None:
+            # one string, or one per choice (n > 1), in index order
+            texts = ["".join(parts) for _, parts in sorted(self.answer.items())]
+            answer: Any = texts if len(texts) > 1 else "".join(texts)
+            out["answer"], cut = policy.clean(answer, [policy.max_chars])
+            if cut or self._beyond:
+                out["answer_cut"] = True
+        return out
