@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from installer import revisions
+from installer import deployment_lock, revisions
 from installer.cli.root import InventoryOpt, app
 from installer.day2 import records
 from installer.day2.rolling import summary_rows
@@ -45,11 +45,12 @@ def upgrade_cmd(
 ) -> None:
     """Roll every host to the new revision (inventory + bundle), batch by batch, behind health gates."""
     inv = load_inventory(inventory)
-    result = upgrade(
-        inventory, RichReporter([h.name for h in inv.hosts]), bundle_path=bundle,
-        trusted_keys=tuple(trusted_key or ()), insecure=insecure, batch_size=batch,
-        drain_timeout_s=drain_timeout,
-    )
+    with deployment_lock.held(inv.deployment, "upgrade"):
+        result = upgrade(
+            inventory, RichReporter([h.name for h in inv.hosts]), bundle_path=bundle,
+            trusted_keys=tuple(trusted_key or ()), insecure=insecure, batch_size=batch,
+            drain_timeout_s=drain_timeout,
+        )
     _report(f"upgrade of {inv.deployment} to revision {result.roll.target.number}", result)
 
 
@@ -62,10 +63,11 @@ def rollback_cmd(
 ) -> None:
     """Return every host to the previous revision (or --to N), with the same gates as upgrade."""
     inv = load_inventory(inventory)
-    result = rollback(
-        inventory, RichReporter([h.name for h in inv.hosts]), to=to, batch_size=batch,
-        drain_timeout_s=drain_timeout,
-    )
+    with deployment_lock.held(inv.deployment, "rollback"):
+        result = rollback(
+            inventory, RichReporter([h.name for h in inv.hosts]), to=to, batch_size=batch,
+            drain_timeout_s=drain_timeout,
+        )
     _report(f"rollback of {inv.deployment} to revision {result.roll.target.number}", result)
 
 

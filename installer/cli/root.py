@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from installer import audit, deploy, paths, prove
+from installer import audit, deploy, deployment_lock, paths, prove
 from installer.ansible.runner import strategy_env
 from installer.errors import AnsibleError
 from installer.inventory import load_inventory
@@ -207,10 +207,11 @@ def run_up(
             "[bold red on yellow] INSECURE [/] [bold red]--insecure: the bundle is used even if it "
             "is unsigned or signed by an unknown key; its origin is not verified[/]"
         )
-    result = deploy.up(
-        inventory, reporter, bundle_path=bundle, check=check, prune=prune,
-        trusted_keys=tuple(trusted_key), insecure=insecure, adopt=adopt, full=full,
-    )
+    with deployment_lock.held(inv.deployment, "up --check" if check else "up"):
+        result = deploy.up(
+            inventory, reporter, bundle_path=bundle, check=check, prune=prune,
+            trusted_keys=tuple(trusted_key), insecure=insecure, adopt=adopt, full=full,
+        )
     # The gpu column only where a host ran the GPU checks: CPU deployments keep their table.
     gpu = any(h.gpu for h in result.hosts)
     rows = [

@@ -1,10 +1,12 @@
 """`installer state export|import`: move the control machine's state to another machine."""
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from installer import deployment_lock
 from installer.cli.root import StateInventoryOpt, app
 from installer.state_archive import StateArchiveError, crypto, export, restore
 from installer.ui import console
@@ -49,7 +51,8 @@ def export_cmd(
     """Write the state folder's keys, CA, secrets, revisions, audit trail and Terraform state, encrypted."""
     to = crypto.recipients(recipient or [], recipients_file or [])
     secret = None if to else crypto.passphrase(passphrase_file, confirm=True)
-    done = export.export(out, lambda data: crypto.encrypt(data, secret=secret, to=to))
+    with deployment_lock.whole_state("state export"):
+        done = export.export(out, lambda data: crypto.encrypt(data, secret=secret, to=to))
     console.print(
         f"wrote {done.path}: {done.files} files in {done.folders} folders from {done.state}"
         f"{', with the audit key' if done.audit_key else ''}",
@@ -93,7 +96,10 @@ def import_cmd(
         )
     secret = None if ids else crypto.passphrase(passphrase_file, confirm=False)
     argv = ["state", "import", str(archive), *(["--force"] if force else [])]
-    done = restore.restore(blob, archive, lambda b: crypto.decrypt(b, archive, secret=secret, ids=ids), force, argv)
+    # Without --force an import writes only into an empty folder, which no command is using; with
+    # it, the folder a command may be writing is moved aside.
+    with deployment_lock.whole_state("state import") if force else contextlib.nullcontext():
+        done = restore.restore(blob, archive, lambda b: crypto.decrypt(b, archive, secret=secret, ids=ids), force, argv)
     if done.unchanged:
         console.print(f"{done.state} already holds this state: nothing to do", highlight=False)
         return

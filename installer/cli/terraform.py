@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from installer import gpu_fit, plan_history, plan_record, preview
+from installer import deployment_lock, gpu_fit, plan_history, plan_record, preview
 from installer import plan as deployment_plan
 from installer.cli.root import InventoryOpt, app, run_up
 from installer.day2 import down as teardown
@@ -214,6 +214,11 @@ def down(
 ) -> None:
     """Remove the deployment: private-llm from bare-metal hosts, or the cloud resources (asks first)."""
     inv = load_inventory(inventory)
+    with deployment_lock.held(inv.deployment, "down"):
+        _down(inv, yes)
+
+
+def _down(inv: Inventory, yes: bool) -> None:
     if inv.provider == "baremetal":
         _remove_from_hosts(inv, yes)
         return

@@ -4,6 +4,7 @@ model's release read back from the state, one run log, and its summary written w
 from collections.abc import Callable
 from pathlib import Path
 
+from installer import deployment_lock
 from installer.inventory import load_inventory
 from installer.release import lock, spec, state
 from installer.release.outcome import Outcome
@@ -12,7 +13,7 @@ from installer.runlog import RunLog
 
 def run(command: str, inventory_path: Path, model: str, body: Callable[[spec.Sides, Outcome], None]) -> Outcome:
     deployment = load_inventory(inventory_path).deployment
-    with lock.held(deployment, command):
+    with deployment_lock.held(deployment, f"release {command}"), lock.held(deployment, command):
         release = state.require(deployment, model)
         out = Outcome(command, model, RunLog(f"release-{command}", deployment))
         try:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from installer import keys, prepare, revisions
+from installer import deployment_lock, keys, prepare, revisions
 from installer.day2 import gate, rolling
 from installer.errors import InstallerError
 from installer.inventory import ServedModel, load_inventory
@@ -76,7 +76,8 @@ def start(
     drain_timeout_s: float = 120,
     on_runlog: Callable[[RunLog], None] = lambda _l: None,
 ) -> Outcome:
-    with lock.held(load_inventory(inventory_path).deployment, "start"):
+    deployment = load_inventory(inventory_path).deployment
+    with deployment_lock.held(deployment, "release start"), lock.held(deployment, "start"):
         return _locked_start(inventory_path, reporter, model, bundle_path, trusted_keys, insecure, drain_timeout_s,
                              on_runlog)
 

@@ -83,8 +83,11 @@ def import_with(archive: Path, identity: Path, *more: str) -> Result:
 
 
 def tree(root: Path) -> dict[str, tuple[int, bytes | None]]:
-    """Every path under `root`: its mode and, for a file, its bytes."""
+    """Every path under `root`: its mode and, for a file, its bytes. Lock files are not state:
+    made on use by the commands that change it (installer/deployment_lock.py), never exported."""
     out: dict[str, tuple[int, bytes | None]] = {}
     for p in sorted(root.rglob("*")):
+        if p.suffix == ".lock":
+            continue
         out[str(p.relative_to(root))] = (p.lstat().st_mode & 0o7777, None if p.is_dir() else p.read_bytes())
     return out
