@@ -161,8 +161,9 @@ def parsers_by_model(engines: Iterable[EngineArgv]) -> dict[str, Parsers]:
 
 # The forced tool call: `tool_choice` names the function, and vLLM turns its JSON schema into a
 # grammar, so even random weights answer with arguments that parse. `additionalProperties: false`
-# and `maxLength` keep the JSON short; max_tokens leaves room for the whitespace the grammar
-# allows between JSON tokens (docs/gateway.md#reasoning-and-tool-calls says what it took).
+# and `maxLength` keep the JSON short; max_tokens leaves room for a tool parser's envelope, which
+# random weights spell out byte by byte under the grammar (DeepSeek's: docs/deepseek.md), and for
+# the whitespace a grammar allows between JSON tokens (docs/gateway.md#reasoning-and-tool-calls).
 TOOL_NAME = "get_weather"
 TOOL: dict[str, Any] = {
     "type": "function",

@@ -33,7 +33,7 @@ tool = {"type": "function", "function": {"name": "get_weather", "description": "
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
                        "required": ["city"], "additionalProperties": False}}}
 forced = {"model": "tiny-deepseek", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [tool],
-          "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 64}
+          "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 192}
 whole = json.loads(ask("tool_whole", forced))
 call = whole["choices"][0]["message"]["tool_calls"][0]["function"]
 print("tool call whole:", call["name"], json.loads(call["arguments"]))
