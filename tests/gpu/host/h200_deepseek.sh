@@ -53,6 +53,7 @@ got = sum(len(c.get("delta", {}).get("reasoning") or c.get("delta", {}).get("rea
 print(f"reasoning streamed: {got} chars of reasoning deltas")
 PY
 echo "calls exit ${PIPESTATUS[0]}"
+[ -z "${CALLS_ONLY:-}" ] || exit 0  # the calls alone, for the last minutes of a lease
 bash "$here/h200_bench.sh" "$S" "$out/mtp_on"
 # MTP_ON_ONLY=1: the calls and the MTP-on bench alone, for a lease with little device time left
 [ -z "${MTP_ON_ONLY:-}" ] || exit 0
