@@ -50,6 +50,9 @@ COLUMNS = (
     "event",
     "count",
 )
+# The texts audit.retain keeps (service/audit_retain.py): columns only when a record has them, as
+# JSON (a message list, or a string in quotes: no cell starts with a spreadsheet formula's `=`).
+RETAINED = ("prompt", "prompt_cut", "answer", "answer_cut")
 
 
 class RequestAuditError(InstallerError):
@@ -163,8 +166,12 @@ def to_jsonl(records: Iterable[dict[str, Any]]) -> str:
 
 
 def to_csv(records: Iterable[dict[str, Any]]) -> str:
+    records = list(records)
+    retained = [c for c in RETAINED if any(c in r for r in records)]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=(*COLUMNS, *retained), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(records)
+    for record in records:
+        texts: dict[str, str] = {c: json.dumps(record[c], ensure_ascii=False) for c in ("prompt", "answer") if c in record}
+        writer.writerow({**record, **texts})
     return out.getvalue()

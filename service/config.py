@@ -231,7 +231,7 @@ class RetainConfig(_Strict):
     prompts: bool = False
     answers: bool = False
     # built-in names (service/audit_retain.py's BUILTIN) and the operator's patterns, in order
-    redact: list[str | RedactionConfig] = Field(default_factory=lambda: list(BUILTIN))
+    redact: list[str | RedactionConfig] = Field(default_factory=lambda: list[str | RedactionConfig](BUILTIN))
     max_chars: int = Field(default=16_384, ge=1, le=1 << 20, description="each of prompt and answer")
 
     @model_validator(mode="after")

@@ -172,14 +172,19 @@ def _tenant_vars(plan: DeploymentPlan) -> dict[str, Any]:
             "claim": auth.tenant_claim, "default": auth.default_tenant,
             "tenants": [t.model_dump(mode="json", exclude_none=True) for t in auth.tenants],
         }
-    return {
-        "gateway_tenants": tenants,
-        "gateway_request_audit": (
-            {"retention_days": audit.retention_days, "max_bytes_per_day": audit.max_mb_per_day << 20}
-            if audit.requests
-            else {}
-        ),
-    }
+    request_audit: dict[str, Any] = (
+        {"retention_days": audit.retention_days, "max_bytes_per_day": audit.max_mb_per_day << 20}
+        if audit.requests
+        else {}
+    )
+    if request_audit and audit.retain is not None:
+        # service/config.py's RetainConfig; only when set, so the gateways' config is as before
+        retain = audit.retain
+        request_audit["retain"] = {
+            "prompts": retain.prompts, "answers": retain.answers, "max_chars": retain.max_chars,
+            "redact": [r.gateway() for r in retain.redact],
+        }
+    return {"gateway_tenants": tenants, "gateway_request_audit": request_audit}
 
 
 def _redis_vars(plan: DeploymentPlan) -> dict[str, Any]:

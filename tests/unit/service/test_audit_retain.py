@@ -101,7 +101,8 @@ def test_a_streams_answer_is_the_text_of_its_deltas_per_choice() -> None:
     assert retained.fields() == {"answer": ["Hello world", "Hi"]}  # prompts not kept: no field
     completion = Retention(False, True, BUILTIN, 100).start(None)
     assert completion is not None
-    completion.stream(_events({"choices": [{"index": 0, "text": " tok0"}]}, {"choices": [{"index": 0, "text": " tok1"}]}))
+    completion.stream(_events({"choices": [{"index": 0, "text": " tok0"}]},
+                              {"choices": [{"index": 0, "text": " tok1"}]}))
     assert completion.fields() == {"answer": " tok0 tok1"}
 
 
@@ -110,7 +111,7 @@ def test_the_cap_cuts_after_redaction_so_a_secret_across_it_does_not_leak() -> N
     assert retained is not None
     for _ in range(100):  # far past the cap: gathered only up to it and its margin
         retained.stream(_events({"choices": [{"index": 0, "delta": {"content": "abc sk-pli-0123456789abcdef "}}]}))
-    assert sum(map(len, retained.answer[0])) <= 20 + 1024  # type: ignore[index]
+    assert retained.answer is not None and sum(len(p) for p in retained.answer[0]) <= 20 + 1024
     fields = retained.fields()
     assert fields["prompt"] == "x" * 15 + " mail" and fields["prompt_cut"] is True
     assert fields["answer"] == "abc [redacted:api_ke" and fields["answer_cut"] is True
