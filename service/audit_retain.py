@@ -87,8 +87,11 @@ class Retention:
 
     def clean(self, value: Any, budget: list[int]) -> tuple[Any, bool]:
         """`value` with every string redacted and the strings cut to `budget[0]` characters in
-        all (taken from it); whether something was cut."""
+        all (taken from it); whether something was cut. A list's numbers (a prompt of token ids)
+        cost their digits, and a list stops where the budget ends."""
         if isinstance(value, str):
+            if budget[0] <= 0:
+                return "", bool(value)
             raw = value[: budget[0] + MARGIN]
             text = self.redact(raw)
             cut = len(text) > budget[0] or len(raw) < len(value)
@@ -99,6 +102,10 @@ class Retention:
             cut = False
             out = []
             for item in value:
+                if budget[0] <= 0:
+                    return out, True
+                if not isinstance(item, (str, list, dict)):
+                    budget[0] -= len(str(item))
                 item, c = self.clean(item, budget)
                 out.append(item)
                 cut = cut or c

@@ -118,6 +118,14 @@ def test_the_cap_cuts_after_redaction_so_a_secret_across_it_does_not_leak() -> N
     assert "carol" not in json.dumps(fields) and "0123" not in json.dumps(fields)
 
 
+def test_a_prompt_of_token_ids_is_cut_too() -> None:
+    retained = Retention(True, False, BUILTIN, 30).start([list(range(1000))])
+    assert retained is not None
+    fields = retained.fields()
+    assert fields["prompt"][0][:3] == [0, 1, 2] and len(json.dumps(fields["prompt"])) < 100
+    assert fields["prompt_cut"] is True
+
+
 class _Kept(AccessLog):
     def __init__(self) -> None:
         super().__init__(None)
