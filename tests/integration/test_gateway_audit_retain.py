@@ -1,8 +1,9 @@
 """audit.retain at a real gateway (#38 item 3, docs/audit.md#keeping-prompts-and-answers): with it
 on, the record holds the prompt redacted (an e-mail address and an `sk-pli-` key in it) and the
 answer the client received, whole, streamed, and streamed across a mid-stream failover
-(service/stream_resume.py); the chain verifies, and neither the access log, the gateway's output
-nor /metrics has the text. With it off, the record has neither, and its fields are the usual ones."""
+(service/stream_resume.py); the chain verifies (and finds an answer changed), and neither the
+access log, the gateway's output nor /metrics has the text. With it off, the record has neither,
+and its fields are the usual ones."""
 
 import json
 import time
@@ -85,6 +86,11 @@ def test_retained_prompts_are_redacted_and_answers_kept_whole_streamed_and_resum
     metrics = httpx.get(gateway.url + "/metrics", headers=scrape_token.headers).text
     for where in (gateway.access_log.read_text(), gateway.output.read_text(), metrics):
         assert EMAIL not in where and LEAKED_KEY not in where and "tok1 tok2" not in where
+    # The chain covers the texts as any field: an answer changed in the file is found.
+    (day,) = folder.glob("requests-*.jsonl")
+    day.write_bytes(day.read_bytes().replace(b'"answer":" tok0', b'"answer":" TOK0', 1))
+    verdict = audit_chain.verify([(day.name, day.read_bytes())])
+    assert [(p.line, p.kind) for p in verdict.problems] == [(1, "edited")], verdict.problems
 
 
 def test_with_retention_off_the_record_has_neither_prompt_nor_answer(
