@@ -31,9 +31,18 @@ FIELDS = ["ts", "request_id", "subject", "tenant", "path", "model", "stage", "st
         ("token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl end", "token [redacted:bearer] end"),
         ("card 4111 1111 1111 1111 exp", "card [redacted:card] exp"),
         ("card 4111-1111-1111-1111", "card [redacted:card]"),
-        ("from 10.0.4.17:8080 and 192.168.1.1", "from [redacted:ipv4]:8080 and [redacted:ipv4]"),
+        ("from 10.0.4.17:8080 and 192.168.1.1.", "from [redacted:ipv4]:8080 and [redacted:ipv4]."),
+        # Chinese text right before or after: no ASCII word edge there, still redacted
+        ("我的密钥是sk-pli-Zx81mQ2pLk9Rt4Vw请保密，联系bob@example.com谢谢，地址10.1.2.3。",  # noqa: RUF001
+         "我的密钥是[redacted:api_key]请保密，联系[redacted:email]谢谢，地址[redacted:ipv4]。"),  # noqa: RUF001
+        ("令牌Bearer abc.DEF，AKIAIOSFODNN7EXAMPLE密", "令牌[redacted:bearer]，[redacted:api_key]密"),  # noqa: RUF001
+        # inside a word: not a key
+        ("the risk-adjusted-return-calculations and ask-pli-12345678", "the risk-adjusted-return-calculations "
+         "and ask-pli-12345678"),
         # not redacted: a version, a year and a short number, an address that is not one
-        ("vLLM 0.26.1 in 2026, order 12345, 300.1.2.3", "vLLM 0.26.1 in 2026, order 12345, 300.1.2.3"),
+        ("vLLM 0.26.1 in 2026, order 12345, 300.1.2.3, 1.2.3.4.5",
+         "vLLM 0.26.1 in 2026, order 12345, 300.1.2.3, 1.2.3.4.5"),
+        ("v1.2.3 4111 1111 1111 1111", "v1.2.3 [redacted:card]"),
     ],
 )
 def test_the_builtin_redactions(text: str, redacted: str) -> None:
