@@ -884,6 +884,14 @@ class Audit(_Strict):
     max_mb_per_day: Annotated[int, Field(ge=0, le=1_048_576)] = 1024
     retain: AuditRetain | None = None  # None: never the prompt or the answer
 
+    @model_validator(mode="after")
+    def _retain_needs_the_trail(self) -> "Audit":
+        if self.retain is not None and not self.requests:
+            raise ValueError(
+                "audit.retain keeps texts in the per-request trail: set audit.requests: true, or drop retain"
+            )
+        return self
+
     @model_serializer(mode="wrap")
     def _dump_retain_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return _unset_dropped(self, handler(self), ("retain",))

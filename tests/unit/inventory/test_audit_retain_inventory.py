@@ -99,8 +99,9 @@ def test_a_bad_pattern_is_refused_at_its_line(tmp_path: Path, pattern: str, mess
 @pytest.mark.parametrize(
     ("redact", "message"),
     [("[phone]", "'phone' is no built-in redaction"), ("[email, email]", "each redaction name once"),
-     ("[{name: Bad Name, pattern: x}]", "a redaction name")],
-    ids=["unknown-builtin", "twice", "bad-name"],
+     ("[{name: Bad Name, pattern: x}]", "a redaction name"),
+     ("[email]\n  requests: false", "set audit.requests: true, or drop retain")],
+    ids=["unknown-builtin", "twice", "bad-name", "no-trail"],
 )
 def test_bad_redactions_are_refused(tmp_path: Path, redact: str, message: str) -> None:
     path = site_file(tmp_path, f"audit:\n  retain:\n    prompts: true\n    redact: {redact}\n")
