@@ -38,8 +38,11 @@ BUILTIN: dict[str, str] = {
     "|A" + _NOT_AFTER.format("A") + r"(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
     # an Authorization header's value, and a JWT wherever it stands
     "bearer": "[Bb](?<![A-Za-z0-9_][Bb])[Ee][Aa][Rr][Ee][Rr]" + r"\s+[A-Za-z0-9._~+/\-]+=*"
-    "|e" + _NOT_AFTER.format("e") + r"yJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*",
-    "email": r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
+    r"|e(?<![A-Za-z0-9_\-]e)yJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*",
+    # only where a run of local-part characters starts (else every position of a long run is a
+    # start that scans the run for '@': quadratic), at most 64 of them (RFC 5321's limit)
+    "email": r"[A-Za-z0-9._%+\-](?<![A-Za-z0-9._%+\-][A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]{0,63}"
+    r"@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}",
     # 13 to 19 digits, spaces or dashes between them (no Luhn check: redacting more is the safe side)
     "card": r"[0-9](?<![0-9.\-][0-9])(?:[ \-]?[0-9]){12,18}(?![0-9\-])",
     # four numbers of 1 to 3 digits; an octet above 255 is no address (_ACCEPT)
@@ -49,9 +52,9 @@ _ACCEPT = {"ipv4": lambda text: all(int(octet) <= 255 for octet in text.split(".
 NAME = r"^[a-z][a-z0-9_]{0,31}$"
 
 
-def pattern_problem(pattern: str) -> str | None:
-    """Why `pattern` cannot be a redaction (None: it can): it does not compile, or it can match
-    the empty string."""
+def pattern_problem(pattern: str, builtin: bool = False) -> str | None:
+    """Why `pattern` cannot be a redaction (None: it can): it does not compile, it can match the
+    empty string, or (the operator's own) it repeats a repeating group."""
     try:
         compiled = re.compile(pattern)
     except re.error as exc:
@@ -63,7 +66,36 @@ def pattern_problem(pattern: str) -> str | None:
         shortest = 0 if compiled.search("") else 1
     if shortest == 0:
         return "can match the empty string (it would match everywhere); make it need at least one character"
+    if not builtin and _nested_repeat(re._parser.parse(pattern, compiled.flags)):  # type: ignore[attr-defined]
+        return ("repeats a group that itself repeats (like (a+)+ or (\\w+\\s?)*), which can take exponential "
+                "time on a client's text; repeat a plain character class instead")
     return None
+
+
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+
+
+def _nested_repeat(tree: Any, inside: bool = False) -> bool:
+    """Whether an unbounded-ish repeat (max > 1) holds another one: the shape whose backtracking
+    grows exponentially (Python's `re` has no time limit)."""
+    for op, av in tree:
+        name = str(op)
+        if name in _REPEATS:
+            _low, high, body = av
+            repeats = high is None or str(high) == "MAXREPEAT" or high > 1
+            if (repeats and inside) or _nested_repeat(body, inside or repeats):
+                return True
+        elif name == "SUBPATTERN":
+            found = _nested_repeat(av[-1], inside)
+        elif name == "BRANCH":
+            found = any(_nested_repeat(b, inside) for b in av[1])
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            found = _nested_repeat(av[1], inside)
+        else:
+            found = False
+        if found:
+            return True
+    return False
 
 
 class Redactor:
@@ -73,7 +105,7 @@ class Redactor:
         self.rules: list[tuple[re.Pattern[str], Any]] = []
         for item in redact:
             name, pattern = (item, BUILTIN[item]) if isinstance(item, str) else item
-            problem = pattern_problem(pattern)
+            problem = pattern_problem(pattern, builtin=isinstance(item, str))
             if problem:  # the inventory refuses it first (installer/inventory/models.py)
                 raise ValueError(f"redaction {name!r}: the pattern {problem}")
             marker = f"[redacted:{name}]"

@@ -232,7 +232,7 @@ class RetainConfig(_Strict):
     answers: bool = False
     # built-in names (service/audit_retain.py's BUILTIN) and the operator's patterns, in order
     redact: list[str | RedactionConfig] = Field(default_factory=lambda: list[str | RedactionConfig](BUILTIN))
-    max_chars: int = Field(default=16_384, ge=1, le=1 << 20, description="each of prompt and answer")
+    max_chars: int = Field(default=16_384, ge=1, le=1 << 16, description="each of prompt and answer")
 
     @model_validator(mode="after")
     def _known(self) -> "RetainConfig":

@@ -861,7 +861,7 @@ class AuditRetain(_Strict):
         default_factory=lambda: [AuditRedaction(name=name) for name in audit_retain.BUILTIN]
     )
     # Characters kept of each of the prompt and the answer (after redaction); the rest is cut.
-    max_chars: Annotated[int, Field(ge=1, le=1_048_576)] = 16_384
+    max_chars: Annotated[int, Field(ge=1, le=65_536)] = 16_384
 
     @model_validator(mode="after")
     def _named_once(self) -> "AuditRetain":

@@ -5,6 +5,7 @@ one the trail always wrote."""
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -184,3 +185,34 @@ def test_with_retention_off_the_record_is_the_one_always_written() -> None:
     same = ("subject", "tenant", "path", "model", "stage", "status", "prompt_tokens", "completion_tokens", "client")
     assert {k: on[k] for k in same} == {k: off[k] for k in same}
     assert Retention(False, False, BUILTIN, 100).start("x") is None  # neither kept: nothing gathered
+
+
+ADVERSARIAL = ("a", "1", "sk-", "1.", "-eyJ", "a@", "eyJ", "Bearer ")
+
+
+def _best(redactor: Redactor, text: str) -> float:
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        redactor(text)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def test_the_built_in_redactions_take_time_in_proportion_to_the_text() -> None:
+    """A client's text must not make a pattern quadratic (the review found email at 1.26 s for
+    17,408 'a's). Eight times the text (up to max_chars' ceiling) takes about eight times as long
+    (measured 7.3-18x), where a quadratic pattern takes about 64 times."""
+    redactor = Redactor(list(BUILTIN))
+    ratios = {}
+    for unit in ADVERSARIAL:
+        small, large = (_best(redactor, unit * (n // len(unit))) for n in (8_192, 65_536))
+        ratios[unit] = large / max(small, 1e-5)
+    assert max(ratios.values()) < 32, ratios
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+b", r"(?:[a-z]+\.)*com", r"(x|y+)+z"])
+def test_an_operators_pattern_that_repeats_a_repeating_group_is_refused(pattern: str) -> None:
+    problem = pattern_problem(pattern)
+    assert problem and "repeats a group that itself repeats" in problem
+    assert pattern_problem(r"secret-[A-Za-z0-9]{8,}") is None
