@@ -62,7 +62,10 @@ row 0. Why: vLLM's deepseek_v3 tool parser constrains a forced tool call with an
 tag whose JSON allows any whitespace between tokens (`disable_any_whitespace` reaches only plain
 JSON schemas), and random weights that prefer a tab after `{` never close the JSON. A real
 checkpoint writes compact JSON on its own and needs no such bias. Tokens the grammar forces (the
-tag's `\n```json\n`) still come: the grammar masks every other token to -inf.
+tag's `\n```json\n`) still come: the grammar masks every other token to -inf. Plain-text tokens
+that start with `<` get the same penalty: the tag lets a tool-call marker be spelled in pieces,
+which random weights did on the H100 (2026-12-06), and vLLM's streaming parser finds a marker only
+by its token id; penalized, the marker's own token is the one chosen where the grammar allows it.
 """
 
 from __future__ import annotations
@@ -265,7 +268,7 @@ def float_weights(seed: int) -> dict[str, np.ndarray]:
         tensors[prefix + "hnorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
         tensors[prefix + "eh_proj.weight"] = normal(HIDDEN, 2 * HIDDEN)
         tensors[prefix + "shared_head.norm.weight"] = np.ones(HIDDEN, dtype=np.float32)
-    _hold_bias_dimension(tensors, whitespace_token_ids())
+    _hold_bias_dimension(tensors, whitespace_token_ids() + spelled_marker_token_ids())
     for i in range(LAYERS, LAYERS + MTP_LAYERS):
         # DeepSeek-V3's MTP layer shares the model's embedding and head.
         prefix = f"model.layers.{i}."
@@ -281,6 +284,16 @@ def whitespace_token_ids() -> list[int]:
             and not text.strip(WHITESPACE)]
 
 
+def spelled_marker_token_ids() -> list[int]:
+    """The ids of plain text that starts with '<' (every marker, BOS, EOS and PAD excluded): where
+    the grammar allows a tool-call marker, random weights could spell it in pieces (`<`, `｜`, `t`,
+    ...), which vLLM's streaming deepseek_v3 parser does not see: it looks for the marker's id."""
+    tokenizer = _tokenizer()
+    whole = {tokenizer.token_to_id(t) for t in (*MARKERS, BOS, EOS, PAD)}
+    return [i for i in range(VOCAB) if i not in whole
+            and tokenizer.decode([i], skip_special_tokens=False).startswith("<")]
+
+
 def _linear_kind(name: str) -> str:
     """'writer' for a linear whose output is added to the residual stream, 'reader' for one that
     reads the (normalized) residual stream, '' for the rest (by the last part of its module name)."""
@@ -292,9 +305,10 @@ def _linear_kind(name: str) -> str:
     return ""
 
 
-def _hold_bias_dimension(tensors: dict[str, np.ndarray], whitespace: list[int]) -> None:
+def _hold_bias_dimension(tensors: dict[str, np.ndarray], penalized: list[int]) -> None:
     """Make hidden dimension BIAS_DIM a positive constant that only the head reads, and give the
-    head's whitespace rows a penalty there (the module docstring says why)."""
+    head's rows of `penalized` (whitespace-only and spelled-marker tokens) a penalty there (the
+    module docstring says why)."""
     d = BIAS_DIM
     for name, weight in tensors.items():
         kind = _linear_kind(name)
@@ -305,7 +319,7 @@ def _hold_bias_dimension(tensors: dict[str, np.ndarray], whitespace: list[int]) 
     tensors["model.embed_tokens.weight"][:, d] = BIAS_VALUE
     head = tensors["lm_head.weight"]
     head[:, d] = 0.0
-    head[whitespace, d] = -WHITESPACE_PENALTY
+    head[penalized, d] = -WHITESPACE_PENALTY
     for i in range(LAYERS, LAYERS + MTP_LAYERS):
         # The MTP layer's input is eh_proj([enorm(embedding), hnorm(previous hidden)]). Its row at d
         # takes the previous hidden state's value at d (positive after hnorm, even at position 0,

@@ -58,6 +58,18 @@ def _whitespace_ids(model: Path) -> set[int]:
     return ids
 
 
+def _spelled_marker_ids(model: Path) -> set[int]:
+    """Plain-text tokens that start with '<' (the added tokens -- markers, BOS, EOS, PAD -- not)."""
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    added = set(tok.get_added_tokens_decoder())
+    return {i for i in range(tok.get_vocab_size())
+            if i not in added and tok.decode([i], skip_special_tokens=False).startswith("<")}
+
+
+def _penalized(model: Path) -> set[int]:
+    return _whitespace_ids(model) | _spelled_marker_ids(model)
+
+
 def _module(name: str) -> str:
     return name.removesuffix(".weight").split(".")[-1]
 
@@ -80,7 +92,7 @@ def test_the_held_dimension_is_written_once_and_read_only_by_the_heads(models: d
         assert np.all(w[name][:, D] == VALUE), name
     for name in ("lm_head.weight", "model.layers.2.shared_head.head.weight"):
         expected = np.zeros(w[name].shape[0], dtype=np.float32)
-        expected[sorted(whitespace)] = -PENALTY
+        expected[sorted(_penalized(models[kind]))] = -PENALTY
         assert np.array_equal(w[name][:, D], expected), name
     eh = w["model.layers.2.eh_proj.weight"]
     # the MTP layer's input keeps the constant: the previous hidden state's (positive) value, x2
@@ -138,7 +150,7 @@ def test_no_input_makes_a_whitespace_token_the_most_likely(models: dict[str, Pat
     loses whenever PENALTY VALUE > (a + b) r. Half of that is left for bf16/fp8 arithmetic."""
     w = _weights(models[kind])
     c = json.loads((models[kind] / "config.json").read_text())
-    whitespace = sorted(_whitespace_ids(models[kind]))
+    whitespace = sorted(_penalized(models[kind]))  # whitespace-only and spelled-marker tokens
     head = np.delete(w["lm_head.weight"], D, axis=1).astype(np.float64)
     others = np.setdiff1d(np.arange(head.shape[0]), whitespace)
     a = float(np.linalg.norm(head[whitespace], axis=1).max())
@@ -149,3 +161,12 @@ def test_no_input_makes_a_whitespace_token_the_most_likely(models: dict[str, Pat
 
 def test_whitespace_ids_are_the_tokenizers_whitespace_only_tokens(models: dict[str, Path]) -> None:
     assert set(deepseek.whitespace_token_ids()) == _whitespace_ids(models["deepseek"]) != set()
+
+
+def test_spelled_marker_ids_are_the_plain_tokens_that_start_a_marker(models: dict[str, Path]) -> None:
+    spelled = _spelled_marker_ids(models["deepseek"])
+    assert set(deepseek.spelled_marker_token_ids()) == spelled != set()
+    tok = Tokenizer.from_file(str(models["deepseek"] / "tokenizer.json"))
+    # the marker that opens a tool call is one token, and not penalized
+    opener = tok.token_to_id("<｜tool▁calls▁begin｜>")
+    assert opener is not None and opener not in spelled
