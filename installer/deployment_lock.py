@@ -7,8 +7,9 @@ export` and `state import` copy or replace the whole state folder, so an archive
 command writes would hold half of its change.
 
 Advisory locks (flock) in the state folder, taken without waiting: a deployment command holds
-`commands.lock` shared and `deployment-<name>.lock` exclusively; export and import hold
-`commands.lock` exclusively. The holder writes who it is into its file, so the refusal names it.
+`commands.lock` and `keys.lock` shared and `deployment-<name>.lock` exclusively; `keys create`,
+`revoke` and `quota` hold `keys.lock` exclusively (the key store is every deployment's); export
+and import hold `commands.lock` exclusively. The holder writes who it is into its file, so the refusal names it.
 The kernel drops a lock when its process dies: a killed command never leaves one behind. A
 command that runs another in the same process (a release start runs `up`'s configure) holds its
 locks once.
@@ -28,6 +29,7 @@ from installer.errors import InstallerError
 from installer.paths import resolve_state_dir, state_dir
 
 COMMANDS = "commands.lock"
+KEYS = "keys.lock"  # the key store, which every deployment's `up` renders for its gateways
 _held: dict[str, int] = {}  # lock file name -> depth, in this process
 
 
@@ -82,9 +84,27 @@ def held(deployment: str, command: str) -> Iterator[None]:
             COMMANDS, fcntl.LOCK_SH, command, refused,
             "wait until the state export or import finishes, then run this again"))
         stack.enter_context(_flock(
+            KEYS, fcntl.LOCK_SH, command, refused,
+            "wait until the `installer keys` command finishes, then run this again"))
+        stack.enter_context(_flock(
             f"deployment-{deployment}.lock", fcntl.LOCK_EX, command, refused,
             f"wait until it finishes (or stop it: a killed command leaves no lock), then run "
             f"`installer {command}` again"))
+        yield
+
+
+@contextmanager
+def key_store(command: str) -> Iterator[None]:
+    """The key store for `command` (e.g. "keys revoke"): an `up` renders it for its gateways and
+    pushes it minutes later, so a key revoked in between would come back with no word."""
+    refused = f"`installer {command}` was not started and no key was changed"
+    with ExitStack() as stack:
+        stack.enter_context(_flock(
+            COMMANDS, fcntl.LOCK_SH, command, refused,
+            "wait until the state export or import finishes, then run this again"))
+        stack.enter_context(_flock(
+            KEYS, fcntl.LOCK_EX, command, refused,
+            f"wait until it finishes, then run `installer {command}` again"))
         yield
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from installer import keys
+from installer import deployment_lock, keys
 from installer.cli.root import StateInventoryOpt, app
 from installer.ui import console, table
 
@@ -93,22 +93,23 @@ def create_cmd(
     adopt: AdoptOpt = False,
 ) -> None:
     """Create a key and print its secret, once: it is stored only as a hash."""
-    checked = _checked(inventory, adopt, "keys create")
-    model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
-    record, secret = keys.create(
-        name,
-        rpm=rpm,
-        tpm=tpm,
-        models=model_list,
-        expires=keys.parse_expiry(expires) if expires else None,
-        quota_tokens=quota_tokens,
-        quota_period=quota_period,
-        release_tester=release_tester,
-    )
-    console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
-    # Plain print, no markup or wrapping, so it can be copied or piped exactly.
-    print(secret)
-    _send(checked, f"key {record.name} created")
+    with deployment_lock.key_store("keys create"):
+        checked = _checked(inventory, adopt, "keys create")
+        model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
+        record, secret = keys.create(
+            name,
+            rpm=rpm,
+            tpm=tpm,
+            models=model_list,
+            expires=keys.parse_expiry(expires) if expires else None,
+            quota_tokens=quota_tokens,
+            quota_period=quota_period,
+            release_tester=release_tester,
+        )
+        console.print(f"[green]created[/] key [bold]{record.name}[/]. Its secret, shown only now:")
+        # Plain print, no markup or wrapping, so it can be copied or piped exactly.
+        print(secret)
+        _send(checked, f"key {record.name} created")
 
 
 @keys_app.command("list")
@@ -168,10 +169,11 @@ def revoke_cmd(
     adopt: AdoptOpt = False,
 ) -> None:
     """Revoke a key: the gateways refuse it once they have the updated hash file."""
-    checked = _checked(inventory, adopt, "keys revoke")
-    keys.revoke(name)
-    console.print(f"[green]revoked[/] key [bold]{name}[/].")
-    _send(checked, f"key {name} revoked")
+    with deployment_lock.key_store("keys revoke"):
+        checked = _checked(inventory, adopt, "keys revoke")
+        keys.revoke(name)
+        console.print(f"[green]revoked[/] key [bold]{name}[/].")
+        _send(checked, f"key {name} revoked")
 
 
 @keys_app.command("quota")
@@ -187,8 +189,9 @@ def quota_cmd(
     the same period (day or month) still count; a key that had none starts the period at 0."""
     if remove == (quota_tokens is not None or quota_period is not None):
         raise typer.BadParameter("give --quota-tokens N --quota-period day|month, or --remove")
-    checked = _checked(inventory, adopt, "keys quota")
-    record = keys.set_quota(name, quota_tokens, quota_period)
-    what = f"{record.quota_tokens} tokens per {record.quota_period}" if record.quota_tokens else "none"
-    console.print(f"[green]quota[/] of key [bold]{name}[/]: {what}.")
-    _send(checked, f"key {name}'s quota set")
+    with deployment_lock.key_store("keys quota"):
+        checked = _checked(inventory, adopt, "keys quota")
+        record = keys.set_quota(name, quota_tokens, quota_period)
+        what = f"{record.quota_tokens} tokens per {record.quota_period}" if record.quota_tokens else "none"
+        console.print(f"[green]quota[/] of key [bold]{name}[/]: {what}.")
+        _send(checked, f"key {name}'s quota set")

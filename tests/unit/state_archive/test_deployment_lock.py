@@ -98,3 +98,24 @@ def test_installer_up_is_refused_before_it_starts(state: Path, tmp_path: Path) -
     assert f"`installer up` (pid {proc.pid}" in second.stderr and "nothing was changed" in second.stderr
     assert "Traceback" not in second.stderr
     assert not (state / "runs").exists()  # refused before its run log
+
+
+def test_a_key_change_waits_for_no_up_and_no_up_for_a_key_change(state: Path) -> None:
+    # `up` renders the key store for its gateways and pushes it minutes later: a key revoked in
+    # between would come back. The key store is every deployment's.
+    proc = _holder(state, "deployment_lock.held('prod', 'up')")
+    try:
+        revoke = subprocess.run([sys.executable, "-m", "installer", "keys", "revoke", "someone"], capture_output=True,
+                                text=True, env={**os.environ, "INSTALLER_STATE_DIR": str(state)}, timeout=120)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert revoke.returncode == 1 and "no key was changed" in revoke.stderr, revoke.stderr
+    proc = _holder(state, "deployment_lock.key_store('keys create')")
+    try:
+        with pytest.raises(DeploymentBusy) as err, deployment_lock.held("staging", "up"):
+            pytest.fail("an up beside a key change")
+        assert "`installer keys create` (pid" in str(err.value)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
