@@ -36,10 +36,17 @@ OWNED: dict[str, str] = {
     "TORCH_EXTENSIONS_DIR": "every compile cache lives in the engine's cache folder",
     "PYTHONPYCACHEPREFIX": "every compile cache lives in the engine's cache folder",
     "PATH": "the release's venv comes first; engine.host_torch adds a PyTorch environment",
-    "PYTHONPATH": "the engine runs the release's venv; engine.host_torch adds a PyTorch environment",
-    "PYTHONHOME": "the engine runs the release's venv; engine.host_torch adds a PyTorch environment",
-    "LD_PRELOAD": "the engine loads only the release's and the driver's libraries",
-    "LD_LIBRARY_PATH": "the engine loads only the release's and the driver's libraries",
+    # PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, PYTHONINSPECT, PYTHONBREAKPOINT: code or a prompt the
+    # engine would run besides the release's
+    "PYTHON*": "the engine runs the release's venv as it is; engine.host_torch adds a PyTorch environment",
+    # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT; GCONV_PATH loads modules too
+    "LD_*": "the engine loads only the release's and the driver's libraries",
+    "GCONV_PATH": "the engine loads only the release's and the driver's libraries",
+    # the gateway is the engine's only client and holds the keys; answers stay out of the journal
+    "VLLM_API_KEY": "the gateway is the engine's only client (mutual TLS on the network); set keys with installer keys",
+    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": "answers stay out of logs (audit.retain keeps them, redacted, if asked)",
+    "VLLM_SERVER_DEV_MODE": "the engine serves the OpenAI API only, no development endpoints",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "the engine never unpickles what reaches it",
     "VLLM_HOST_IP": "the installer binds vLLM's internal sockets (loopback, or the host's address with Ray)",
     "RAY_*": "the installer sets Ray's address and token authentication",
     "CUDA_VISIBLE_DEVICES": "the tuner places engines on GPUs (engine.tensor_parallel_size, hosts' gpus)",
