@@ -160,11 +160,18 @@ class Retention:
                 cut = cut or c
             return out, cut
         if isinstance(value, dict):
+            # keys are the client's text too: redacted and counted like values, and the walk
+            # stops where the budget ends (review: a prompt of many dicts kept its whole shape)
             cut = False
-            kept = {}
+            kept: dict[Any, Any] = {}
             for key, item in value.items():
-                kept[key], c = self.clean(item, budget)
-                cut = cut or c
+                if budget[0] <= 0:
+                    return kept, True
+                name, c_key = self.clean(key, budget) if isinstance(key, str) else (key, False)
+                if not isinstance(item, (str, list, dict)):
+                    budget[0] -= len(str(item))
+                kept[name], c = self.clean(item, budget)
+                cut = cut or c or c_key
             return kept, cut
         return value, False
 

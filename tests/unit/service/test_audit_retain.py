@@ -216,3 +216,10 @@ def test_an_operators_pattern_that_repeats_a_repeating_group_is_refused(pattern:
     problem = pattern_problem(pattern)
     assert problem and "repeats a group that itself repeats" in problem
     assert pattern_problem(r"secret-[A-Za-z0-9]{8,}") is None
+
+
+def test_a_prompts_dict_keys_are_redacted_and_counted_and_the_walk_stops_at_the_budget() -> None:
+    policy = Retention(prompts=True, answers=False, redact=["email"], max_chars=40)
+    kept, cut = policy.clean({"ann@example.com": "x", **{f"k{i}": i for i in range(100)}}, [40])
+    assert "ann@example.com" not in json.dumps(kept) and "[redacted:email]" in kept
+    assert cut and len(kept) < 20
