@@ -55,7 +55,13 @@ def test_health_check_asks_the_hosts_own_gateway_over_https(tmp_path: Path) -> N
     assert "enable_script_security" in conf and "script_user private-llm" in conf
 
 
-def test_the_role_does_nothing_without_a_frontend() -> None:
+def test_the_role_does_nothing_without_a_frontend_but_let_go_of_an_old_one() -> None:
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
     assert tasks[0]["when"].startswith("keepalived_vip | length > 0")
+    # without one, a host that held a frontend stops advertising it (only where our config is)
+    let_go = tasks[1]
+    assert let_go["when"] == f"not ({tasks[0]['when']})"
+    stop = next(t for t in let_go["block"] if "ansible.builtin.systemd_service" in t)
+    assert stop["ansible.builtin.systemd_service"] == {"name": "keepalived", "enabled": False, "state": "stopped"}
+    assert stop["when"] == "__keepalived_conf.stat.exists"
     assert yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["keepalived_vip"] == ""
