@@ -21,7 +21,7 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -76,36 +76,32 @@ def _flock(name: str, mode: int, command: str, refusal: str, fix: str) -> Iterat
 
 
 @contextmanager
-def held(deployment: str, command: str) -> Iterator[None]:
-    """Deployment `deployment` for `command` (e.g. "up"), or DeploymentBusy at once."""
-    refused = f"`installer {command}` was not started and nothing was changed"
+def _all(command: str, refused: str, locks: list[tuple[str, int, str]]) -> Iterator[None]:
+    """`commands.lock` shared (no export or import under way), then each (file, mode, fix)."""
     with ExitStack() as stack:
         stack.enter_context(_flock(
             COMMANDS, fcntl.LOCK_SH, command, refused,
             "wait until the state export or import finishes, then run this again"))
-        stack.enter_context(_flock(
-            KEYS, fcntl.LOCK_SH, command, refused,
-            "wait until the `installer keys` command finishes, then run this again"))
-        stack.enter_context(_flock(
-            f"deployment-{deployment}.lock", fcntl.LOCK_EX, command, refused,
-            f"wait until it finishes (or stop it: a killed command leaves no lock), then run "
-            f"`installer {command}` again"))
+        for name, mode, fix in locks:
+            stack.enter_context(_flock(name, mode, command, refused, fix))
         yield
 
 
-@contextmanager
-def key_store(command: str) -> Iterator[None]:
+def held(deployment: str, command: str) -> AbstractContextManager[None]:
+    """Deployment `deployment` for `command` (e.g. "up"), or DeploymentBusy at once."""
+    return _all(command, f"`installer {command}` was not started and nothing was changed", [
+        (KEYS, fcntl.LOCK_SH, "wait until the `installer keys` command finishes, then run this again"),
+        (f"deployment-{deployment}.lock", fcntl.LOCK_EX,
+         f"wait until it finishes (or stop it: a killed command leaves no lock), then run `installer {command}` again"),
+    ])
+
+
+def key_store(command: str) -> AbstractContextManager[None]:
     """The key store for `command` (e.g. "keys revoke"): an `up` renders it for its gateways and
     pushes it minutes later, so a key revoked in between would come back with no word."""
-    refused = f"`installer {command}` was not started and no key was changed"
-    with ExitStack() as stack:
-        stack.enter_context(_flock(
-            COMMANDS, fcntl.LOCK_SH, command, refused,
-            "wait until the state export or import finishes, then run this again"))
-        stack.enter_context(_flock(
-            KEYS, fcntl.LOCK_EX, command, refused,
-            f"wait until it finishes, then run `installer {command}` again"))
-        yield
+    return _all(command, f"`installer {command}` was not started and no key was changed", [
+        (KEYS, fcntl.LOCK_EX, f"wait until it finishes, then run `installer {command}` again"),
+    ])
 
 
 @contextmanager
