@@ -30,7 +30,9 @@ from installer.paths import resolve_state_dir, state_dir
 
 COMMANDS = "commands.lock"
 KEYS = "keys.lock"  # the key store, which every deployment's `up` renders for its gateways
-_held: dict[str, int] = {}  # lock file name -> depth, in this process
+# (lock file, mode) -> depth, in this process: re-entry only into the same lock of the same state
+# folder in the same mode (a shared holder asking for the exclusive lock is refused, not waved on)
+_held: dict[tuple[str, int], int] = {}
 
 
 class DeploymentBusy(InstallerError):
@@ -44,14 +46,15 @@ def _who(command: str) -> str:
 
 @contextmanager
 def _flock(name: str, mode: int, command: str, refusal: str, fix: str) -> Iterator[None]:
-    if _held.get(name):
-        _held[name] += 1
+    path = state_dir() / name
+    key = (str(path), mode)
+    if _held.get(key):
+        _held[key] += 1
         try:
             yield
         finally:
-            _held[name] -= 1
+            _held[key] -= 1
         return
-    path = state_dir() / name
     path.parent.mkdir(parents=True, exist_ok=True)
     f: IO[str]
     with open(path, "a+") as f:
@@ -61,7 +64,7 @@ def _flock(name: str, mode: int, command: str, refusal: str, fix: str) -> Iterat
             f.seek(0)
             holder = f.read().strip() or _holders(path.parent) or "another installer command"
             raise DeploymentBusy(f"{holder} is running; {refusal}", [fix]) from None
-        _held[name] = 1
+        _held[key] = 1
         try:
             if mode == fcntl.LOCK_EX:
                 f.truncate(0)
@@ -69,7 +72,7 @@ def _flock(name: str, mode: int, command: str, refusal: str, fix: str) -> Iterat
                 f.flush()
             yield
         finally:
-            _held.pop(name, None)
+            _held.pop(key, None)
             if mode == fcntl.LOCK_EX:
                 f.truncate(0)
             fcntl.flock(f, fcntl.LOCK_UN)
