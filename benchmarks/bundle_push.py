@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from installer.bundle import build, push  # noqa: E402
+from installer.hosts.ssh import Target, targets  # noqa: E402
 from installer.inventory import load_inventory  # noqa: E402
-from installer.ssh import Target, targets  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SCP_DEST = "/var/tmp/pli-scp-bench"

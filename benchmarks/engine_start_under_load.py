@@ -36,9 +36,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from benchmarks.load import Load  # noqa: E402
-from installer import keys, keys_push, prove  # noqa: E402
+from installer.flows import keys_push  # noqa: E402
+from installer.hosts import prove  # noqa: E402
+from installer.hosts.ssh import Target, targets  # noqa: E402
 from installer.inventory import Inventory, load_inventory  # noqa: E402
-from installer.ssh import Target, targets  # noqa: E402
+from installer.secrets import keys  # noqa: E402
 
 # (stream workers, whole-answer workers, requests a second at most)
 VARIANTS = {

@@ -63,8 +63,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from benchmarks import jwt_paths  # noqa: E402
-from installer import keys  # noqa: E402
-from installer.bench import send_one  # noqa: E402
+from installer.flows.bench import send_one  # noqa: E402
+from installer.secrets import keys  # noqa: E402
 from service.config import LimitsConfig  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from installer.hosts.ssh import Target, targets  # noqa: E402
 from installer.inventory import load_inventory  # noqa: E402
-from installer.ssh import Target, targets  # noqa: E402
 
 CONFIG = "/etc/private-llm/gateway.yml"
 # CPU ticks of every engine process on the host (vLLM's API server, engine core and workers).

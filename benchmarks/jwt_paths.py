@@ -66,7 +66,7 @@ async def _time(identify: Any, bearer: str, n: int) -> float:
 
 
 async def _rounds(rounds: int, n: int) -> dict[str, list[float]]:
-    from installer import keys
+    from installer.secrets import keys
     from service.auth import KeyRing, jwt_verifier
     from service.config import JWTConfig
 

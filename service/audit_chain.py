@@ -1,6 +1,6 @@
 """The request audit trail's chain: how a record links to the one before it, and how a host's
 files are checked (docs/audit.md). The gateway writes it (service/request_audit.py); the control
-machine checks what it collected (installer/request_audit.py) with the same rules.
+machine checks what it collected (installer/flows/request_audit.py) with the same rules.
 
 A record is one JSON line. `seq` counts the host's records from 1; `prev` is the sha256 (hex) of
 the previous record's line exactly as written (its bytes, without the newline), GENESIS for the

@@ -31,7 +31,7 @@ MARGIN = 1024
 #   Chinese character and a key written right after it (我的密钥是sk-pli-…) and would keep it.
 _NOT_AFTER = "(?<![A-Za-z0-9_]{})"
 BUILTIN: dict[str, str] = {
-    # the product's own keys (installer/keys.py), OpenAI-style, Hugging Face, GitHub, AWS key ids
+    # the product's own keys (installer/secrets/keys.py), OpenAI-style, Hugging Face, GitHub, AWS key ids
     "api_key": "s" + _NOT_AFTER.format("s") + r"k-(?:pli-[A-Za-z0-9_\-]{8,}|(?:[a-z]+-)?[A-Za-z0-9_\-]{20,})"
     "|h" + _NOT_AFTER.format("h") + r"f_[A-Za-z0-9]{30,}"
     "|g" + _NOT_AFTER.format("g") + r"h[pousr]_[A-Za-z0-9]{36,}"

@@ -1,5 +1,5 @@
 """The control machine's way to the release controller: `installer release` runs this on the
-controller's host over SSH (installer/remote.py, as root), with one JSON request on stdin and
+controller's host over SSH (installer/hosts/remote.py, as root), with one JSON request on stdin and
 one JSON answer on stdout. It reads the controller's own settings file (0600, with the Redis URL
 and its password), so the password never leaves the host and the control machine needs no
 route to Redis (which listens on loopback on a single host).

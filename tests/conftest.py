@@ -1,4 +1,4 @@
-"""What every test run shares: its own audit key (installer/audit.py).
+"""What every test run shares: its own audit key (installer/state/audit.py).
 
 The installer keeps the audit key and the trails' checkpoints outside the state folder, by
 default in /var/lib/private-llm-installer/audit/ for root. A test run makes hundreds of state

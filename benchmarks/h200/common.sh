@@ -34,7 +34,7 @@ t.pre_tokenizer = pre_tokenizers.WhitespaceSplit(); t.save('$MODEL/tokenizer.jso
       | grep -v WARNING | tail -2
     log "installed"
   fi
-  local mods="service.app, installer.bench, installer.gpu.tuner, typer"
+  local mods="service.app, installer.flows.bench, installer.gpu.tuner, typer"
   [ "$DRY" = 1 ] || mods="vllm.entrypoints.openai.api_server, vllm.benchmarks.serve, $mods"
   python3 -c "import $mods" || { log "FATAL: imports"; return 1; }
   for i in $(seq 1 150); do [ -f "$BASE/dsv2.done" ] && break; sleep 2; done

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from installer.bench import _WORDS
+from installer.flows.bench import _WORDS
 
 FIRST_ID = 3  # 0: unk, 1: bos, 2: eos
 

@@ -3,7 +3,7 @@
 `python -I -S die_with_parent.py PARENT_PID PIDFILE -- COMMAND...`, run as ansible-runner's
 child (its pexpect spawn takes no preexec function, so this is the step between fork and exec):
 on Linux it asks the kernel for SIGTERM when the parent dies, even by SIGKILL
-(prctl PR_SET_PDEATHSIG), records its PID for installer.procs.ChildGroup, and runs COMMAND as
+(prctl PR_SET_PDEATHSIG), records its PID for installer.base.procs.ChildGroup, and runs COMMAND as
 its child in its own process group, which pexpect made a new session. A signal that ends it
 (that SIGTERM, or one the installer passes on) goes to the whole group: ansible-playbook, its
 workers and Mitogen's connection processes each get it, rather than ansible-playbook alone

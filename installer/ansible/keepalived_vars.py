@@ -5,7 +5,7 @@ variables' digest."""
 
 from typing import Any
 
-from installer.plan import DeploymentPlan
+from installer.planning.plan import DeploymentPlan
 
 # The first gateway host starts as the holder; each later one ranks below (VRRP: 1-254).
 TOP_PRIORITY = 200

@@ -7,7 +7,7 @@ the first serving host, no Sentinel, gateways on its URL alone."""
 from typing import Any
 
 from installer.inventory import redis_ha
-from installer.plan import DeploymentPlan
+from installer.planning.plan import DeploymentPlan
 
 # Sentinel's timings. down-after: how long the primary must not answer before a sentinel calls
 # it down; short enough that a lost host costs seconds of limits, long enough that a busy host's

@@ -1,4 +1,4 @@
-"""Ansible's inventory and group_vars, serialised from the deployment plan (installer/plan.py).
+"""Ansible's inventory and group_vars, serialised from the deployment plan (installer/planning/plan.py).
 
 Nothing is decided here: topology, engines and their argv come from the plan, settings from
 the inventory it was built from. Rendering writes no secret: the Redis password and the scrape
@@ -12,16 +12,16 @@ from typing import Any
 
 import yaml
 
-from installer import keys, secret_files
 from installer.ansible import keepalived_vars, redis_ha_vars
 from installer.bundle import layout, os_packages
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
 from installer.gpu import ray_ports
+from installer.hosts.ssh import target
 from installer.inventory import Host, Inventory, jwks_file
-from installer.plan import DeploymentPlan, HostPlan
-from installer.ssh import target
+from installer.planning.plan import DeploymentPlan, HostPlan
+from installer.secrets import keys, secret_files
 from installer.tls import store as tls_store
 
 
@@ -82,7 +82,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         # Roles of revisions made before it build the folder from the served name themselves.
         "model_dir_name": inv.model.dir_name,
         # Every weights folder the hosts hold, each with the hosts that serve it (the model role):
-        # [{name, served_name, dir_name, task, stage, hosts}] (installer/plan.py weights()).
+        # [{name, served_name, dir_name, task, stage, hosts}] (installer/planning/plan.py weights()).
         "models": plan.weights(),
         "engine_device": engine.device,
         # GPU roles: driver branch per GPU generation for the CUDA version (installer/gpu/matrix.py)
@@ -125,7 +125,7 @@ def group_vars(plan: DeploymentPlan, man: Manifest) -> dict[str, Any]:
         "gateway_drain_timeout_s": inv.gateway.drain_timeout_s,
         "gateway_workers": inv.gateway.workers,
         "gateway_docs": inv.gateway.docs,
-        # the gateways' tracing section (the engines' flag is in their argv: installer/engines.py)
+        # the gateways' tracing section (the engines' flag is in their argv: installer/planning/engines.py)
         "gateway_otlp_endpoint": inv.monitoring.otlp_endpoint or "",
         "gateway_trace_sample_ratio": inv.monitoring.trace_sample_ratio,
         # The gateways ask Prometheus for it on /metrics; a path on this machine, never the
@@ -225,7 +225,7 @@ def _tls_vars(plan: DeploymentPlan) -> dict[str, Any]:
 
 
 def _engine_host_vars(hp: HostPlan) -> dict[str, Any]:
-    """A serving host's engines, each with its whole argv, and its Ray service (installer/engines.py);
+    """A serving host's engines, each with its whole argv, and its Ray service (installer/planning/engines.py);
     its gateway's processes where the plan resolved them (plan.gateway_workers: else the group's
     setting, "auto", which the gateway role sizes from nproc)."""
     if "serving" not in hp.groups:

@@ -11,9 +11,9 @@ from typing import Any
 import ansible_mitogen
 from ansible_runner.interface import init_runner
 
-from installer.errors import AnsibleError
-from installer.paths import PLAYBOOKS_DIR, control_socket_dir, private_dir
-from installer.procs import ChildGroup
+from installer.base.errors import AnsibleError
+from installer.base.paths import PLAYBOOKS_DIR, control_socket_dir, private_dir
+from installer.base.procs import ChildGroup
 
 # (host, task name, status) for each finished task on a host; status: ok/changed/failed/skipped/unreachable
 TaskEvent = Callable[[str, str, str], None]

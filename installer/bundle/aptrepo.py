@@ -23,7 +23,7 @@ import tarfile
 from email.utils import formatdate
 from pathlib import Path
 
-from installer.errors import BundleError
+from installer.base.errors import BundleError
 
 PACKAGES = "Packages"
 RELEASE = "Release"

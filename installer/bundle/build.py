@@ -29,6 +29,9 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from installer import __version__
+from installer.base.errors import BundleError
+from installer.base.files import link_or_copy
+from installer.base.paths import PLAYBOOKS_DIR, cache_dir
 from installer.bundle import (
     aptrepo,
     deb_folder,
@@ -59,12 +62,9 @@ from installer.bundle.manifest import (
     scan,
     verify,
 )
-from installer.errors import BundleError
-from installer.files import link_or_copy
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
 from installer.inventory.models import ServedModel
-from installer.paths import PLAYBOOKS_DIR, cache_dir
 from installer.terraform import mirror as tf_mirror
 
 Progress = Callable[[str], None]

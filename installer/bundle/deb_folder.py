@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from installer.base.errors import BundleError
 from installer.bundle import aptrepo, gpu_packages
-from installer.errors import BundleError
 
 # Priority: required packages of Debian and Ubuntu (what debootstrap --variant=minbase and the
 # Ubuntu base images hold): a dependency on these is met by every host already.

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from installer.base.errors import BundleError
+from installer.base.files import publish_dir
+from installer.base.paths import cache_dir
 from installer.bundle import aptrepo
-from installer.errors import BundleError
-from installer.files import publish_dir
-from installer.paths import cache_dir
 
 # Debian package names: lowercase alphanumerics and + - . (policy 5.6.1), at least 2 chars.
 _PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")

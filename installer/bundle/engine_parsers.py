@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from installer.base.errors import BundleError
 from installer.bundle import layout
-from installer.errors import BundleError
 from installer.inventory import Inventory, profile_checks, profiles, vllm_registry
 
 REGENERATE = "regenerate the table from the wheel: python -m installer.inventory.regenerate_vllm_names WHEEL"

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import jinja2
 
+from installer.base.errors import BundleError
+from installer.base.paths import role_defaults
 from installer.bundle import aptrepo, nvidia_names
-from installer.errors import BundleError
 from installer.gpu import matrix
 from installer.inventory import Inventory
-from installer.paths import role_defaults
 
 
 def branches(inv: Inventory) -> dict[int, str]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from installer.base.errors import BundleError
 from installer.bundle import nvidia_names
 from installer.bundle.manifest import FileEntry, Manifest
-from installer.errors import BundleError
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
 
@@ -151,7 +151,7 @@ def host_torch_python(man: Manifest) -> str:
 
 def inventory_problems(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
     """(setting, problem) for targets this inventory cannot be built for: `validate` and `up`
-    refuse them before any bundle is built (installer/inventory_checks.py)."""
+    refuse them before any bundle is built (installer/preparation/inventory_checks.py)."""
     found: list[tuple[tuple[str | int, ...], str]] = []
     for i, host in enumerate(inv.hosts):
         loc: tuple[str | int, ...] = ("hosts", i, "target") if host.target else ("os", "target")

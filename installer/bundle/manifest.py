@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from installer.errors import BundleError
-from installer.hashing import sha256_files
+from installer.base.errors import BundleError
+from installer.base.hashing import sha256_files
 
 MANIFEST = "manifest.json"
 CHECKSUMS = "bundle.sha256"  # sha256sum format, so hosts verify with coreutils alone

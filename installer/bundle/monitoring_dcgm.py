@@ -9,8 +9,8 @@ the `serving` group, so the common role installs it, pinned, with DCGM as its de
 same repository. The package name comes from the role's defaults (one source of truth).
 """
 
+from installer.base.paths import role_defaults
 from installer.inventory import Inventory
-from installer.paths import role_defaults
 
 
 def exporter_package() -> str:

@@ -144,7 +144,7 @@ def add_to_bundle(inv: Inventory, root: Path) -> dict[str, str]:
     folder = inv.monitoring.tarballs_dir
     if inv.monitoring.install_from != "tarballs" or folder is None:
         return {}
-    from installer.errors import BundleError
+    from installer.base.errors import BundleError
 
     problems = [p for _loc, p in check(inv)]
     if problems:

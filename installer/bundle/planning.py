@@ -14,9 +14,9 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from installer.base.errors import BundleError
 from installer.bundle import debs, gpu_packages, os_packages, wheels
 from installer.bundle.weights import Carried, carried
-from installer.errors import BundleError
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
 from installer.inventory.models import ServedModel

@@ -14,9 +14,9 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from installer.errors import BundleError
-from installer.paths import CHECKOUT
-from installer.procs import run
+from installer.base.errors import BundleError
+from installer.base.paths import CHECKOUT
+from installer.base.procs import run
 
 DISTRIBUTION = "private-llm-installer"
 # Written by the tool that installed the wheel, not part of it (RECORD is written anew).

@@ -31,11 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from installer.base.errors import BundleError
 from installer.bundle import layout
 from installer.bundle.manifest import META_FILES, FileEntry, Manifest
-from installer.errors import BundleError
-from installer.ssh import Target
-from installer.topology import HOST_LAYOUT
+from installer.hosts.ssh import Target
+from installer.inventory.topology import HOST_LAYOUT
 
 HOST_BUNDLES = f"{HOST_LAYOUT['pli_state_dir']}/bundles"
 _CHUNK = 1 << 20

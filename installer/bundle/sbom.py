@@ -33,10 +33,10 @@ from packageurl import PackageURL
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from installer import __version__
+from installer.base.errors import BundleError, InstallerError
 from installer.bundle import deb_licence, monitoring_tarballs
 from installer.bundle.contents import Change
 from installer.bundle.manifest import SBOM, FileEntry, Manifest
-from installer.errors import BundleError, InstallerError
 from installer.inventory import targets as os_targets
 
 PATH_PROPERTY = "private-llm-installer:path"

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from installer.base.errors import BundleError
 from installer.bundle import build, contents, sbom, sign
 from installer.bundle.manifest import SBOM, Manifest, parse
-from installer.errors import BundleError
 
 
 def of_bundle(path: Path, man: Manifest) -> dict[str, Any] | None:

@@ -24,9 +24,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from installer.base.errors import BundleError
+from installer.base.paths import state_dir
 from installer.bundle.manifest import MANIFEST, SIGNATURE
-from installer.errors import BundleError
-from installer.paths import state_dir
 
 KEY_NAME = "bundle-signing"
 SIG_FORMAT = 1

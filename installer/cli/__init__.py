@@ -6,8 +6,8 @@ module wires them and turns InstallerError into one red line and exit code 1.
 
 import sys
 
+from installer.base.errors import InstallerError
 from installer.cli.root import app, err_console
-from installer.errors import InstallerError
 
 __all__ = ["app", "main"]
 

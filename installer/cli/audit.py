@@ -1,6 +1,6 @@
-"""`installer audit [--verify] [--json]`: the deployment's audit trail (installer/audit.py); with
+"""`installer audit [--verify] [--json]`: the deployment's audit trail (installer/state/audit.py); with
 `--requests`, the gateways' per-request trails from every serving host, checked and exported
-(installer/request_audit.py)."""
+(installer/flows/request_audit.py)."""
 
 import json
 from pathlib import Path
@@ -8,11 +8,12 @@ from typing import Annotated, Any
 
 import typer
 
-from installer import audit, request_audit, usage
+from installer.base.files import write_private
 from installer.cli.root import app
-from installer.files import write_private
+from installer.cli.ui import console, table
+from installer.flows import request_audit, usage
 from installer.inventory import load_inventory
-from installer.ui import console, table
+from installer.state import audit
 
 
 def _user(entry: dict[str, Any]) -> str:

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from installer.bench import BenchConfig, BenchReport, Stats, bench
 from installer.cli.root import app
-from installer.ui import console, table
+from installer.cli.ui import console, table
+from installer.flows.bench import BenchConfig, BenchReport, Stats, bench
 
 
 @app.command("bench")

@@ -12,8 +12,8 @@ from installer.bundle import build as bundle_build
 from installer.bundle import contents, sbom_read, sign, signed_tar
 from installer.bundle.manifest import Manifest, parse
 from installer.cli.root import InventoryOpt, app
+from installer.cli.ui import console, table
 from installer.inventory import load_inventory
-from installer.ui import console, table
 
 bundle_app = typer.Typer(
     help="Build, sign, verify, inspect and compare offline bundles.", no_args_is_help=True

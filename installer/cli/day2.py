@@ -5,14 +5,14 @@ from typing import Annotated
 
 import typer
 
-from installer import deployment_lock, revisions
+from installer.base.errors import AnsibleError
 from installer.cli.root import InventoryOpt, app
+from installer.cli.ui import RichReporter, console, table
 from installer.day2 import records
 from installer.day2.rolling import summary_rows
 from installer.day2.upgrade import DayTwoResult, rollback, upgrade
-from installer.errors import AnsibleError
 from installer.inventory import load_inventory
-from installer.ui import RichReporter, console, table
+from installer.state import deployment_lock, revisions
 
 BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Hosts upgraded at a time.")]
 DrainOpt = Annotated[

@@ -6,9 +6,9 @@ from typing import Annotated
 import typer
 
 from installer.cli.root import InventoryOpt, app, run_up
+from installer.cli.ui import console
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
-from installer.ui import console
+from installer.preparation.inventory_checks import check_inventory
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """`installer doctor`: NVIDIA GPU checks on each inventory host (or here, with --local); with
 --collect, a support archive instead (installer/diagnostics/collect.py).
 
-installer/gpu_checks.py runs installer/gpu/doctor.py on the hosts over SSH: nvidia-smi health,
+installer/flows/gpu_checks.py runs installer/gpu/doctor.py on the hosts over SSH: nvidia-smi health,
 Xid errors, a GEMM and an NCCL all-reduce. This module prints one table row per host; the full
 results are in the run log (and --json).
 """
@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from installer import gpu_checks
 from installer.cli.root import app
+from installer.cli.ui import console, table
 from installer.diagnostics import collect as collect_flow
+from installer.flows import gpu_checks
 from installer.inventory import Inventory, load_inventory
-from installer.ui import console, table
 
 
 def _row(r: dict[str, Any]) -> list[str]:

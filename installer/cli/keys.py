@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from installer import deployment_lock, keys
 from installer.cli.root import StateInventoryOpt, app
-from installer.ui import console, table
+from installer.cli.ui import console, table
+from installer.secrets import keys
+from installer.state import deployment_lock
 
 if TYPE_CHECKING:
-    from installer.keys_push import Checked
+    from installer.flows.keys_push import Checked
 
 keys_app = typer.Typer(
     help="Create, list and revoke the gateways' API keys, and set their token quotas.", no_args_is_help=True
@@ -48,8 +49,8 @@ def _checked(inventory: Path | None, adopt: bool, command: str) -> "Checked | No
     """With --inventory, the hosts' revisions judged before the key store changes."""
     if inventory is None:
         return None
+    from installer.flows.keys_push import check
     from installer.inventory import load_inventory
-    from installer.keys_push import check
 
     checked = check(load_inventory(inventory), adopt=adopt, command=command)
     for line in checked.adopted:
@@ -61,7 +62,7 @@ def _send(checked: "Checked | None", done: str) -> None:
     if checked is None:
         console.print(f"[dim]{done}; run the deploy again (or pass --inventory) to update the gateways.[/]")
         return
-    from installer.keys_push import send
+    from installer.flows.keys_push import send
 
     hosts = send(checked)
     console.print(f"{done}; the gateways of {', '.join(hosts)} have it now.")
@@ -122,9 +123,9 @@ def list_cmd(
     store = keys.load()
     use: dict[str, dict[str, object]] = {}
     if inventory is not None and any(k.quota_tokens and k.status(now) == "active" for k in store.keys):
-        from installer.errors import InstallerError
+        from installer.base.errors import InstallerError
+        from installer.flows.usage import fetch, quota_use
         from installer.inventory import load_inventory
-        from installer.usage import fetch, quota_use
 
         try:
             use = quota_use(fetch(load_inventory(inventory), now.date()))

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from installer import lab
 from installer.cli.root import app
-from installer.ui import console
+from installer.cli.ui import console
 
 lab_app = typer.Typer(
     help="A local lab: Debian 12/13 hosts in containers, reachable only over SSH, no internet.",

@@ -6,11 +6,11 @@ from typing import Annotated
 import typer
 
 from installer.cli.root import InventoryOpt, app
+from installer.cli.ui import RichReporter, console, table
 from installer.inventory import load_inventory
 from installer.release import abort, promote, report, start, watch
 from installer.release import collector as _collector  # noqa: F401  (its import adds `installer status` columns)
 from installer.release.outcome import Outcome
-from installer.ui import RichReporter, console, table
 
 release_app = typer.Typer(
     help="Gray releases: a model's new revision beside the stable one, weighted, judged, promoted or aborted.",

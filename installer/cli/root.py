@@ -1,5 +1,5 @@
 """The root of the `installer` command: the typer app every command module registers on, the
-options they share, the --state-dir option (installer.paths: `--state-dir`, or next to the
+options they share, the --state-dir option (installer.base.paths: `--state-dir`, or next to the
 command's --inventory), `run_up`, which both `up` and `plan` (in check mode) print with, and
 `audited`, which appends each run of a command that changes the deployment to its audit trail
 (as it starts, and as it ends).
@@ -18,11 +18,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from installer import audit, deploy, deployment_lock, paths, prove
 from installer.ansible.runner import strategy_env
-from installer.errors import AnsibleError
+from installer.base import paths
+from installer.base.errors import AnsibleError
+from installer.cli.ui import RichReporter, console, table
+from installer.flows import deploy
+from installer.hosts import prove
 from installer.inventory import load_inventory
-from installer.ui import RichReporter, console, table
+from installer.state import audit, deployment_lock
 
 app = typer.Typer(
     name="installer",
@@ -198,7 +201,7 @@ def run_up(
     prune: bool = False, adopt: bool = False, full: bool = False,
     on_result: Callable[[deploy.UpResult], None] | None = None,
 ) -> deploy.UpResult:
-    """`installer up` (installer.deploy.up) with live phases, then one row per host; `on_result`
+    """`installer up` (installer.flows.deploy.up) with live phases, then one row per host; `on_result`
     hears the result before a failed host raises (`installer plan` prints the plan it built)."""
     inv = load_inventory(inventory)
     reporter = RichReporter([h.name for h in inv.hosts])

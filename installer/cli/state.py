@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from installer import deployment_lock
 from installer.cli.root import StateInventoryOpt, app
+from installer.cli.ui import console
+from installer.state import deployment_lock
 from installer.state_archive import StateArchiveError, crypto, export, restore
-from installer.ui import console
 
 state_app = typer.Typer(
     help="Move this deployment's control state (keys, CA, secrets, revisions, audit trail, Terraform state) "

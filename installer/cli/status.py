@@ -11,10 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from installer.cli.root import InventoryOpt, app
+from installer.cli.ui import console, table
 from installer.inventory import load_inventory
 from installer.status.model import StatusReport
 from installer.status.report import report as status_report
-from installer.ui import console, table
 
 
 def _table(report: StatusReport, wide: bool) -> Table:

@@ -1,7 +1,7 @@
 """`installer plan` and `installer down`: the Terraform side of a deployment.
 
 `installer up` provisions through the same library (installer.terraform.provision), called
-from the deploy flow's provision phase; `plan` asks installer/preview.py and installer/gpu_fit.py,
+from the deploy flow's provision phase; `plan` asks installer/flows/preview.py and installer/flows/gpu_fit.py,
 `down` installer/day2/down.py.
 """
 
@@ -12,16 +12,18 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from installer import deployment_lock, gpu_fit, plan_history, plan_record, preview
-from installer import plan as deployment_plan
+from installer.base.errors import AnsibleError
 from installer.cli.root import InventoryOpt, app, run_up
+from installer.cli.ui import console, table
 from installer.day2 import down as teardown
-from installer.errors import AnsibleError
+from installer.flows import gpu_fit, plan_history, preview
 from installer.gpu.tuner import Tuned
 from installer.inventory import Inventory, load_inventory, profile_checks
+from installer.planning import plan as deployment_plan
+from installer.planning import plan_record
+from installer.state import deployment_lock
 from installer.terraform.cli import ChangeSummary
 from installer.terraform.provision import describe
-from installer.ui import console, table
 
 BundleOpt = Annotated[
     Path | None,

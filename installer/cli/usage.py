@@ -1,6 +1,6 @@
 """`installer usage -i site.yml [--since 7d] [--by key,model,day,tenant] [--csv|--json]`: requests
 and tokens per key (or token subject), model, day and tenant, as the gateways recorded them
-(installer/usage.py)."""
+(installer/flows/usage.py)."""
 
 import csv
 import json
@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
-from installer import usage
 from installer.cli.root import InventoryOpt, app
+from installer.cli.ui import console, table
+from installer.flows import usage
 from installer.inventory import load_inventory
-from installer.ui import console, table
 
 
 @app.command("usage")

@@ -1,16 +1,16 @@
 """`installer verify -i site.yml --weights [--host NAME]`: every weights folder each host serves,
-hashed whole against the signed list, ignoring the verifier's cache (installer/weights_check.py)."""
+hashed whole against the signed list, ignoring the verifier's cache (installer/flows/weights_check.py)."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from installer import weights_check as check
+from installer.base.errors import InstallerError
 from installer.cli.root import InventoryOpt, app
-from installer.errors import InstallerError
+from installer.cli.ui import console, table
+from installer.flows import weights_check as check
 from installer.inventory import load_inventory
-from installer.ui import console, table
 
 
 @app.command("verify")

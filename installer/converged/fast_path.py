@@ -27,15 +27,15 @@ from typing import Any
 
 import yaml
 
-from installer import remote
 from installer.ansible.runner import HostResult, PlaybookResult
+from installer.base.files import write_private
+from installer.base.paths import state_dir
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import HOST_BUNDLES
 from installer.converged import probe as converged_probe
-from installer.files import write_private
-from installer.paths import state_dir
-from installer.ssh import Target
-from installer.topology import HOST_LAYOUT
+from installer.hosts import remote
+from installer.hosts.ssh import Target
+from installer.inventory.topology import HOST_LAYOUT
 
 PROBE_SCRIPT = Path(converged_probe.__file__)
 PROBE_TIMEOUT_S = 300.0
@@ -155,7 +155,7 @@ def host_packages(inv_dir: Path) -> dict[str, list[str]]:
 # --- the probe over SSH -----------------------------------------------------------------------
 
 def probe_command(host_spec: dict[str, Any]) -> str:
-    """The probe (read from stdin), run as root (installer/remote.py): it reads the 0600 key files."""
+    """The probe (read from stdin), run as root (installer/hosts/remote.py): it reads the 0600 key files."""
     return shlex.join(["python3", "-", json.dumps(host_spec, sort_keys=True)])
 
 

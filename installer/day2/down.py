@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import revisions
+from installer.base.runlog import RunLog
 from installer.day2 import uninstall
 from installer.inventory import Inventory
-from installer.runlog import RunLog
+from installer.state import revisions
 from installer.terraform import provision
 from installer.terraform.cli import ChangeSummary
 

@@ -12,11 +12,12 @@ import ssl
 import time
 from typing import Any
 
-from installer import plan, remote
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
+from installer.hosts import remote
+from installer.hosts.ssh import target
 from installer.inventory import Host, Inventory
-from installer.ssh import target
-from installer.topology import HOST_LAYOUT
+from installer.inventory.topology import HOST_LAYOUT
+from installer.planning import plan
 
 DRAIN_FILE = f"{HOST_LAYOUT['pli_config_dir']}/drain.json"
 POLL_S = 0.5
@@ -51,7 +52,7 @@ def set_drained(inv: Inventory, names: list[str], hosts: list[Host] | None = Non
 
 
 def _context(inv: Inventory) -> ssl.SSLContext | None:
-    from installer import prove  # TLS settings live with the client code that proves a gateway
+    from installer.hosts import prove  # TLS settings live with the client code that proves a gateway
 
     ca = prove.ca_file(inv)
     return ssl.create_default_context(cafile=str(ca)) if ca else None
@@ -63,7 +64,7 @@ _NO_DETAILS = "its /readyz shows no engines (it refused this machine's scrape to
 def _readyz(inv: Inventory, host: Host, ctx: ssl.SSLContext | None) -> dict[str, Any]:
     """The gateway's /readyz with its details; ValueError without them: an answer that says
     nothing of the engines must never read as "none outstanding"."""
-    from installer import prove
+    from installer.hosts import prove
 
     body = prove.readyz(prove.gateway_base(inv, host.address), ctx, inv.deployment)
     if "engines" not in body:  # the details come together, or not at all

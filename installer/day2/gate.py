@@ -25,11 +25,12 @@ while every engine that gateway knows is drained; the pinned proof is stricter t
 
 import time
 
-from installer import plan, prove
 from installer.ansible.runner import PlaybookResult
 from installer.day2 import drain
 from installer.day2.drain import DrainError
+from installer.hosts import prove
 from installer.inventory import Host, Inventory
+from installer.planning import plan
 
 # Extra vars for a day-2 play: the gate below checks the gateway instead (see above).
 PLAY_VARS = {"healthcheck_gateway_url": ""}

@@ -3,9 +3,10 @@
 import json
 from dataclasses import dataclass
 
-from installer import remote, revisions
+from installer.hosts import remote
+from installer.hosts.ssh import targets
 from installer.inventory import Inventory
-from installer.ssh import targets
+from installer.state import revisions
 
 
 @dataclass(frozen=True)

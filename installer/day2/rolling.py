@@ -30,14 +30,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from installer import keys, plan, plan_record, revisions, secret_files
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
+from installer.base.errors import AnsibleError
+from installer.base.runlog import RunLog
 from installer.day2 import drain, gate
-from installer.errors import AnsibleError
 from installer.inventory import Host, Inventory
-from installer.revisions import Revision
-from installer.runlog import RunLog
+from installer.planning import plan, plan_record
+from installer.secrets import keys, secret_files
+from installer.state import revisions
+from installer.state.revisions import Revision
 
 Note = Callable[[str], None]
 TaskEvent = Callable[[str, str, str], None]

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import yaml
 
-from installer import plan, revisions
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
 from installer.day2 import drain
 from installer.inventory import Host, Inventory
-from installer.topology import HOST_LAYOUT
+from installer.inventory.topology import HOST_LAYOUT
+from installer.planning import plan
+from installer.state import revisions
 
 TaskEvent = Callable[[str, str, str], None]
 

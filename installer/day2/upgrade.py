@@ -4,14 +4,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import prepare, revisions
+from installer.base.runlog import RunLog
 from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.day2.rolling import RollResult, roll
+from installer.hosts.ssh import targets
 from installer.inventory import load_inventory
-from installer.revisions import Revision, StateError
-from installer.runlog import RunLog
-from installer.ssh import targets
+from installer.preparation import prepare
+from installer.state import revisions
+from installer.state.revisions import Revision, StateError
 
 
 @dataclass

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from installer import __version__
+from installer.base.files import atomic_write
 from installer.diagnostics.redact import Hit
-from installer.files import atomic_write
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`installer doctor --collect`: one tar.gz a user can attach to a support ticket.
 
-Every host at once over SSH (installer/ssh.py's strict host keys, as `installer doctor`):
+Every host at once over SSH (installer/hosts/ssh.py's strict host keys, as `installer doctor`):
 host_collect.py is copied to the host, run as root, and sends back its files as a tar stream.
 Then the deployment's `installer status` report and its Prometheus series of the last hour.
 Every file is scanned for secrets (redact.py) before the archive is written (archive.py).
@@ -21,15 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import keys, remote, secret_files
+from installer.base.errors import InstallerError
+from installer.base.paths import state_dir
 from installer.diagnostics import archive, host_collect, prometheus_range, redact
-from installer.errors import InstallerError
+from installer.hosts import remote
+from installer.hosts.ssh import Target, target
 from installer.inventory import Inventory
-from installer.paths import state_dir
-from installer.ssh import Target, target
+from installer.inventory.topology import HOST_LAYOUT
+from installer.secrets import keys, secret_files
 from installer.status.report import prometheus_url
 from installer.status.report import report as status_report
-from installer.topology import HOST_LAYOUT
 
 HOST_SCRIPT = Path(host_collect.__file__)
 HOST_TIMEOUT_S = 300.0
@@ -72,7 +73,7 @@ def run_on_host(t: Target, args: list[str], timeout: float = HOST_TIMEOUT_S) -> 
     back; a host that gives none is one missing entry saying why.
 
     The script goes into a folder of its own (mktemp -d: 0700) and runs isolated (`python3 -I`),
-    as installer/gpu_checks.py does: Python puts a script's folder first on the import path and
+    as installer/flows/gpu_checks.py does: Python puts a script's folder first on the import path and
     reads PYTHON* variables, so a `json.py` another user left in /tmp would otherwise run as root."""
     command = (
         'd=$(mktemp -d) && cat > "$d/collect.py" && '

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 
 
 class ImpossiblePair(InstallerError):

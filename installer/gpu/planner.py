@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 from installer.gpu.matrix import GENERATIONS, GPUType
 
 GIB = 1024**3

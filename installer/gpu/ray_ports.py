@@ -1,8 +1,8 @@
-"""The ports of a Ray node as the `private-llm-ray` units start it (installer/engines.py ray_node).
+"""The ports of a Ray node as the `private-llm-ray` units start it (installer/planning/engines.py ray_node).
 
 Ray picks most of its ports at random unless told. The units pin every one, so that the
 deployment's own ports are checked against them before any host changes
-(installer/ray_checks.py), preflight can find them taken on a host
+(installer/planning/ray_checks.py), preflight can find them taken on a host
 (installer/preflight/ray_cluster.py), and a firewall between the hosts can name them
 (docs/multinode.md). Standard library only: the tuner and the engines both read it.
 """

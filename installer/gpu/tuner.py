@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 from installer.gpu import doctor, ray_ports
 from installer.gpu.matrix import GPUType, gpu_type
 from installer.gpu.planner import ModelSpec, Recommendation, recommend
@@ -181,7 +181,7 @@ class EngineSpec:
 class RaySpec:
     """Which hosts form the Ray cluster. The tuner knows host names, not addresses: the units'
     `ray start` argv (head address and port, which Ray needs as ip:port) is written by
-    installer/engines.py ray_node, from the inventory's addresses."""
+    installer/planning/engines.py ray_node, from the inventory's addresses."""
 
     head: str
     workers: list[str]

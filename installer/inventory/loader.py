@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import engine_flags, profile_checks, redis_ha
 from installer.inventory.models import MODEL_FORM, Inventory, duplicate_hosts
 from installer.inventory.source import Loc, Source, dotted

@@ -7,7 +7,7 @@ hold a control character, and the ones that become names or paths have patterns.
 Paths are resolved against the inventory file's directory by the loader (`_resolve`), so
 models only check shape; the loader checks that the paths exist, and the checks across
 sections and of what the named files hold (certificates, tarballs), which `validate` and `up`
-both run, are installer/inventory_checks.py.
+both run, are installer/preparation/inventory_checks.py.
 """
 
 import re
@@ -101,7 +101,7 @@ class _Strict(BaseModel):
 def _unset_dropped(model: BaseModel, data: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     """`data` (the model's dump) without those of `keys` the input left unset: a setting added
     later dumps as before it existed, so the config digest of a revision made then
-    (installer/revisions.py) stays what it was."""
+    (installer/state/revisions.py) stays what it was."""
     for key in set(keys) - model.model_fields_set:
         data.pop(key, None)
     return data
@@ -508,7 +508,7 @@ class GPUStack(_Strict):
     # `installer bundle build` puts them into the bundle's apt repository.
     packages_dir: LocalPath | None = None
     # The GPUs of each serving host (identical hosts): the engines are laid out and tuned for
-    # them (installer/engines.py). Left out, preflight fills them from what the hosts have;
+    # them (installer/planning/engines.py). Left out, preflight fills them from what the hosts have;
     # declared, preflight refuses hosts that contradict them (installer/preflight/gpu.py).
     type: str | None = None  # a key of installer/gpu/matrix.py GPU_TYPES: h200, h100, a100-80g, l40s, ...
     count: Annotated[int, Field(ge=1, le=64)] | None = None

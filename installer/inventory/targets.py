@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 
 REASONING_DIRS = ("vllm/reasoning/",)
 TOOL_DIRS = ("vllm/tool_parsers/", "vllm/entrypoints/openai/tool_parsers/")

@@ -11,11 +11,11 @@ so `lab down` and `leftovers()` find it without any state file.
 
 from dataclasses import dataclass
 
-from installer.errors import LabError
+from installer.base.errors import LabError
+from installer.base.paths import control_socket_dir
+from installer.base.procs import run
 from installer.lab import network, processes, state
 from installer.lab.naming import parse_subnet, validate_name
-from installer.paths import control_socket_dir
-from installer.procs import run
 
 CONTROL_NS_OFFSET = 2  # .1 is this machine on the bridge, hosts start at .11
 

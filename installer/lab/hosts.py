@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.errors import LabError
+from installer.base.errors import LabError
 from installer.lab import processes
 from installer.lab.sshkeys import ssh
 

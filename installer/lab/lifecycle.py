@@ -12,13 +12,13 @@ from typing import TypeVar
 
 from rich.progress import Progress, TaskID
 
-from installer.errors import InstallerError, LabError
+from installer.base.errors import InstallerError, LabError
+from installer.hosts.sshkeys import KEY_NAME, ensure_key_pair, write_known_hosts
 from installer.lab import control_ns, inventory, naming, network, processes, rootfs, sshkeys, state
 from installer.lab import hosts as lab_hosts
 from installer.lab.hosts import SSHAccess
 from installer.lab.naming import HostPlan, LabPlan
 from installer.lab.state import HostRecord, LabState
-from installer.sshkeys import KEY_NAME, ensure_key_pair, write_known_hosts
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, ip_network
 
-from installer.errors import LabError
+from installer.base.errors import LabError
 
 MAX_NAME_LEN = 6
 # A leading letter keeps host names (`<name><n>`) from looking like numbers to resolvers.

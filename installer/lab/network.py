@@ -12,8 +12,8 @@ from ipaddress import IPv4Network, ip_network
 from pathlib import Path
 from typing import Any
 
+from installer.base.procs import run
 from installer.lab.naming import LabPlan, netns_pattern, veth_pattern
-from installer.procs import run
 
 NETNS_DIR = Path("/run/netns")
 

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from installer.errors import LabError
+from installer.base.errors import LabError
+from installer.base.paths import cache_dir
+from installer.base.procs import run
 from installer.inventory import targets as os_targets
 from installer.lab import processes
-from installer.paths import cache_dir
-from installer.procs import run
 
 # Lab releases: the bundle targets (installer/inventory/targets.py) that are Debian's. The lab
 # debootstraps from Debian's archive only, so no Ubuntu hosts.

@@ -1,6 +1,6 @@
 """The lab's host keys and its root SSH, so every connection checks host keys strictly.
 
-One ed25519 key pair per lab (installer/sshkeys.py) logs in as root on every host. Each host
+One ed25519 key pair per lab (installer/hosts/sshkeys.py) logs in as root on every host. Each host
 gets fresh host keys (the copied rootfs would otherwise give every host the same ones), and
 their public halves go into the lab's own known_hosts file: nothing ever needs
 StrictHostKeyChecking=no.
@@ -9,8 +9,8 @@ StrictHostKeyChecking=no.
 import subprocess
 from pathlib import Path
 
-from installer.procs import run
-from installer.ssh import Target
+from installer.base.procs import run
+from installer.hosts.ssh import Target
 
 
 def regenerate_host_keys(rootfs: Path) -> list[str]:
@@ -26,7 +26,7 @@ def regenerate_host_keys(rootfs: Path) -> list[str]:
 def ssh_argv(
     key: Path, known_hosts: Path, address: str, command: str, *, connect_timeout: int = 3
 ) -> list[str]:
-    """installer/ssh.py's argv, isolated from the user's ssh configuration: root on a lab host."""
+    """installer/hosts/ssh.py's argv, isolated from the user's ssh configuration: root on a lab host."""
     return Target(address, address, "root", 22, key, known_hosts).ssh_argv(
         command, connect_timeout=connect_timeout, isolated=True)
 

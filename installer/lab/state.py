@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from installer.errors import LabError
-from installer.paths import state_dir
+from installer.base.errors import LabError
+from installer.base.paths import state_dir
 
 STATE_VERSION = 1
 

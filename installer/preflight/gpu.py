@@ -11,7 +11,7 @@ reads nvidia-smi, the /dev/nvidia* nodes and NVIDIA display devices in sysfs. Fr
 - fp8 weights on GPUs without fp8 tensor cores are refused (the inventory's serving profiles);
 - `with_probed_hardware` fills gpu.type/gpu.count from the probe when the inventory leaves them
   out, so engines are laid out for the GPUs the hosts have; `plan_probed` builds the plan for
-  them and refuses a model that does not fit (installer/gpu/tuner.py through installer/engines.py).
+  them and refuses a model that does not fit (installer/gpu/tuner.py through installer/planning/engines.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
 from installer.gpu import matrix
 from installer.gpu.tuner import TuneError
 from installer.inventory import Inventory, profile_checks

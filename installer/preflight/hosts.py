@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import paramiko
 from fabric import Connection
 
-from installer import remote
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
+from installer.hosts import remote
+from installer.hosts.ssh import Target, targets
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
 from installer.preflight import gpu as preflight_gpu
-from installer.ssh import Target, targets
 
 MIN_PYTHON = (3, 9)
 MAX_CLOCK_SKEW_S = 120

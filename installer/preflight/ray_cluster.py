@@ -1,7 +1,7 @@
 """Ray preflight: before any host changes, the hosts of a model spanning hosts can form its cluster.
 
-Run once the deployment's plan is laid out (installer/prepare.py, after the per-host
-preflight), over the same SSH layer as the other fan-outs (installer/remote.py):
+Run once the deployment's plan is laid out (installer/preparation/prepare.py, after the per-host
+preflight), over the same SSH layer as the other fan-outs (installer/hosts/remote.py):
 
 1. Each Ray host lists its listening TCP ports (/proc/net/tcp and tcp6: no ss or netstat
    needed). A port of Ray's (installer/gpu/ray_ports.py) held by something else is refused:
@@ -21,11 +21,11 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from installer import remote
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
 from installer.gpu import ray_ports
+from installer.hosts import remote
+from installer.hosts.ssh import Target, target
 from installer.inventory import Inventory
-from installer.ssh import Target, target
 
 LISTEN_S = 20
 CONNECT_S = 5
@@ -77,7 +77,7 @@ RunOne = Callable[..., remote.Result]
 
 
 class RayNode(Protocol):
-    """What this check reads of installer/engines.py's RayNode (engines imports this module's
+    """What this check reads of installer/planning/engines.py's RayNode (engines imports this module's
     sibling ray_checks, so the type is described here rather than imported)."""
 
     role: str

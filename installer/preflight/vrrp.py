@@ -3,7 +3,7 @@ the frontend's router id (docs/ha.md#one-address-for-clients).
 
 Two VRRP groups with one id on one link fight over who is master, and a foreign master with our
 id makes our hosts give up the VIP or hold it beside it. The inventory cannot show that, so each
-gateway host listens for LISTEN_S seconds, over the one SSH fan-out (installer/remote.py), for
+gateway host listens for LISTEN_S seconds, over the one SSH fan-out (installer/hosts/remote.py), for
 VRRP adverts (IP protocol 112; multicast 224.0.0.18 joined on the interface of its own address,
 and any unicast sent to it). An advert with our id from an address that is none of our gateway
 hosts is refused, naming its sender. Our own hosts' adverts (a redeploy) are ours.
@@ -18,10 +18,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Sequence
 
-from installer import remote
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
+from installer.hosts import remote
+from installer.hosts.ssh import target
 from installer.inventory import Inventory
-from installer.ssh import target
 
 LISTEN_S = 3.0
 

@@ -12,14 +12,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from installer import plan, revisions
+from installer.base.errors import AnsibleError
 from installer.day2 import drain, gate, rolling
-from installer.errors import AnsibleError
-from installer.prepare import Reporter
+from installer.planning import plan
+from installer.preparation.prepare import Reporter
 from installer.release import controller, entry, stages, state
 from installer.release.outcome import Outcome
 from installer.release.spec import Sides
 from installer.release.state import ReleaseError
+from installer.state import revisions
 
 
 def abort_release(s: Sides, out: Outcome, reporter: Reporter, drain_timeout_s: float, why: str) -> None:

@@ -1,5 +1,5 @@
 """The release controller (service/release_controller.py) as the control machine reaches it:
-service/release_admin.py run on the controller's host over SSH (installer/remote.py, as root),
+service/release_admin.py run on the controller's host over SSH (installer/hosts/remote.py, as root),
 one JSON request in and one answer out. That script reads the controller's own settings file,
 so the Redis password never leaves the host and the control machine needs no route to Redis.
 
@@ -13,12 +13,12 @@ import json
 import secrets
 from typing import Any
 
-from installer import remote
+from installer.hosts import remote
+from installer.hosts.ssh import target
 from installer.inventory import Host, Inventory
+from installer.inventory.topology import HOST_LAYOUT, controller_hosts
 from installer.release.spec import Sides
 from installer.release.state import Release, ReleaseError
-from installer.ssh import target
-from installer.topology import HOST_LAYOUT, controller_hosts
 
 ADMIN = (f"{HOST_LAYOUT['pli_root']}/current/gateway-venv/bin/python -m service.release_admin "
          f"--settings {HOST_LAYOUT['pli_config_dir']}/release-controller.json")

@@ -4,11 +4,11 @@ model's release read back from the state, one run log, and its summary written w
 from collections.abc import Callable
 from pathlib import Path
 
-from installer import deployment_lock
+from installer.base.runlog import RunLog
 from installer.inventory import load_inventory
 from installer.release import lock, spec, state
 from installer.release.outcome import Outcome
-from installer.runlog import RunLog
+from installer.state import deployment_lock
 
 
 def run(command: str, inventory_path: Path, model: str, body: Callable[[spec.Sides, Outcome], None]) -> Outcome:

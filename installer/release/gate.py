@@ -10,10 +10,10 @@ gateway's clients meanwhile, and no other gateway is touched.
 import time
 from collections.abc import Mapping
 
-from installer import prove
 from installer.day2 import drain
 from installer.day2.drain import DrainError
 from installer.day2.gate import PROOF_ATTEMPTS, PROOF_PAUSE_S
+from installer.hosts import prove
 from installer.inventory import Inventory
 
 STAGE_HEADER = "X-Release-Stage"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from installer.paths import state_dir
+from installer.base.paths import state_dir
 from installer.release.state import ReleaseError
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from installer.prepare import Reporter, timed
-from installer.runlog import RunLog
+from installer.base.runlog import RunLog
+from installer.preparation.prepare import Reporter, timed
 
 
 @dataclass

@@ -22,10 +22,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from installer import keys, plan, revisions
+from installer.base.errors import AnsibleError
 from installer.day2 import drain, gate, rolling, upgrade
-from installer.errors import AnsibleError
-from installer.prepare import Reporter
+from installer.planning import plan
+from installer.preparation.prepare import Reporter
 from installer.release import controller, entry, spec, stages, state
 from installer.release import gate as release_gate
 from installer.release.abort import abort_release
@@ -33,6 +33,8 @@ from installer.release.outcome import Outcome
 from installer.release.spec import Sides
 from installer.release.start import split_of
 from installer.release.state import Release, ReleaseError
+from installer.secrets import keys
+from installer.state import revisions
 
 
 def _names(by_host: dict[str, list[str]]) -> list[str]:

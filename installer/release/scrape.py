@@ -6,11 +6,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from installer import prove, remote, secret_files
 from installer.day2 import drain
+from installer.hosts import prove, remote
 from installer.inventory import Host, Inventory
 from installer.release import metrics
 from installer.release.state import ReleaseError
+from installer.secrets import secret_files
 
 
 @dataclass(frozen=True)

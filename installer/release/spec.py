@@ -3,11 +3,12 @@ canary spec (the inventory file's entry), and the plans built from them (plan.bu
 
 from dataclasses import dataclass
 
-from installer import plan, plan_record, revisions
 from installer.inventory import Host, Inventory, ServedModel
-from installer.plan import DeploymentPlan
+from installer.planning import plan, plan_record
+from installer.planning.plan import DeploymentPlan
 from installer.release.state import Release, ReleaseError
-from installer.revisions import Revision
+from installer.state import revisions
+from installer.state.revisions import Revision
 
 
 def served(inv: Inventory, model: str, where: str) -> ServedModel:

@@ -13,12 +13,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from installer import remote
+from installer.base.errors import InstallerError
 from installer.day2 import drain
-from installer.errors import InstallerError
+from installer.hosts import remote
+from installer.hosts.ssh import target
 from installer.inventory import Host, Inventory, ReleaseSettings
-from installer.ssh import target
-from installer.topology import HOST_LAYOUT
+from installer.inventory.topology import HOST_LAYOUT
 
 STAGES_FILE = HOST_LAYOUT["pli_stages_file"]  # where the gateway role tells the gateway to read it
 

@@ -15,17 +15,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from installer import deployment_lock, keys, prepare, revisions
+from installer.base.errors import InstallerError
+from installer.base.runlog import RunLog
 from installer.day2 import gate, rolling
-from installer.errors import InstallerError
 from installer.inventory import ServedModel, load_inventory
-from installer.prepare import Reporter
+from installer.preparation import prepare
+from installer.preparation.prepare import Reporter
 from installer.release import controller, lock, spec, stages, state
 from installer.release import gate as release_gate
 from installer.release.abort import abort_release
 from installer.release.outcome import Outcome
 from installer.release.state import Release, ReleaseError
-from installer.runlog import RunLog
+from installer.secrets import keys
+from installer.state import deployment_lock, revisions
 
 
 def split_of(release: Release, s: spec.Sides) -> dict[str, stages.Split]:

@@ -1,4 +1,4 @@
-"""The gray release under way, as state.json records it (installer/revisions.py keeps it beside the
+"""The gray release under way, as state.json records it (installer/state/revisions.py keeps it beside the
 revisions, so `up` and `upgrade` can refuse to run over it).
 
 One release per deployment at a time. Its revisions: `stable` (what the hosts ran before, and
@@ -9,8 +9,8 @@ the model beside stable). Promote past the last step records the inventory's own
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from installer import revisions
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
+from installer.state import revisions
 
 
 class ReleaseError(InstallerError):

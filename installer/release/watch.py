@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from installer.base.runlog import RunLog
 from installer.inventory import load_inventory
-from installer.prepare import Reporter
+from installer.preparation.prepare import Reporter
 from installer.release import controller, spec, state
 from installer.release.outcome import Outcome
 from installer.release.state import Release, ReleaseError
-from installer.runlog import RunLog
 
 NEXT = {
     "promoted": "`installer release promote` retires stable behind the canary",

@@ -6,7 +6,7 @@ decrypts; archive.py writes and reads the tar inside, refusing members that coul
 target; restore.py puts it in place whole or not at all.
 """
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 
 
 class StateArchiveError(InstallerError):

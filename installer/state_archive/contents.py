@@ -1,4 +1,4 @@
-"""What of the state folder (installer/paths.py) an export carries, and what it leaves out.
+"""What of the state folder (installer/base/paths.py) an export carries, and what it leaves out.
 
 Every name the installer writes at the top of the state folder is listed here, kept or left
 out with the reason: tests/unit/state_archive/test_contents.py fails when the code writes a

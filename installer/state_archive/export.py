@@ -4,8 +4,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import audit, paths
-from installer.files import atomic_write
+from installer.base import paths
+from installer.base.files import atomic_write
+from installer.state import audit
 from installer.state_archive import StateArchiveError, archive, contents
 
 
@@ -22,7 +23,7 @@ class Exported:
 
 def _audit_key(state: Path) -> bytes | None:
     """The key that seals this state's trail, when there is a trail and this machine has the key.
-    It lives outside the state folder on purpose (installer/audit.py); the archive carries it so
+    It lives outside the state folder on purpose (installer/state/audit.py); the archive carries it so
     the trail can still be verified and extended on the new machine."""
     key = audit.key_file()
     if not (state / audit.FILE_NAME).is_file() or not key.is_file():

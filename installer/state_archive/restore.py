@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from installer import audit, paths
-from installer.files import atomic_write
+from installer.base import paths
+from installer.base.files import atomic_write
+from installer.state import audit
 from installer.state_archive import StateArchiveError, archive, contents
 
 

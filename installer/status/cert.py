@@ -6,7 +6,7 @@ re-issues it)."""
 
 from collections.abc import Callable, Sequence
 
-from installer.paths import role_defaults
+from installer.base.paths import role_defaults
 from installer.status.model import Column, Context, Row
 from installer.tls import store
 

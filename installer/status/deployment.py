@@ -3,7 +3,7 @@ successful `installer up` of this deployment installed."""
 
 from collections.abc import Sequence
 
-from installer.runlog import summaries
+from installer.base.runlog import summaries
 from installer.status.model import Column, Context, Row
 
 

@@ -1,13 +1,13 @@
 """The `vip` column: which gateway host holds the frontend's virtual IP now, read from each
-serving host's `ip -o addr` over the one SSH fan-out (installer/remote.py). None of them, or
+serving host's `ip -o addr` over the one SSH fan-out (installer/hosts/remote.py). None of them, or
 more than one (VRRP split: the hosts cannot hear each other), is a problem on every row."""
 
 from collections.abc import Sequence
 from itertools import pairwise
 
-from installer import remote
+from installer.hosts import remote
+from installer.hosts.ssh import target
 from installer.inventory import Inventory
-from installer.ssh import target
 from installer.status.model import Column, Context, Row
 
 COMMAND = "ip -o addr show"

@@ -5,7 +5,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
-from installer import prove, remote
+from installer.hosts import prove, remote
 from installer.status.model import Column, Context, Row
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 from installer.status.model import Column, Context, Row
 
 

@@ -6,9 +6,10 @@ row of its own. Deployments without a Ray cluster get no SSH at all (#36 item 2)
 
 from collections.abc import Callable, Sequence
 
-from installer import inventory_checks, remote
 from installer.gpu import ray_ports
-from installer.ssh import Target, target
+from installer.hosts import remote
+from installer.hosts.ssh import Target, target
+from installer.preparation import inventory_checks
 from installer.status.model import Column, Context, Row
 
 # the unit's state and how often systemd restarted it (Restart=on-failure)

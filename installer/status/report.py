@@ -1,8 +1,9 @@
 """One `installer status` report of a deployment: every collector of installer.status.COLLECTORS
 over the serving hosts' engines, with Prometheus found on the first monitoring host."""
 
-from installer import plan, status
+from installer import status
 from installer.inventory import Inventory
+from installer.planning import plan
 from installer.status.model import Context, StatusReport, collect
 
 

@@ -1,6 +1,6 @@
 """Errors of the provisioning step; both are user-facing InstallerErrors (one red line)."""
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 
 
 class TerraformError(InstallerError):

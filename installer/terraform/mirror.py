@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from installer.hashing import sha256_file, sha256_files
+from installer.base.hashing import sha256_file, sha256_files
 from installer.inventory import Inventory
 from installer.terraform.cli import Terraform
 from installer.terraform.errors import TerraformError

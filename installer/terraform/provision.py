@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from installer.base.paths import STATE_DIR_NAME
+from installer.hosts.sshkeys import KEY_NAME, ensure_key_pair, known_hosts_lines
 from installer.inventory import Host, Inventory
-from installer.paths import STATE_DIR_NAME
-from installer.sshkeys import KEY_NAME, ensure_key_pair, known_hosts_lines
 from installer.terraform import contract, credentials, mirror, tfvars
 from installer.terraform.cli import ChangeSummary, Event, Terraform
 from installer.terraform.errors import TerraformError

@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from installer.base.paths import TERRAFORM_MODULES_DIR
 from installer.inventory import Inventory
 from installer.inventory.models import AWSCloud, JDCloud, TencentCloud
-from installer.paths import TERRAFORM_MODULES_DIR
 
 MODULES_DIR = TERRAFORM_MODULES_DIR
 PROVIDER_SOURCES = {

@@ -6,8 +6,8 @@ ran with; both find the folder here, so neither imports the other for it.
 
 from pathlib import Path
 
+from installer.base.paths import state_dir
 from installer.inventory import Inventory
-from installer.paths import state_dir
 
 
 def workdir(inv: Inventory) -> Path:

@@ -8,10 +8,10 @@ leaves this machine), `hosts/<host>/server.pem` (0644) and `server.key` (0600). 
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer.errors import InstallerError
-from installer.files import atomic_write
+from installer.base.errors import InstallerError
+from installer.base.files import atomic_write
+from installer.base.paths import state_dir
 from installer.inventory.models import Host, Inventory
-from installer.paths import state_dir
 from installer.tls import ca
 
 

@@ -40,7 +40,7 @@ def e2e_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def lab_hosts(e2e_state: Path):
     from installer import lab
-    from installer.errors import LabError
+    from installer.base.errors import LabError
     from installer.lab import state
 
     inventory = e2e_state / "lab.yml"

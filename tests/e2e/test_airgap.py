@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.paths import PLAYBOOKS_DIR as REPO_PLAYBOOKS
+from installer.base.paths import cache_dir
 from installer.bundle import sign
 from installer.bundle.build import build
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest
 from installer.inventory import load_inventory
 from installer.lab import control_ns
-from installer.paths import PLAYBOOKS_DIR as REPO_PLAYBOOKS
-from installer.paths import cache_dir
 from tests.support.e2e import REPO, installer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
@@ -230,7 +230,7 @@ import os, signal, subprocess, sys
 from pathlib import Path
 from installer.bundle import build, push, sign
 from installer.inventory import load_inventory
-from installer.ssh import targets
+from installer.hosts.ssh import targets
 
 inventory, bundle, trusted, host, limit = sys.argv[1:]
 opened = build.open_bundle(Path(bundle), sign.Trust(keys=(Path(trusted),)))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from installer import secret_files
 from installer.inventory import load_inventory
+from installer.secrets import secret_files
 from tests.support.e2e import Run, host_run, host_ssh, installer
 
 pytestmark = pytest.mark.e2e

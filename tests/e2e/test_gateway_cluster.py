@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from installer import prove
+from installer.hosts import prove
 from installer.inventory import load_inventory
 from tests.support.e2e import Run, installer
 

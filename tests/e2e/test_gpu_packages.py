@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
-from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.ansible.runner import PlaybookResult, run_playbook
+from installer.base.paths import PLAYBOOKS_DIR
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, Manifest, scan
 from installer.bundle.push import push_one
 from installer.gpu import matrix
+from installer.hosts.ssh import Target, target
 from installer.inventory import load_inventory
-from installer.paths import PLAYBOOKS_DIR
-from installer.ssh import Target, target
+from installer.planning import plan as deployment_plan
 from tests.support.gpu_debs import ASSUMED, BRANCHES, build_repo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

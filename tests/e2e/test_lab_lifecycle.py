@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from installer import lab
-from installer.errors import LabError
+from installer.base.errors import LabError
 from installer.inventory import load_inventory
 from installer.lab import state as lab_state
 

@@ -42,9 +42,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.load import Load
-from installer import keys, keys_push, prove
+from installer.flows import keys_push
+from installer.hosts import prove
 from installer.inventory import load_inventory
-from installer.topology import controller_hosts
+from installer.inventory.topology import controller_hosts
+from installer.secrets import keys
 from tests.support.e2e import Run, host_run, host_ssh, installer, latest_summary, scrape_headers
 
 pytestmark = pytest.mark.e2e

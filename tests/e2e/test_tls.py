@@ -15,8 +15,8 @@ from cryptography import x509
 
 from benchmarks.load import Load
 from installer import tls
+from installer.hosts.prove import gateway_base
 from installer.inventory import Inventory, load_inventory
-from installer.prove import gateway_base
 from installer.tls import ca
 from tests.support.e2e import Run, installer, latest_summary, scrape_headers
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer import prove
+from installer.hosts import prove
 from installer.inventory import load_inventory
 from tests.support.e2e import Run, host_run, installer
 

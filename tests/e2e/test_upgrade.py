@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.completions import check_stream
 from benchmarks.load import MAX_TOKENS, Load, conversation
-from installer import prove
+from installer.hosts import prove
 from installer.inventory import load_inventory
 from tests.support.e2e import REPO, Run, host_run, installer, latest_summary, scrape_headers
 

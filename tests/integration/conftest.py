@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from installer import keys as installer_keys
+from installer.secrets import keys as installer_keys
 from tests.support import REPO
 from tests.support.loopback import free_port, stop, wait_http
 from tests.support.redis_server import redis_server
@@ -106,7 +106,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 class Keys:
-    """Keys made with the control machine's store (installer.keys), rendered to a hosts' file
+    """Keys made with the control machine's store (installer.secrets.keys), rendered to a hosts' file
     the way a deploy does; every change rewrites that file, as a deploy would."""
 
     def __init__(self, root: Path) -> None:

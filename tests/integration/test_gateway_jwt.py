@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from installer.usage import rows
+from installer.flows.usage import rows
 from service.jwt_auth import subject_name
 from tests.support import idp
 from tests.support.loopback import until

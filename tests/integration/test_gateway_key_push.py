@@ -1,5 +1,5 @@
 """`installer keys ... -i` confirms, on each gateway's /readyz, that the key and quota files it
-sent are the ones loaded (installer/keys_push.py): real gateways (uvicorn) reloading files
+sent are the ones loaded (installer/flows/keys_push.py): real gateways (uvicorn) reloading files
 written as the push writes them; a gateway that kept its old keys is named."""
 
 import hashlib
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from installer import keys as installer_keys
-from installer.keys_push import confirm_at
+from installer.flows.keys_push import confirm_at
+from installer.secrets import keys as installer_keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -78,7 +78,7 @@ def test_the_fields_each_parser_fills_are_in_the_replayed_answers() -> None:
         assert any(d.get("tool_calls") for d in deltas(case)), case
     # With a reasoning parser, vLLM parses a whole answer's reasoning from its output alone: the
     # call the grammar forced (thinking off closed the reasoning in the prompt) is returned as
-    # reasoning, and only the streamed answer carries it as a tool call (installer/prove.py).
+    # reasoning, and only the streamed answer carries it as a tool call (installer/hosts/prove.py).
     off = ANSWERS["tool_call_thinking_off"]["whole"]["choices"][0]["message"]
     assert "tool_calls" not in off and '"city"' in off["reasoning"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from installer.usage import rows
+from installer.flows.usage import rows
 from tests.support.usage_report import usage_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

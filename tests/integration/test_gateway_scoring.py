@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from installer import prove
+from installer.hosts import prove
 from installer.inventory.loader import load_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

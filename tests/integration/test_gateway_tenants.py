@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from installer.usage import rows
+from installer.flows.usage import rows
 from service import audit_chain
 from service.jwt_auth import subject_name
 from tests.support import idp

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from installer.prove import prove_host
+from installer.hosts.prove import prove_host
 from installer.tls import ca
 from tests.support import REPO
 from tests.support.loopback import free_port, stop

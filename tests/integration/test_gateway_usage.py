@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from installer import keys as installer_keys
-from installer.usage import rows
+from installer.flows.usage import rows
+from installer.secrets import keys as installer_keys
 from tests.support import REPO
 from tests.support.loopback import free_port
 from tests.support.redis_server import redis_server

@@ -203,7 +203,7 @@ def test_vip_moves_on_unready_gateway_and_on_host_death(two_hosts: Net, tmp_path
 
 
 def _plan(inv: Inventory):  # type: ignore[no-untyped-def]
-    from installer import plan
+    from installer.planning import plan
 
     return plan.build(inv)
 

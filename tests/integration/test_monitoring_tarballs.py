@@ -30,14 +30,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer import plan as deployment_plan
-from installer import secret_files
 from installer.ansible import render
 from installer.ansible.runner import run_playbook
+from installer.base.paths import PLAYBOOKS_DIR
 from installer.bundle import monitoring_tarballs
 from installer.inventory import load_inventory
-from installer.paths import PLAYBOOKS_DIR
-from installer.topology import HOST_LAYOUT
+from installer.inventory.topology import HOST_LAYOUT
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from tests.support.monitoring_tarballs import DEBIAN_AM_TEMPLATES, upstream_tarballs
 
 pytestmark = pytest.mark.e2e

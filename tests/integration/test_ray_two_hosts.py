@@ -2,7 +2,7 @@
 
 Two network namespaces on a bridge, as installer/lab/network.py makes the lab's hosts (an address
 each, no default route), stand for two hosts. Each runs `ray start` with the argv the installer's
-plan writes on its private-llm-ray unit (installer/engines.py ray_node: the head's GCS on 6390,
+plan writes on its private-llm-ray unit (installer/planning/engines.py ray_node: the head's GCS on 6390,
 every other Ray port pinned, the head's and the worker's own addresses), and VLLM_HOST_IP as
 engine.env sets it. Then, on the head:
 
@@ -33,10 +33,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from installer import inventory_checks
 from installer.gpu import planner, ray_ports
 from installer.inventory import load_inventory
 from installer.modelmaker import make_tiny_model
+from installer.preparation import inventory_checks
 from tests.support import REPO
 
 PYTHON = os.environ.get("PLI_VLLM_CPU_PYTHON", "")

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from installer import plan as deployment_plan
-from installer import secret_files
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from installer.tls import ca
 from service.redis_connect import Endpoint, TLSFiles, sync_client
 from tests.support import REPO

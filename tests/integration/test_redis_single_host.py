@@ -14,12 +14,12 @@ import httpx
 import pytest
 import redis
 
-from installer import plan as deployment_plan
-from installer import secret_files
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
+from installer.flows.usage import rows
 from installer.inventory import load_inventory
-from installer.usage import rows
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from tests.support import REPO
 from tests.support.loopback import free_port
 from tests.support.redis_server import redis_server

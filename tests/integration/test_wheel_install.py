@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import json, sys
 from pathlib import Path
-import installer, installer.paths as paths
+import installer, installer.base.paths as paths
 from installer.bundle import project_wheel
-from installer.errors import BundleError
+from installer.base.errors import BundleError
 from installer.terraform.tfvars import MODULES_DIR
 
 dest = Path(sys.argv[1])

@@ -12,7 +12,7 @@ import yaml
 
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
-from installer.plan import DeploymentPlan
+from installer.planning.plan import DeploymentPlan
 from tests.support import REPO
 
 ROLE = REPO / "playbooks" / "roles" / "engine"

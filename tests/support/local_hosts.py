@@ -1,7 +1,7 @@
 """Stand-ins for a host's ssh argv: the remote command runs here with `bash -c` (the same
 mktemp/cat/python3 command line the real one runs over ssh), or ssh fails, or nothing answers."""
 
-from installer.ssh import Target
+from installer.hosts.ssh import Target
 
 
 class HereHost(Target):

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from installer import paths, revisions
+from installer.base import paths
 from installer.bundle import sign
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, FileEntry, Manifest, scan
 from installer.inventory import load_inventory
+from installer.state import revisions
 
 SITE = (
     "deployment: demo\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: 10.0.0.2}]\n"

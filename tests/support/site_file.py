@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
 
 ONE_HOST = "hosts:\n  - name: h1\n    address: 10.0.0.1\n"
 JWT_ISSUER = "  jwt:\n    issuers: [https://idp.example.internal/realms/llm]\n    audiences: [private-llm]\n"

@@ -8,8 +8,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from installer import audit, keys, paths
+from installer.base import paths
 from installer.cli import _register, app
+from installer.secrets import keys
+from installer.state import audit
 
 _register()
 
@@ -84,7 +86,7 @@ def import_with(archive: Path, identity: Path, *more: str) -> Result:
 
 def tree(root: Path) -> dict[str, tuple[int, bytes | None]]:
     """Every path under `root`: its mode and, for a file, its bytes. Lock files are not state:
-    made on use by the commands that change it (installer/deployment_lock.py), never exported."""
+    made on use by the commands that change it (installer/state/deployment_lock.py), never exported."""
     out: dict[str, tuple[int, bytes | None]] = {}
     for p in sorted(root.rglob("*")):
         if p.suffix == ".lock":

@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from installer.usage import Report
+from installer.flows.usage import Report
 from tests.support import REPO
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from installer import plan
 from installer.ansible import keepalived_vars
 from installer.inventory import Inventory
+from installer.planning import plan
 from tests.support.keepalived_role import ROLE, keepalived_conf
 
 

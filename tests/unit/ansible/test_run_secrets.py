@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from installer.ansible.runner import ansible_env, run_playbook
-from installer.paths import control_socket_dir
-from installer.runlog import RunLog
+from installer.base.paths import control_socket_dir
+from installer.base.runlog import RunLog
 from tests.support.roles import local_project
 
 PLANTED = {

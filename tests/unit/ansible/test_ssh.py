@@ -13,10 +13,10 @@ import paramiko
 import pytest
 from ansible.plugins.connection import ConnectionBase
 
-from installer import plan as deployment_plan
 from installer.ansible import render
+from installer.hosts.ssh import Target, known_hosts_option
 from installer.inventory import Inventory
-from installer.ssh import Target, known_hosts_option
+from installer.planning import plan as deployment_plan
 
 
 def _resolved(target: Target, tmp_path: Path) -> tuple[int, dict[str, str]]:

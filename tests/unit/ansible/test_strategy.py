@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from installer.ansible.runner import STRATEGY_ENV, strategy_env
-from installer.errors import AnsibleError
+from installer.base.errors import AnsibleError
 
 
 def test_mitogen_by_default_with_its_plugin_folder() -> None:

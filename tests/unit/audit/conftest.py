@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import paths
+from installer.base import paths
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The audit trail (installer/audit.py): JSON lines chained with HMAC-SHA256 in the state
+"""The audit trail (installer/state/audit.py): JSON lines chained with HMAC-SHA256 in the state
 folder, 0600, no secret, written by the CLI for every command that changes the deployment, as it
 starts and as it ends, failed runs too. Attacks the key and the checkpoint answer:
 test_tampering.py; the start entry of a killed command: test_start_entry.py."""
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import audit
 from installer.cli import _register, app
 from installer.cli.root import AUDITED
+from installer.state import audit
 
 runner = CliRunner()
 _register()
@@ -159,7 +159,7 @@ def test_a_failing_command_is_recorded_as_failed(state: Path, tmp_path: Path) ->
 
 
 def test_a_terminated_command_is_recorded_as_failed(state: Path) -> None:
-    """SIGTERM while Ansible runs ends the installer with SystemExit(143) (installer/procs.py)."""
+    """SIGTERM while Ansible runs ends the installer with SystemExit(143) (installer/base/procs.py)."""
     from installer.cli.root import audited
 
     with pytest.raises(SystemExit), audited("up", ["up", "-i", "site.yml"], None):

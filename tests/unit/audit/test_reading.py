@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from installer import paths
+from installer.base import paths
 from installer.cli import _register, app
 
 runner = CliRunner()

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from installer import paths, remote
+from installer.base import paths
 from installer.cli import _register, app
-from installer.ssh import Target
+from installer.hosts import remote
+from installer.hosts.ssh import Target
 from service.request_audit import RequestAudit
 
 runner = CliRunner()

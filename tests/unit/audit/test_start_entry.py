@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from installer import audit
 from installer.cli import _register, app
 from installer.cli.root import audited
+from installer.state import audit
 
 runner = CliRunner()
 _register()
@@ -21,10 +21,10 @@ _register()
 # `installer keys create` through the real entry point, killed with SIGKILL inside its body.
 _KILLED_MIDWAY = textwrap.dedent("""
     import os, signal, sys
-    import installer.keys
+    import installer.secrets.keys
     def killed(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
-    installer.keys.create = killed
+    installer.secrets.keys.create = killed
     sys.argv = ["installer", "keys", "create", "--name", "svc"]
     from installer.cli import main
     main()

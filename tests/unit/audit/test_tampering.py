@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import audit, keys
 from installer.cli import _register, app
+from installer.secrets import keys
+from installer.state import audit
 
 runner = CliRunner()
 _register()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from installer import audit
 from installer.cli import _register, app
+from installer.state import audit
 
 runner = CliRunner()
 _register()

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from installer.bench import BenchConfig, BenchError, RequestResult, endpoint_url, make_requests, summarize
+from installer.flows.bench import BenchConfig, BenchError, RequestResult, endpoint_url, make_requests, summarize
 
 
 def test_prompts_are_reproducible_and_sized() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import aptrepo
 from installer.bundle.debs import apt_options
-from installer.errors import BundleError
 
 needs_dpkg_deb = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 

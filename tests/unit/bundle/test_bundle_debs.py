@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle.debs import (
     ARCHIVES,
     DEBIAN,
@@ -16,7 +17,6 @@ from installer.bundle.debs import (
     download_debs,
     request_key,
 )
-from installer.errors import BundleError
 
 UBUNTU = ARCHIVES["ubuntu"]
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from installer import prepare
+from installer.base.errors import BundleError
 from installer.bundle import build, contents, manifest, planning, project_wheel, wheels
 from installer.bundle.manifest import SBOM, Manifest, verify
-from installer.errors import BundleError
 from installer.inventory import load_inventory
 from installer.modelmaker import make_tiny_model
+from installer.preparation import prepare
 from tests.support.bundles import make_bundle
 
 

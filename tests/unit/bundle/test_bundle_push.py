@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import push
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest
-from installer.errors import BundleError
-from installer.ssh import Target
+from installer.hosts.ssh import Target
 from tests.support.bundles import make_bundle
 
 

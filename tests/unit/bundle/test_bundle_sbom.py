@@ -14,10 +14,10 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from typer.testing import CliRunner
 
+from installer.base.errors import BundleError
 from installer.bundle import build, sbom, sbom_read, sign
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SBOM, SIGNATURE, Manifest, scan
 from installer.cli import _register, app
-from installer.errors import BundleError
 from tests.support.bundles import make_bundle, wheel
 from tests.support.gpu_debs import fake_deb
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import build, sign
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE
-from installer.errors import BundleError
 from tests.support.bundles import make_bundle
 
 

@@ -21,11 +21,11 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from installer import inventory_checks
+from installer.base.errors import BundleError, InventoryError
 from installer.bundle import build, contents, layout, planning, project_wheel, push, wheels
-from installer.errors import BundleError, InventoryError
+from installer.hosts.ssh import Target
 from installer.inventory import load_inventory
-from installer.ssh import Target
+from installer.preparation import inventory_checks
 from tests.support.gpu_debs import fake_deb
 
 REAL_RUN = subprocess.run

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import wheels
 from installer.bundle.wheels import (
     DEFAULT_PLATFORM_TAGS,
@@ -25,7 +26,6 @@ from installer.bundle.wheels import (
     pip_download_command,
     request_key,
 )
-from installer.errors import BundleError
 
 KEY_ARGS: dict[str, Any] = {
     "python_version": "3.11",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import engine_parsers
-from installer.errors import BundleError
 from installer.inventory import Inventory, load_inventory, vllm_registry
 
 CHECKPOINTS = Path(__file__).parents[1] / "fixtures" / "checkpoints"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import files
+from installer.base import files
 
 
 def test_a_hard_link_shares_the_cache_bytes_and_the_folder_is_created(tmp_path: Path) -> None:

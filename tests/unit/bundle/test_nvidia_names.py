@@ -2,10 +2,10 @@
 
 import pytest
 
+from installer.base.errors import InstallerError
+from installer.base.paths import role_defaults
 from installer.bundle import nvidia_names
-from installer.errors import InstallerError
 from installer.inventory import targets as os_targets
-from installer.paths import role_defaults
 
 
 def test_every_target_has_nvidias_repository_folder() -> None:

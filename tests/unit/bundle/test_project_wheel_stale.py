@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.paths import CHECKOUT
 from installer.bundle import project_wheel
-from installer.paths import CHECKOUT
 
 
 @pytest.mark.skipif(CHECKOUT is None or not (CHECKOUT / ".git").exists(), reason="needs the git checkout")

@@ -1,4 +1,4 @@
-"""Where the state lives: one resolver (installer.paths), set by the CLI from --state-dir or the
+"""Where the state lives: one resolver (installer.base.paths), set by the CLI from --state-dir or the
 command's inventory, so every command given the same inventory finds the same state from any
 working directory."""
 
@@ -10,10 +10,11 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from installer import keys, paths
+from installer.base import paths
 from installer.bundle import sign
 from installer.cli import _register, app
 from installer.cli.root import _anchor, _anchor_inventory_options
+from installer.secrets import keys
 
 runner = CliRunner()
 _register()
@@ -153,7 +154,7 @@ def test_a_key_made_for_an_inventory_is_listed_for_it_from_anywhere(
     elsewhere: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """README: `keys create --inventory inventory/lab.yml` then `up --inventory inventory/lab.yml`."""
-    from installer import keys_push
+    from installer.flows import keys_push
 
     # No hosts to judge or send to (tests/unit/day2/test_keys_push_revisions.py covers those).
     monkeypatch.setattr(keys_push, "check", lambda inv, **_k: keys_push.Checked(inv, []))
@@ -174,8 +175,8 @@ def test_a_missing_inventory_is_refused_before_anything_is_written(elsewhere: Pa
 
 
 def test_a_state_folder_that_cannot_be_made_is_one_clear_error(elsewhere: Path) -> None:
-    from installer.errors import InstallerError
-    from installer.runlog import RunLog
+    from installer.base.errors import InstallerError
+    from installer.base.runlog import RunLog
 
     (elsewhere / "a-file").write_text("")
     paths.use_state_dir(elsewhere / "a-file" / "state")

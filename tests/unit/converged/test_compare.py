@@ -7,7 +7,7 @@ import pytest
 
 from installer.converged import fast_path as converged
 from installer.converged.fast_path import Probe
-from installer.ssh import Target
+from installer.hosts.ssh import Target
 
 FILE = "sha256=" + "a" * 64 + " mode=0640 owner=0:998"
 RECORD = {
@@ -138,7 +138,7 @@ def test_full_skips_the_judgement() -> None:
 
 
 def test_the_probe_reads_its_spec_from_one_argument() -> None:
-    # run as root by installer/remote.py (tests/unit/remote/test_remote.py: the privilege rule)
+    # run as root by installer/hosts/remote.py (tests/unit/remote/test_remote.py: the privilege rule)
     assert converged.probe_command({"files": []}) == "python3 - '{\"files\": []}'"
 
 

@@ -1,12 +1,12 @@
-"""GPU hosts on the fast path (installer/converged/fast_path.py, installer/deploy.py): the doctor's health
+"""GPU hosts on the fast path (installer/converged/fast_path.py, installer/flows/deploy.py): the doctor's health
 checks stand where gpu_verify's result would be, and a failed one sends `up` to Ansible."""
 
 from pathlib import Path
 
-from installer import deploy
 from installer.converged import fast_path as converged
+from installer.flows import deploy
 from installer.gpu import doctor as gpu_doctor
-from installer.ssh import Target
+from installer.hosts.ssh import Target
 
 OK = {
     "host": "g1", "status": "ok",

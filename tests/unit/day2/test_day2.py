@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from installer import revisions
 from installer.ansible.runner import HostResult, PlaybookResult
+from installer.base.errors import AnsibleError
+from installer.base.runlog import RunLog
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.day2 import drain, gate, rolling
 from installer.day2.records import HostRecord
-from installer.errors import AnsibleError
+from installer.hosts.prove import Proof
 from installer.inventory import Host, load_inventory
-from installer.prove import Proof
-from installer.runlog import RunLog
+from installer.state import revisions
 from service.activation import inherited_socket
 
 

@@ -18,9 +18,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import keys, keys_push, paths, remote, revisions
+from installer.base import paths
 from installer.cli import _register, app
+from installer.flows import keys_push
+from installer.hosts import remote
 from installer.inventory import load_inventory
+from installer.secrets import keys
+from installer.state import revisions
 from tests.support.revisions import anchored_site, known_revision, release_record
 
 runner = CliRunner()

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from installer import plan
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.day2 import drain, uninstall
 from installer.inventory import Host, load_inventory
+from installer.planning import plan
 
 
 def _inventory(root: Path, hosts: str) -> Path:

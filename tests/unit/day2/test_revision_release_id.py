@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from installer import revisions
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.inventory import load_inventory
+from installer.state import revisions
 
 
 def test_a_reused_revision_takes_the_release_id_of_todays_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

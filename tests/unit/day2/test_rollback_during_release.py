@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from installer import revisions
 from installer.day2 import upgrade
-from installer.revisions import ReleaseInProgress
+from installer.state import revisions
+from installer.state.revisions import ReleaseInProgress
 
 
 class Silent:

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import paths, prepare, revisions
+from installer.base import paths
 from installer.bundle.manifest import FileEntry, Manifest
 from installer.cli import _register, app
 from installer.preflight import hosts as preflight
 from installer.preflight.hosts import HostReport, Needs
+from installer.preparation import prepare
+from installer.state import revisions
 from tests.support.revisions import anchored_site, known_revision, release_record, signed_bundle
 
 runner = CliRunner()

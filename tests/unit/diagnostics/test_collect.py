@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from installer.cli import _register, app
 from installer.diagnostics import collect
+from installer.hosts.ssh import Target
 from installer.inventory.models import Inventory
-from installer.ssh import Target
 from tests.support.local_hosts import DownHost, HereHost
 
 

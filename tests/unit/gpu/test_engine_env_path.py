@@ -8,8 +8,8 @@ environment's ninja, nor CUDA's toolkit.
 
 from pathlib import Path
 
-from installer import plan as deployment_plan
 from installer.inventory.models import Inventory
+from installer.planning import plan as deployment_plan
 from tests.support.engine_role import render_role, rendered_vars
 
 

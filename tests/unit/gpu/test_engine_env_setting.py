@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from installer import plan as deployment_plan
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.planning import plan as deployment_plan
+from installer.preparation.inventory_checks import check_inventory
 from tests.support.engine_role import render_role, rendered_vars
 
 

@@ -1,4 +1,4 @@
-"""`installer doctor`'s fan-out (installer/gpu_checks.py): the real doctor script, copied and run
+"""`installer doctor`'s fan-out (installer/flows/gpu_checks.py): the real doctor script, copied and run
 through each host's ssh argv, all hosts at once.
 
 A "host" here runs the argv's remote command with `bash -c` on this machine instead of over
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from installer import gpu_checks
-from installer.ssh import Target
+from installer.flows import gpu_checks
+from installer.hosts.ssh import Target
 from tests.support.local_hosts import DownHost, HereHost, SilentHost
 
 

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 from installer.cli import _register, app
 from installer.cli import gpu as gpu_cli
 from installer.cli import terraform as tf_cli
+from installer.cli.ui import console
 from installer.gpu import planner
 from installer.inventory import load_inventory
-from installer.ui import console
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "gpu"
 H200_CHECK = json.loads((FIXTURES / "h200_r580" / "doctor_check.json").read_text())["hosts"][0]

@@ -1,4 +1,4 @@
-"""Engines per host from the tuner (installer/engines.py) in the deployment plan, rendered into
+"""Engines per host from the tuner (installer/planning/engines.py) in the deployment plan, rendered into
 the engine role's variables and through the role's real preflight and templates
 (tests/support/engine_role.py): several engines per GPU host with CUDA_VISIBLE_DEVICES and
 CPUAffinity, Ray units for a model larger than a host, and the CPU case unchanged."""
@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from installer import engines, secret_files
-from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.gpu import planner
 from installer.gpu.tuner import TuneError
 from installer.inventory.models import Inventory
+from installer.planning import engines
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from tests.support.engine_role import render_role, rendered_vars
 
 

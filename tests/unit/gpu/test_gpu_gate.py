@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from installer import plan as deployment_plan
 from installer.ansible import render
+from installer.base.errors import InventoryError
 from installer.bundle.manifest import Manifest
-from installer.errors import InventoryError
 from installer.gpu import doctor, matrix
 from installer.inventory import load_inventory
+from installer.planning import plan as deployment_plan
 from tests.support import REPO
 from tests.support.roles import msgs, play
 

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
+from installer.planning import plan as deployment_plan
 
 
 def test_gpu_section_reaches_the_roles(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from installer.base.errors import BundleError
 from installer.bundle import aptrepo, gpu_packages
-from installer.errors import BundleError
 from installer.inventory.models import Inventory
 from tests.support.gpu_debs import build_repo, fake_deb
 

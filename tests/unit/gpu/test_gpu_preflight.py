@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from installer import engines, plan
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
 from installer.gpu import planner
 from installer.inventory import Inventory, load_inventory
+from installer.planning import engines, plan
 from installer.preflight import gpu as preflight_gpu
 from installer.preflight import hosts as preflight
 

@@ -17,15 +17,15 @@ import pytest
 from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
-from installer import plan as deployment_plan
 from installer.bundle import build, planning, wheels
 from installer.cli import _register, app
 from installer.cli import terraform as tf_cli
 from installer.inventory import load_inventory
 from installer.inventory.targets import TARGETS
-from installer.inventory_checks import check_inventory
+from installer.planning import plan as deployment_plan
 from installer.preflight import gpu as preflight_gpu
 from installer.preflight import hosts as preflight
+from installer.preparation.inventory_checks import check_inventory
 from tests.support.monitoring_tarballs import VERSIONS, tarball
 
 HOST = Path(__file__).parents[2] / "gpu" / "host"

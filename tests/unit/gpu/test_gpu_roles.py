@@ -10,11 +10,11 @@ does is not tested here: that needs a host with a GPU whose driver may be replac
 import datetime
 from pathlib import Path
 
-from installer import plan as deployment_plan
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.gpu import matrix
 from installer.inventory import load_inventory
+from installer.planning import plan as deployment_plan
 from tests.support.roles import msgs, play
 
 GPU_ROLES = ["nvidia_driver", "cuda", "nccl", "fabricmanager", "gpu_verify"]

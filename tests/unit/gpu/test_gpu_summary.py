@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from installer.ansible.runner import HostResult, PlaybookResult
-from installer.deploy import host_summaries
+from installer.flows.deploy import host_summaries
 from installer.gpu.doctor import summary_line
 from installer.inventory.models import Inventory
 

@@ -80,7 +80,7 @@ def test_a_model_larger_than_a_host_uses_ray_pipeline_parallelism() -> None:
     assert (t.settings["tensor_parallel_size"], t.settings["pipeline_parallel_size"]) == (8, 2)
     assert t.ray is not None and t.ray.head == "h0" and t.ray.workers == ["h1"]
     # Ray joins a worker to the head's ip:port, which only the inventory knows: the tuner names
-    # the hosts and the pinned GCS port (not Redis's 6379), installer/engines.py writes the argv.
+    # the hosts and the pinned GCS port (not Redis's 6379), installer/planning/engines.py writes the argv.
     assert t.ray.port == 6390 and not hasattr(t.ray, "worker_argv")
     (engine,) = t.engines
     assert engine.host == "h0"

@@ -15,14 +15,14 @@ import yaml
 from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
-from installer import gpu_fit
+from installer.base.errors import InstallerError
 from installer.bundle import planning
 from installer.cli import _register, app
 from installer.cli import terraform as tf_cli
-from installer.errors import InstallerError
+from installer.flows import gpu_fit
 from installer.gpu import ray_ports
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
 from tests.support.monitoring_tarballs import VERSIONS, tarball
 
 HOST = Path(__file__).parents[2] / "gpu" / "host"

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from installer import plan as deployment_plan
 from installer.ansible.render import _tenant_vars
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
+from installer.flows.request_audit import COLUMNS, to_csv
 from installer.inventory import load_inventory
 from installer.inventory.models import AuditRetain
-from installer.request_audit import COLUMNS, to_csv
+from installer.planning import plan as deployment_plan
 from service.audit_retain import BUILTIN
 from service.config import Settings
 from tests.support.engine_role import rendered_vars

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from installer import engines
-from installer import plan as deployment_plan
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.gpu import planner
 from installer.inventory import engine_flags, load_inventory
 from installer.inventory.models import Inventory
+from installer.planning import engines
+from installer.planning import plan as deployment_plan
 
 
 @pytest.fixture(autouse=True)

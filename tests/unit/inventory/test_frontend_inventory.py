@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from installer import plan
 from installer.ansible import keepalived_vars
+from installer.base.errors import InventoryError
 from installer.bundle import os_packages
-from installer.errors import InventoryError
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.planning import plan
+from installer.preparation.inventory_checks import check_inventory
 from installer.tls import store
 
 HOSTS = "hosts:\n  - name: h1\n    address: 10.0.0.1\n  - name: h2\n    address: 10.0.0.2\n"

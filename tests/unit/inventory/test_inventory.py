@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.gpu import planner
 from installer.inventory import Inventory, load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
 
 REPO = Path(__file__).parents[3]
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "inventory"

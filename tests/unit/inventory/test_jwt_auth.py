@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import jwks_file, load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
 from tests.support import idp
 from tests.support.site_file import JWT_ISSUER, refusals, site_file
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InstallerError
+from installer.base.errors import InstallerError
 from installer.inventory import targets
 from installer.preflight import hosts as preflight
 

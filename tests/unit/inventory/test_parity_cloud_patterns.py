@@ -23,7 +23,7 @@ import hcl2
 import pytest
 from pydantic import ValidationError
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
 from installer.inventory.models import CLOUD_MODELS, Inventory
 from tests.support import REPO

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory, profile_checks, vllm_registry
 from installer.preflight import gpu as preflight_gpu
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from installer import plan as deployment_plan
 from installer.cli import terraform as plan_cli
 from installer.inventory import checkpoint, load_inventory, profile_checks, profiles, vllm_registry
 from installer.inventory.models import Model
+from installer.planning import plan as deployment_plan
 
 CHECKPOINTS = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 MTP_1 = ["--speculative-config", '{"method":"mtp","num_speculative_tokens":1}']

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory, redis_ha
 
 

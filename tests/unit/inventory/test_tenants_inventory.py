@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from installer import keys
 from installer.ansible.render import _tenant_vars
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
+from installer.secrets import keys
 from service.config import TenantsConfig
 from tests.support.site_file import JWT_ISSUER, site_file
 from tests.support.site_file import refusals as _problems

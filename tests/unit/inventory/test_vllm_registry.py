@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from installer.base.paths import cache_dir
 from installer.bundle import wheels
 from installer.inventory import regenerate_vllm_names, vllm_registry
-from installer.paths import cache_dir
 
 
 def _cached(pattern: str) -> list[Path]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
 from installer.inventory.weights_source import HostsSource, MirrorSource
 from installer.weights import verify as weights_verify

@@ -1,5 +1,5 @@
 """Token quotas in the key store and the hosts' file, and the control machine's reading of the
-recorded usage (installer/usage.py): periods, --since, --by and the sums."""
+recorded usage (installer/flows/usage.py): periods, --since, --by and the sums."""
 
 import asyncio
 import hashlib
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from installer import keys, usage
+from installer.flows import usage
+from installer.secrets import keys
 from service.auth import KeyRing
 from service.keyfile import HostQuota, HostQuotaFile, hash_secret
 from service.usage import period_bounds, usage_field

@@ -4,7 +4,7 @@ key store's release testers and the installer's probe key (service/keyfile.py)."
 import json
 from pathlib import Path
 
-from installer import keys
+from installer.secrets import keys
 from service.auth import KeyRing
 from tests.support import keyfile_before_quotas
 

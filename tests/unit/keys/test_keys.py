@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from installer import keys
 from installer.cli import app
 
 # Both command modules: a typer app with a single command would run it without its name.
 from installer.cli import bench as _bench_cli  # noqa: F401
 from installer.cli import keys as _keys_cli  # noqa: F401
+from installer.secrets import keys
 from service.keyfile import hash_secret
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import LabError
+from installer.base.errors import LabError
 from installer.lab import hosts
 
 

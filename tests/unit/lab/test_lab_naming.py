@@ -4,7 +4,7 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from installer.errors import LabError
+from installer.base.errors import LabError
 from installer.lab import naming
 
 VALID_NAMES = ["lab", "a", "lctest", "ci", "lab2", "x1y2z3"]

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import LabError
+from installer.base.errors import LabError
+from installer.hosts.ssh import known_hosts_option
+from installer.hosts.sshkeys import known_hosts_lines
 from installer.lab import hosts, network, processes, rootfs, sshkeys
-from installer.ssh import known_hosts_option
-from installer.sshkeys import known_hosts_lines
 
 MOUNTINFO = """\
 22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.errors import LabError
+from installer.base.errors import LabError
 from installer.lab import state
 from installer.lab.state import HostRecord, LabState
 

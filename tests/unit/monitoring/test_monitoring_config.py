@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer import plan as deployment_plan
 from installer.ansible import render as ansible_render
 from installer.bundle import os_packages
 from installer.inventory.models import Inventory
+from installer.planning import plan as deployment_plan
 from tests.support.monitoring_render import inventory_vars, render
 
 SERVING = {"gpu1": "10.0.0.11", "gpu2": "10.0.0.12", "gpu6": "fd00::6"}

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from installer import plan as deployment_plan
-from installer import secret_files
 from installer.ansible import render
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from service.config import Settings
 from tests.support.gateway_role import gateway_config
 from tests.support.monitoring_render import inventory_vars

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from installer.base.errors import BundleError, InventoryError
 from installer.bundle import build, manifest, monitoring_tarballs, os_packages
-from installer.errors import BundleError, InventoryError
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
 from tests.support.monitoring_render import ROLE, render
 from tests.support.monitoring_tarballs import VERSIONS, tarball
 

@@ -18,7 +18,7 @@ import ansible_runner
 import pytest
 import yaml
 
-from installer.topology import HOST_LAYOUT
+from installer.inventory.topology import HOST_LAYOUT
 from tests.support import REPO
 from tests.support.monitoring_render import ROLE, inventory_vars, render, role_vars
 

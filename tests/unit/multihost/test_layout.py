@@ -5,12 +5,13 @@ from collections.abc import Callable
 
 import pytest
 
-from installer import gpu_fit, inventory_checks
+from installer.base.errors import InventoryError
 from installer.cli import terraform as tf_cli
-from installer.errors import InventoryError
+from installer.cli.ui import console
+from installer.flows import gpu_fit
 from installer.gpu import multihost
 from installer.inventory import Inventory
-from installer.ui import console
+from installer.preparation import inventory_checks
 
 PIPELINE = "pipeline across hosts (vLLM's Ray backend)"
 

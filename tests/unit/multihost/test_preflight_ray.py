@@ -6,12 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from installer import inventory_checks, remote
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
 from installer.gpu import ray_ports
+from installer.hosts import remote
+from installer.hosts.ssh import Target
 from installer.inventory import Inventory
 from installer.preflight import ray_cluster as preflight_ray
-from installer.ssh import Target
+from installer.preparation import inventory_checks
 
 
 def listen(*ports: int, active: bool = False) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from installer import remote
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
+from installer.hosts import remote
 from installer.inventory import Inventory
 from installer.preflight import vrrp
 

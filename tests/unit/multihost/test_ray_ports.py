@@ -4,10 +4,10 @@ from collections.abc import Callable
 
 import pytest
 
-from installer import inventory_checks
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.gpu import ray_ports
 from installer.inventory import Inventory
+from installer.preparation import inventory_checks
 
 
 def test_every_ray_port_is_pinned_on_the_units(two_hosts: Callable[..., Inventory]) -> None:

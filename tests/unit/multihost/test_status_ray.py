@@ -5,9 +5,9 @@ A deployment without a Ray cluster is not asked at all."""
 
 from collections.abc import Callable
 
-from installer import remote
+from installer.hosts import remote
+from installer.hosts.ssh import Target
 from installer.inventory import Inventory
-from installer.ssh import Target
 from installer.status import Context, Row, collect
 from installer.status.ray import PROBE, RayCollector
 

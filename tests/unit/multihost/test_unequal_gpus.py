@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from installer.errors import PreflightError
+from installer.base.errors import PreflightError
 from installer.gpu.matrix import gpu_type
 from installer.gpu.planner import preset
 from installer.gpu.tuner import HostHardware, TuneError, tune

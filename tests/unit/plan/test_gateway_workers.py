@@ -1,5 +1,5 @@
 """`gateway.workers: auto` is decided by the plan, from the CPUs preflight counted on each host
-(installer/plan.py gateway_workers, with_cpu_counts), not by the gateway role: the renderer gives
+(installer/planning/plan.py gateway_workers, with_cpu_counts), not by the gateway role: the renderer gives
 each serving host its number, a revision's plan keeps the counts, and a rollback's plan takes them
 from there. The gateway.yml the role renders from the number is the one `nproc` gave before
 (tests/unit/service/test_gateway_role_workers.py)."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from installer import plan, plan_record
 from installer.ansible import render
 from installer.inventory.models import Inventory
+from installer.planning import plan, plan_record
 
 
 def inventory(tmp: Path, workers: Any = "auto") -> Inventory:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from installer import plan as deployment_plan
 from installer.inventory import Inventory
+from installer.planning import plan as deployment_plan
 from service.config import Settings
 from tests.support import idp
 from tests.support.engine_role import rendered_vars

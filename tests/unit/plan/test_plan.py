@@ -1,4 +1,4 @@
-"""The deployment plan (installer/plan.py): frozen, free of side effects, and the one source of
+"""The deployment plan (installer/planning/plan.py): frozen, free of side effects, and the one source of
 every engine's argv: what `installer plan` reports is what the engine role's unit runs."""
 
 import dataclasses
@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from installer import gpu_fit, secret_files
-from installer import plan as deployment_plan
 from installer.ansible import render
+from installer.base.errors import InstallerError
 from installer.bundle.manifest import Manifest
-from installer.errors import InstallerError
+from installer.flows import gpu_fit
 from installer.gpu import planner
 from installer.inventory.models import Inventory
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from tests.support.engine_role import exec_argv, render_role, rendered_vars
 
 
@@ -115,7 +116,7 @@ def test_building_and_rendering_write_no_file(tmp_path: Path, state: Path) -> No
 def test_a_plan_pinned_to_its_record_runs_what_the_revision_ran(tmp_path: Path) -> None:
     # a rollback rebuilds the old revision's plan with today's installer: the record's argv and
     # environment win for the engines it has, so no flag the revision never ran with comes back
-    from installer import plan_record
+    from installer.planning import plan_record
 
     inv = inventory(tmp_path, 2, {"device": "cpu", "max_num_seqs": 8})
     built = deployment_plan.build(inv)
@@ -135,8 +136,8 @@ def test_a_plan_pinned_to_its_record_runs_what_the_revision_ran(tmp_path: Path) 
 
 
 def test_a_rollback_configures_the_argv_its_revision_recorded(tmp_path: Path) -> None:
-    from installer import plan_record
     from installer.day2 import rolling
+    from installer.planning import plan_record
 
     inv = inventory(tmp_path, 1, {"device": "cpu"})
     rec = plan_record.record(deployment_plan.build(inv))
@@ -153,8 +154,8 @@ def test_a_rollback_configures_the_argv_its_revision_recorded(tmp_path: Path) ->
 
 
 def test_a_pinned_plan_keeps_the_ray_argv_its_revision_ran(tmp_path: Path) -> None:
-    from installer import plan_record
-    from installer.engines import RayNode
+    from installer.planning import plan_record
+    from installer.planning.engines import RayNode
 
     built = deployment_plan.build(inventory(tmp_path, 1, {"device": "cpu"}))
     host = dataclasses.replace(built.hosts[0], ray=RayNode("head", "private-llm-ray", ("start", "--new"), "10.0.0.1"))

@@ -4,7 +4,7 @@ compares the inventory's plan with the running revision's.
 
 `up` and `plan` run here through their whole flow with the hosts stood in for at the edges
 (preflight's facts, the push, Ansible's result, the proof through each gateway); the builds are
-counted on installer.plan.build, the one builder."""
+counted on installer.planning.plan.build, the one builder."""
 
 import json
 from collections.abc import Iterator
@@ -14,14 +14,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import deploy, plan, plan_record, prepare, revisions
 from installer.ansible.runner import HostResult, PlaybookResult
 from installer.cli import _register, app
 from installer.converged import fast_path as converged
 from installer.day2 import rolling
+from installer.flows import deploy
+from installer.hosts.prove import Proof
 from installer.inventory import load_inventory
+from installer.planning import plan, plan_record
 from installer.preflight.hosts import HostReport, Needs
-from installer.prove import Proof
+from installer.preparation import prepare
+from installer.state import revisions
 from tests.support.revisions import anchored_site, signed_bundle
 
 runner = CliRunner()
@@ -142,7 +145,7 @@ def test_a_roll_uses_the_plan_it_is_given_and_builds_only_a_rollback_s(
     monkeypatch.setattr(rolling.drain, "wait_idle", lambda *_a, **_k: 0.0)
     monkeypatch.setattr(rolling.gate, "prove_batch", lambda dp, *_a: {} if dp is given else {"x": "other plan"})
     monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
-    from installer.runlog import RunLog
+    from installer.base.runlog import RunLog
 
     result = rolling.roll(rev, RunLog("upgrade", "demo"), target_plan=given)
     assert result.success, result.steps
@@ -153,9 +156,9 @@ def _released(site: Path, cpus: dict[str, int]) -> None:
     """Revision 1 as `up` left it (its plan with the CPUs preflight counted), a canary revision
     as `release start` made it (stable's inventory with the canary beside it, the same counts),
     and that release at 20%, started before the release controller (no controller to ask)."""
+    from installer.base.runlog import RunLog
     from installer.release import spec, state
     from installer.release.state import Release
-    from installer.runlog import RunLog
     from tests.support.revisions import known_revision
 
     rev = known_revision(site)

@@ -1,6 +1,6 @@
 """Each upstream carries its engine's context, which the gateway keeps its own max_tokens in."""
 
-from installer.plan import max_model_len_of
+from installer.planning.plan import max_model_len_of
 
 
 def test_the_context_is_read_from_the_argv() -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from installer import plan as deployment_plan
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import Inventory, load_inventory
+from installer.planning import plan as deployment_plan
 from service.config import Settings
 from service.routing import Router
 from tests.support.engine_role import rendered_vars

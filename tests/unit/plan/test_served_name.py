@@ -11,12 +11,13 @@ import ansible_runner
 import pytest
 import yaml
 
-from installer import paths, revisions
-from installer import plan as deployment_plan
 from installer.ansible import render
+from installer.base import paths
 from installer.bundle.manifest import Manifest
 from installer.inventory import Inventory, load_inventory
 from installer.inventory.models import check_served_name, model_dir_name
+from installer.planning import plan as deployment_plan
+from installer.state import revisions
 
 REPO = Path(__file__).parents[3]
 ONE_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

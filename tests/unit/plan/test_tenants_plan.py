@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from installer import plan as deployment_plan
+from installer.planning import plan as deployment_plan
 from service.config import Settings
 from tests.support.engine_role import rendered_vars
 from tests.support.gateway_role import gateway_config, one_host

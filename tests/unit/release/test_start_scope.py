@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from installer import revisions
+from installer.base.runlog import RunLog
 from installer.release import start
 from installer.release.state import ReleaseError
-from installer.runlog import RunLog
+from installer.state import revisions
 from tests.support.revisions import SITE, anchored_site, known_revision
 
 MODELS = SITE.replace(

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from installer import revisions
+from installer.base.runlog import RunLog
 from installer.cli import _register, app
 from installer.inventory import load_inventory
 from installer.release import state
 from installer.release.state import Release, ReleaseError
-from installer.runlog import RunLog
+from installer.state import revisions
 from tests.support.revisions import anchored_site, known_revision
 
 runner = CliRunner()

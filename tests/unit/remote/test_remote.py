@@ -1,4 +1,4 @@
-"""installer/remote.py, the one way the flows reach hosts: each host's own result in order (a
+"""installer/hosts/remote.py, the one way the flows reach hosts: each host's own result in order (a
 failed or silent host is one row, never the batch), the privilege rule, atomic writes, progress.
 The commands run here through tests/support/local_hosts.py's stand-ins for ssh."""
 
@@ -6,8 +6,8 @@ import shlex
 import stat
 from pathlib import Path
 
-from installer import remote
-from installer.ssh import Target
+from installer.hosts import remote
+from installer.hosts.ssh import Target
 from tests.support.local_hosts import DownHost, HereHost, SilentHost
 
 

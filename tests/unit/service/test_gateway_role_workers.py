@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from installer.inventory.models import Gateway
-from installer.plan import gateway_workers
+from installer.planning.plan import gateway_workers
 from service.config import LimitsConfig, Settings
 from tests.support.gateway_role import ROLE, gateway_config
 
@@ -35,7 +35,7 @@ def test_workers(workers: Any, nproc: int, expected: int) -> None:
 
 @pytest.mark.parametrize("nproc", [2, 16, 224])
 def test_the_plans_number_renders_what_nproc_did(nproc: int) -> None:
-    # The installer resolves "auto" per host (installer/plan.py gateway_workers) and passes the
+    # The installer resolves "auto" per host (installer/planning/plan.py gateway_workers) and passes the
     # number; the role renders the same gateway.yml as when it counted the CPUs itself.
     assert _render(gateway_workers("auto", nproc), nproc) == _render("auto", nproc)
 

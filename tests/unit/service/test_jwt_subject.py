@@ -25,7 +25,7 @@ def test_the_name_is_no_api_key_name_and_survives_usage_fields() -> None:
 
     name = subject_name("https://idp/", "svc-batch@example.internal")
     assert not re.fullmatch(KEY_NAME_PATTERN, name)
-    kind, key, model = usage_field("p", name, "org/model:v2").split(":", 2)  # as installer/usage.py reads it
+    kind, key, model = usage_field("p", name, "org/model:v2").split(":", 2)  # as installer/flows/usage.py reads it
     assert (kind, key, model) == ("p", name, "org/model:v2")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyrage
 import pytest
 
-from installer import paths
+from installer.base import paths
 from tests.support.state_machines import Machine, export_to, fill_state
 
 

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import installer
-from installer import audit, request_audit
+from installer.flows import request_audit
+from installer.state import audit
 from installer.state_archive import contents
 
 _WRITES = re.compile(r'state_dir\(\)\)?\s*/\s*f?"([^"/]+)"')

@@ -1,4 +1,4 @@
-"""One command at a time changes a deployment (installer/deployment_lock.py): a second `up` of the
+"""One command at a time changes a deployment (installer/state/deployment_lock.py): a second `up` of the
 same deployment, or a state export while it runs, is refused at once naming the holder, before
 anything changes; other deployments, the same process and a killed holder never block."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from installer import deployment_lock
-from installer.deployment_lock import DeploymentBusy
+from installer.state import deployment_lock
+from installer.state.deployment_lock import DeploymentBusy
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _holder(state: Path, code: str) -> subprocess.Popen[str]:
     """Another installer process holding a lock until killed."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", f"import time\nfrom installer import deployment_lock\nwith {code}:\n"
+        [sys.executable, "-c", f"import time\nfrom installer.state import deployment_lock\nwith {code}:\n"
          "    print('held', flush=True)\n    time.sleep(60)"],
         env={**os.environ, "INSTALLER_STATE_DIR": str(state)}, stdout=subprocess.PIPE, text=True,
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import audit
+from installer.state import audit
 from tests.support.state_machines import Machine, export_to, import_with, invoke, tree
 
 LEFT_BEHIND = {"runs", "converged", "state.lock"}

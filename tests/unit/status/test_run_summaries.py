@@ -1,4 +1,4 @@
-"""The runs' summaries read back (installer/runlog.py summaries): `installer status`'s release
+"""The runs' summaries read back (installer/base/runlog.py summaries): `installer status`'s release
 column (the last successful `up`) and `installer plan`'s GPU fit (the last `doctor`) read them
 the same way, from folders RunLog made."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from installer.runlog import RunLog, summaries
+from installer.base.runlog import RunLog, summaries
 from installer.status.deployment import last_release
 
 

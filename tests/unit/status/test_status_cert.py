@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from installer import status as st
+from installer.base.paths import PLAYBOOKS_DIR
 from installer.inventory.models import Inventory
-from installer.paths import PLAYBOOKS_DIR
 from installer.status.cert import CertCollector, alert_days, days_text
 from installer.tls import ca, store
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import remote
+from installer.hosts import remote
 from installer.inventory import Inventory
 from installer.status import frontend
 from installer.status.model import Context, Row

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from installer import prepare
+from installer.base.errors import BundleError
 from installer.bundle import build, sign, terraform_tools
 from installer.bundle.manifest import CHECKSUMS, MANIFEST, SIGNATURE, Manifest, scan
 from installer.cli import _register, app
-from installer.errors import BundleError
+from installer.preparation import prepare
 from installer.terraform import provision
 from tests.support.terraform_helpers import cloud_inventory, marker_terraform, operator_env
 

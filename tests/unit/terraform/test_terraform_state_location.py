@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from installer import paths
+from installer.base import paths
 from installer.terraform import provision
 from installer.terraform.errors import TerraformError
 from tests.support.terraform_helpers import cloud_inventory, operator_env

@@ -12,9 +12,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from installer import tls
-from installer.errors import InventoryError
+from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
-from installer.inventory_checks import check_inventory
+from installer.preparation.inventory_checks import check_inventory
 from installer.tls import ca, store
 from tests.support.site_file import site_file
 

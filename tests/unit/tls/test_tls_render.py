@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer import plan as deployment_plan
-from installer import secret_files
 from installer.ansible import render
 from installer.bundle import os_packages
 from installer.bundle.manifest import Manifest
 from installer.inventory import load_inventory
+from installer.planning import plan as deployment_plan
+from installer.secrets import secret_files
 from installer.tls import prepare
 
 

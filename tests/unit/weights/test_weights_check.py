@@ -1,4 +1,4 @@
-"""`installer verify --weights` (installer/weights_check.py): which list and which folder each
+"""`installer verify --weights` (installer/flows/weights_check.py): which list and which folder each
 served model is checked against on a host, always whole (--full), the verifier sent on stdin;
 and the verifier's --prefix reading a bundle's own files, as it does on the host."""
 
@@ -7,8 +7,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from installer import weights_check as check
 from installer.bundle.manifest import Manifest, scan
+from installer.flows import weights_check as check
 from installer.inventory import load_inventory
 from installer.weights import verify as weights_verify
 
