@@ -72,7 +72,10 @@ RELEASE = {
 }
 AUDIT = "/var/log/private-llm-release/decisions.jsonl"  # the release controller's, on its host
 CANARY_SEQS = 6
-HOLD_S = 20  # the auto-promoting test's dwell per step
+# The auto-promoting test's dwell per step. Its three dwells are all of the controller's own time
+# in that test (the window fills under load meanwhile); 20 s cost 30 s more for no further check.
+# The test sees an advance within a poll (1 s) and kills the controller seconds later, inside it.
+HOLD_S = 10
 # SIGSTOP to a unit's main process and every descendant (vLLM's engine core and its workers):
 # neither `systemctl kill` (EIO) nor the unit's cgroup file (absent) reaches them in a lab container.
 FREEZE = ('p=$(systemctl show -p MainPID --value {unit}); [ "$p" -gt 0 ] || exit 1; all=$p; '
@@ -317,7 +320,7 @@ def _wait_for(lab_hosts, host, release: str, action: str, count: int, seconds: f
         got = _decisions(lab_hosts, host, release)
         if sum(r["action"] == action for r in got) >= count or time.monotonic() > deadline:
             return got
-        time.sleep(2)
+        time.sleep(1)  # a decision read at once: the kill must land inside the next dwell
 
 
 def test_the_controller_promotes_a_healthy_canary_along_its_schedule_through_a_kill_and_stable_retires(
