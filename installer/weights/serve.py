@@ -20,15 +20,20 @@ bytes served to each client: the fan-out's progress and its control-link count r
 
   serve.py --root DIR --manifest FILE [--folder F | --prefix P] [--cache FILE]
            --bind ADDR --port N --cert PEM --key PEM --ca PEM --token-file F
-           --deadline-s S [--stats FILE] [--limit-mb-s R]
+           --deadline-s S [--stats FILE] [--limit-mb-s R] [--every-address]
+           [--max-connections N] [--max-handshakes N] [--handshake-s S]
 """
 
 from __future__ import annotations
 
 import argparse
 import hmac
+import ipaddress
 import json
 import os
+import select
+import socket
+import socketserver
 import ssl
 import sys
 import tempfile
@@ -221,25 +226,117 @@ def tls_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
     return context
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+def check_bind(address: str, every_address: bool = False) -> str:
+    """The address serve.py listens on: the host's own deployment address, given as an IP
+    literal. A name could resolve to anything, and "0", "0.0.0.0", "::" (or ::ffff:0.0.0.0)
+    listen on every interface, where the hosts' other networks (a public one, a management
+    one) would reach the weights' port too. Every address only when the caller says so."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        raise ValueError(f"--bind {address!r}: give the host's own deployment address as an IP "
+                         "address (a name or a shorthand such as '0' is refused)") from None
+    mapped = ip.ipv4_mapped if ip.version == 6 else None
+    unspecified = ip.is_unspecified or (mapped is not None and mapped.is_unspecified)
+    if unspecified and not every_address:
+        raise ValueError(f"--bind {address}: that is every address; bind the host's own deployment "
+                         "address (or pass --every-address where that is really meant)")
+    return str(ip)
 
-    def finish_request(self, request, client_address):  # type: ignore[no-untyped-def]
-        """The TLS handshake in the request's own thread, bounded: a peer that connects and
-        says nothing would otherwise hold the accept loop, and every other host with it."""
-        request.settimeout(30)
-        try:
-            request.do_handshake()
-        except OSError:  # no client certificate, another CA's, or no TLS at all
+
+class _Server(ThreadingHTTPServer):
+    """One thread per connection, but bounded: at most `max_connections` at once, of which at
+    most `max_handshakes` may still be in their TLS handshake, and each handshake must end
+    within `handshake_s` in all (not per read: a peer sending a byte every few seconds would
+    outlast any per-read timeout). Anyone who can reach the port can open connections; only
+    a deployment host gets past the handshake. So strangers can hold at most the handshake
+    slots, for at most `handshake_s` each, and the hosts keep the rest. A connection over a
+    bound is closed at once: the fetcher moves to its next source and comes back."""
+
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog: socketserver's 5 drops the SYNs of a busy moment
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
+                 max_connections: int = 64, max_handshakes: int = 16, handshake_s: float = 10.0) -> None:
+        if not 1 <= max_handshakes <= max_connections:
+            raise ValueError(f"{max_handshakes} handshakes and {max_connections} connections at once: "
+                             "need 1 <= handshakes <= connections")
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.connections = threading.BoundedSemaphore(max_connections)
+        self.handshakes = threading.BoundedSemaphore(max_handshakes)
+        self.handshake_s = handshake_s
+        self.turned_away = 0  # connections closed at once, over a bound
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        """HTTPServer's own asks DNS for the address's name (getfqdn), which can hang for
+        seconds on an air-gapped host; the name is used nowhere here."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+        if not self.connections.acquire(blocking=False):
+            self.turned_away += 1
+            self.shutdown_request(request)
             return
-        super().finish_request(request, client_address)
+        if not self.handshakes.acquire(blocking=False):
+            self.connections.release()
+            self.turned_away += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the connection's thread
+        except BaseException:
+            self.handshakes.release()
+            self.connections.release()
+            raise
+
+    def process_request_thread(self, request, client_address):  # type: ignore[no-untyped-def]
+        try:
+            shaken = _handshake(request, self.handshake_s)
+        finally:
+            self.handshakes.release()
+        try:
+            if shaken:
+                self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self.connections.release()
+
+
+def _handshake(sock: ssl.SSLSocket, seconds: float) -> bool:
+    """The TLS handshake, ended after `seconds` in all however the peer trickles its bytes.
+    False for no client certificate, another CA's, no TLS at all, or too slow."""
+    deadline = time.monotonic() + seconds
+    sock.setblocking(False)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                sock.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                ready = select.select([sock], [], [], left)[0]
+            except ssl.SSLWantWriteError:
+                ready = select.select([], [sock], [], left)[1]
+            if not ready:
+                return False
+    except OSError:
+        return False
+    sock.setblocking(True)
+    return True
 
 
 def make_server(
     served: Served, bind: str, port: int, context: ssl.SSLContext, token: str, stats: str | None,
-    limit: float = 0.0,
+    limit: float = 0.0, *, max_connections: int = 64, max_handshakes: int = 16, handshake_s: float = 10.0,
 ) -> ThreadingHTTPServer:
-    server = _Server((bind, port), _handler(served, token, stats, limit))
+    server = _Server((bind, port), _handler(served, token, stats, limit), max_connections=max_connections,
+                     max_handshakes=max_handshakes, handshake_s=handshake_s)
     server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     return server
 
@@ -251,7 +348,8 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--folder")
     parser.add_argument("--prefix")
     parser.add_argument("--cache")
-    parser.add_argument("--bind", required=True, help="the host's own address: never 0.0.0.0")
+    parser.add_argument("--bind", required=True, help="the host's own deployment address (an IP address)")
+    parser.add_argument("--every-address", action="store_true", help="allow --bind 0.0.0.0 or :: (not the default)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
@@ -261,15 +359,17 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--stats")
     parser.add_argument("--limit-mb-s", type=float, default=0.0,
                         help="cap this host's serving rate, all connections together (MB/s)")
+    parser.add_argument("--max-connections", type=int, default=64)
+    parser.add_argument("--max-handshakes", type=int, default=16)
+    parser.add_argument("--handshake-s", type=float, default=10.0)
     args = parser.parse_args(argv)
-    if args.bind in ("0.0.0.0", "::", ""):
-        print(json.dumps({"ok": False, "problems": ["--bind must be the host's own address, not every address"]}))
-        return 2
     try:
+        bind = check_bind(args.bind, args.every_address)
         token = read_token(args.token_file)
         served = Served(args.root, _verify._listed(args.manifest, args.folder, args.prefix), args.cache)
-        server = make_server(served, args.bind, args.port, tls_context(args.cert, args.key, args.ca),
-                             token, args.stats, args.limit_mb_s * 1e6)
+        server = make_server(served, bind, args.port, tls_context(args.cert, args.key, args.ca),
+                             token, args.stats, args.limit_mb_s * 1e6, max_connections=args.max_connections,
+                             max_handshakes=args.max_handshakes, handshake_s=args.handshake_s)
     except (OSError, ValueError) as exc:
         print(json.dumps({"ok": False, "problems": [str(exc)]}))
         return 2
@@ -278,7 +378,7 @@ def _main(argv: list[str]) -> int:
     timer = threading.Timer(args.deadline_s, server.shutdown)
     timer.daemon = True
     timer.start()
-    print(json.dumps({"ok": True, "serving": f"{args.bind}:{server.server_address[1]}"}), flush=True)
+    print(json.dumps({"ok": True, "serving": f"{bind}:{server.server_address[1]}"}), flush=True)
     server.serve_forever(poll_interval=0.2)
     if args.stats:
         write_stats(args.stats, dict(served.sent))

@@ -5,7 +5,6 @@ Range resumes; a token file others can read and a bind to every address are refu
 
 import http.client
 import json
-import os
 import ssl
 import threading
 from collections.abc import Iterator
@@ -13,37 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from installer.tls import ca
-from installer.weights import serve, verify
+from installer.weights import serve
 
 TOKEN = "a" * 40
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> dict[str, Path]:
-    authority = ca.create_ca("fanout-unit")
-    other = ca.create_ca("someone-else")
-    files: dict[str, Path] = {}
-    for name, issuer in (("server", authority), ("client", authority), ("stranger", other)):
-        issued = ca.issue_server(issuer, name, [name], ["127.0.0.1"], 1)
-        files[name] = tmp_path / f"{name}.pem"
-        files[name].write_bytes(issued.cert_pem)
-        files[name + "-key"] = tmp_path / f"{name}.key"
-        files[name + "-key"].write_bytes(issued.key_pem)
-    files["ca"] = tmp_path / "ca.pem"
-    files["ca"].write_bytes(authority.cert_pem)
-    return files
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> tuple[Path, list[dict]]:
-    root = tmp_path / "model"
-    root.mkdir()
-    (root / "a.safetensors").write_bytes(os.urandom(100_000))
-    (root / "b.safetensors").write_bytes(os.urandom(1000))
-    entries = verify.describe(str(root))
-    entries.append({"path": "later.safetensors", "size": 5, "sha256": "0" * 64})
-    return root, entries
 
 
 @pytest.fixture
@@ -136,4 +107,4 @@ def test_binding_every_address_is_refused(capsys: pytest.CaptureFixture[str], tm
     code = serve._main(["--root", str(tmp_path), "--manifest", "m", "--bind", "0.0.0.0", "--port", "1",
                         "--cert", "c", "--key", "k", "--ca", "a", "--token-file", "t", "--deadline-s", "1"])
     assert code == 2
-    assert "host's own address" in json.loads(capsys.readouterr().out)["problems"][0]
+    assert "host's own deployment address" in json.loads(capsys.readouterr().out)["problems"][0]
