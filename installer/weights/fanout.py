@@ -111,22 +111,105 @@ def progress_lines(links: list[Link]) -> list[str]:
     return lines
 
 
+# The serving unit's sandbox. systemd gives it a user of its own for its lifetime (DynamicUser:
+# no UID owns anything on disk, so it can read only what any user can read, the weights made
+# go+r for it, and write only its RuntimeDirectory), hands it the TLS key and the run's token as
+# credentials (root's files stay 0600; the unit reads copies only it can open), and lets it
+# talk to the fan-out's hosts only (IPAddressDeny/Allow, where the kernel has cgroup BPF).
+_SANDBOX = (
+    "DynamicUser=yes", "ProtectSystem=strict", "ProtectHome=true", "PrivateTmp=true", "PrivateDevices=true",
+    "NoNewPrivileges=true", "CapabilityBoundingSet=", "AmbientCapabilities=", "RestrictSUIDSGID=true",
+    "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "RestrictNamespaces=true", "RestrictRealtime=true",
+    "LockPersonality=true", "MemoryDenyWriteExecute=true", "ProtectKernelTunables=true",
+    "ProtectKernelModules=true", "ProtectKernelLogs=true", "ProtectControlGroups=true", "ProtectClock=true",
+    "ProtectHostname=true", "SystemCallArchitectures=native", "SystemCallFilter=@system-service",
+    "UMask=0077", "IPAddressDeny=any",
+)
+CREDENTIALS = "${CREDENTIALS_DIRECTORY}"  # systemd expands it in the command (ExecStart rules)
+
+
+def _check_run_id(run_id: str) -> None:
+    if not run_id or not run_id.replace("-", "").isalnum():
+        raise ValueError(f"fan-out run id {run_id!r}: letters, digits and '-' only")
+
+
 def serve_unit_argv(
     run_id: str, python: str, script: str, server_args: list[str], deadline_s: int,
+    credentials: dict[str, str] | None = None, allow: list[str] | None = None,
 ) -> list[str]:
     """The serving side on a host: a transient unit (`systemd-run`) that the host's own systemd
     stops at the deadline even if the control machine is gone, removed once it ends
-    (--collect), sandboxed read-only but for its stats file's folder."""
-    if not run_id.replace("-", "").isalnum():
-        raise ValueError(f"fan-out run id {run_id!r}: letters, digits and '-' only")
+    (--collect), run as a user of its own in a read-only sandbox (_SANDBOX). `credentials`
+    ({name: root's file}) reach it as ${CREDENTIALS_DIRECTORY}/name; `allow` are the addresses
+    it may exchange packets with (the fan-out's hosts)."""
+    _check_run_id(run_id)
+    unit = f"{SERVE_UNIT}-{run_id}"
+    props = [f"RuntimeMaxSec={deadline_s}", *_SANDBOX, f"RuntimeDirectory={unit}"]
+    props += [f"IPAddressAllow={' '.join(['localhost', *(allow or [])])}"]
+    props += [f"LoadCredential={name}:{path}" for name, path in sorted((credentials or {}).items())]
     return [
-        "systemd-run", f"--unit={SERVE_UNIT}-{run_id}", "--collect", "--quiet",
-        f"--property=RuntimeMaxSec={deadline_s}",
-        "--property=ProtectSystem=strict", "--property=ProtectHome=true", "--property=PrivateTmp=true",
-        "--property=NoNewPrivileges=true", "--property=ReadWritePaths=/run/private-llm",
+        "systemd-run", f"--unit={unit}", "--collect", "--quiet", *(f"--property={p}" for p in props),
         "--", python, "-I", script, *server_args, f"--deadline-s={deadline_s}",
     ]
 
 
 def serve_unit_command(run_id: str, python: str, script: str, server_args: list[str], deadline_s: int) -> str:
     return shlex.join(serve_unit_argv(run_id, python, script, server_args, deadline_s))
+
+
+def url(address: str, port: int, prefix: str) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"https://{host}:{port}/{prefix}"
+
+
+def host_runs(
+    p: Plan, addresses: dict[str, str], run_id: str, prefixes: list[str], *,
+    bundle_dir: str, state_dir: str, port: int = FANOUT_PORT, deadline_s: int = 3600,
+    wait_s: int = 600, limit_mb_s: float = 0.0, python: str = "/usr/bin/python3",
+) -> dict[str, dict]:
+    """What each host's model role runs for one fan-out (its `model_fanout` variable): the
+    serving unit's argv and, but on the seed (the push gave it the weights), one fetch per
+    weights folder of the bundle (`prefixes`: model/, models/<dir>/), from its sources in
+    order. The TLS files and the token are staged by the role in `<state_dir>/weights/fanout`
+    (root's, 0700/0600): the unit gets them as credentials, the fetch reads them as root.
+    Nothing secret is in an argv: the token travels in a file."""
+    _check_run_id(run_id)
+    if not prefixes or any(not x.endswith("/") or x.startswith("/") or ".." in x.split("/") for x in prefixes):
+        raise ValueError(f"fan-out folders {prefixes}: relative bundle folders ending in '/'")
+    missing = [h for h in p.order if not addresses.get(h)]
+    if missing:
+        raise ValueError(f"fan-out hosts without a deployment address: {', '.join(missing)}")
+    stage = f"{state_dir}/weights/fanout"
+    unit = f"{SERVE_UNIT}-{run_id}"
+    runs: dict[str, dict] = {}
+    for host in p.order:
+        server = [
+            "--root", bundle_dir, "--manifest", f"{bundle_dir}/manifest.json",
+            *(a for x in prefixes for a in ("--under", x)),
+            "--bind", addresses[host], f"--port={port}",
+            "--cert", f"{CREDENTIALS}/tls.pem", "--key", f"{CREDENTIALS}/tls.key", "--ca", f"{CREDENTIALS}/ca.pem",
+            "--token-file", f"{CREDENTIALS}/token", "--stats", f"/run/{unit}/stats.json",
+            *([f"--limit-mb-s={limit_mb_s:g}"] if limit_mb_s else []),
+        ]
+        creds = {"tls.pem": f"{stage}/tls.pem", "tls.key": f"{stage}/tls.key", "ca.pem": f"{stage}/ca.pem",
+                 "token": f"{stage}/token"}
+        peers = [addresses[h] for h in p.order if h != host]
+        fetches = []
+        peer_sources = [s for s in sources(p, host) if s != CONTROL]
+        for prefix in prefixes if peer_sources else []:
+            fetches.append({"prefix": prefix, "argv": [
+                python, "-I", f"{state_dir}/weights/verify.py", "fetch",
+                "--root", f"{bundle_dir}/{prefix.rstrip('/')}", "--manifest", f"{bundle_dir}/manifest.json",
+                "--prefix", prefix, *(a for s in peer_sources for a in ("--url", url(addresses[s], port, prefix))),
+                "--ca", f"{stage}/ca.pem", "--cert", f"{stage}/tls.pem", "--key", f"{stage}/tls.key",
+                "--token-file", f"{stage}/token", f"--wait-s={wait_s}",
+                "--progress", f"{stage}/progress-{prefix.strip('/').replace('/', '--')}.json",
+            ]})
+        runs[host] = {
+            "run": run_id, "unit": unit, "seed": p.parent[host] == CONTROL, "parent": p.parent[host],
+            "sources": peer_sources, "stage": stage, "serve_dirs": [f"{bundle_dir}/{x.rstrip('/')}" for x in prefixes],
+            "serve_argv": serve_unit_argv(run_id, python, f"{state_dir}/weights/serve.py", server, deadline_s,
+                                          creds, peers),
+            "fetch": fetches,
+        }
+    return runs

@@ -18,7 +18,7 @@ The server exits at its deadline (`--deadline-s`) whatever happens: the systemd 
 process that starts it needs no stop to be safe. `--stats` is rewritten (atomically) with the
 bytes served to each client: the fan-out's progress and its control-link count read it.
 
-  serve.py --root DIR --manifest FILE [--folder F | --prefix P] [--cache FILE]
+  serve.py --root DIR --manifest FILE [--folder F | --prefix P | --under P ...] [--cache FILE]
            --bind ADDR --port N --cert PEM --key PEM --ca PEM --token-file F
            --deadline-s S [--stats FILE] [--limit-mb-s R] [--every-address]
            [--max-connections N] [--max-handshakes N] [--handshake-s S]
@@ -341,12 +341,25 @@ def make_server(
     return server
 
 
+def _entries(manifest: str, folder: str | None, prefix: str | None, under: list[str] | None) -> list[dict]:
+    """The files served: a list's, a folder by reference, one bundle folder (`prefix`, paths
+    made relative to it), or several bundle folders at once (`under`, paths kept whole, served
+    from the bundle's root): a fan-out serves every weights folder the bundle carries."""
+    if not under:
+        return _verify._listed(manifest, folder, prefix)
+    if folder or prefix:
+        raise ValueError("--under serves bundle folders from the bundle's root: not with --folder or --prefix")
+    return [e for e in _verify._listed(manifest, None) if any(e["path"].startswith(u) for u in under)]
+
+
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="serve.py")
     parser.add_argument("--root", required=True)
     parser.add_argument("--manifest", required=True)
     parser.add_argument("--folder")
     parser.add_argument("--prefix")
+    parser.add_argument("--under", action="append", help="with a bundle's manifest.json and --root at the "
+                        "bundle: serve its files under this folder (model/); repeatable")
     parser.add_argument("--cache")
     parser.add_argument("--bind", required=True, help="the host's own deployment address (an IP address)")
     parser.add_argument("--every-address", action="store_true", help="allow --bind 0.0.0.0 or :: (not the default)")
@@ -366,7 +379,7 @@ def _main(argv: list[str]) -> int:
     try:
         bind = check_bind(args.bind, args.every_address)
         token = read_token(args.token_file)
-        served = Served(args.root, _verify._listed(args.manifest, args.folder, args.prefix), args.cache)
+        served = Served(args.root, _entries(args.manifest, args.folder, args.prefix, args.under), args.cache)
         server = make_server(served, bind, args.port, tls_context(args.cert, args.key, args.ca),
                              token, args.stats, args.limit_mb_s * 1e6, max_connections=args.max_connections,
                              max_handshakes=args.max_handshakes, handshake_s=args.handshake_s)
