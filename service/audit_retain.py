@@ -106,7 +106,7 @@ class Redactor:
         for item in redact:
             name, pattern = (item, BUILTIN[item]) if isinstance(item, str) else item
             problem = pattern_problem(pattern, builtin=isinstance(item, str))
-            if problem:  # the inventory refuses it first (installer/inventory/models.py)
+            if problem:  # the inventory refuses it first (installer/inventory/audit.py)
                 raise ValueError(f"redaction {name!r}: the pattern {problem}")
             marker = f"[redacted:{name}]"
             accept = _ACCEPT.get(name) if isinstance(item, str) else None

@@ -8,7 +8,7 @@ A metric of the table below, `<=` (or `≤`), a limit (a latency in ms or s, a r
 fraction or a percent), and optionally `over` a window (s, min, h; without one the SLO's own
 window). The canary alone is held to it (its figures over the window, from Prometheus).
 
-One grammar for the inventory's validation (installer/inventory/models.py) and the controller
+One grammar for the inventory's validation (installer/inventory/release.py) and the controller
 on the monitoring host (service/release_controller.py), so a line the inventory accepts is the
 line the controller judges.
 """

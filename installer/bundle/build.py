@@ -64,7 +64,7 @@ from installer.bundle.manifest import (
 )
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
-from installer.inventory.models import ServedModel
+from installer.inventory.served import ServedModel
 from installer.terraform import mirror as tf_mirror
 
 Progress = Callable[[str], None]

@@ -19,7 +19,7 @@ from installer.bundle import debs, gpu_packages, os_packages, wheels
 from installer.bundle.weights import Carried, carried
 from installer.inventory import Inventory
 from installer.inventory import targets as os_targets
-from installer.inventory.models import ServedModel
+from installer.inventory.served import ServedModel
 
 
 @dataclass(frozen=True)

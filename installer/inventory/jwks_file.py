@@ -10,7 +10,8 @@ A set fetched from a URL is the IdP's to fix: the gateway leaves such keys out a
 
 from collections.abc import Iterator
 
-from installer.inventory.models import Inventory, JWTAuth
+from installer.inventory.auth import JWTAuth
+from installer.inventory.models import Inventory
 from installer.inventory.source import Loc
 from service import jwks
 

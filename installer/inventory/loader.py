@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from installer.base.errors import InventoryError
 from installer.inventory import engine_flags, profile_checks, redis_ha
-from installer.inventory.models import MODEL_FORM, Inventory, duplicate_hosts
+from installer.inventory.hosts import duplicate_hosts
+from installer.inventory.models import MODEL_FORM, Inventory
 from installer.inventory.source import Loc, Source, dotted
 
 _FIXES = {

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from installer.gpu import matrix
 from installer.inventory import checkpoint, profiles, vllm_registry
 from installer.inventory.checkpoint import Checkpoint
-from installer.inventory.models import Inventory, ServedModel
+from installer.inventory.models import Inventory
+from installer.inventory.served import ServedModel
 from installer.inventory.source import Loc, dotted
 
 # What a GPU needs for fp8 weights as DeepSeek ships them (e4m3 tensor cores: compute capability 8.9).

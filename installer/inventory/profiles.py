@@ -72,7 +72,7 @@ CHOICES = (AUTO, NONE, *PROFILES)
 
 
 class ServingSettings(Protocol):
-    """A model's serving settings (installer/inventory/models.py Model)."""
+    """A model's serving settings (installer/inventory/served.py Model)."""
 
     @property
     def path(self) -> Path: ...

@@ -23,7 +23,8 @@ Refused at the setting's file:line (`validate`, before any host is touched):
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from installer.inventory.models import Host, Inventory
+from installer.inventory.hosts import Host
+from installer.inventory.models import Inventory
 from installer.inventory.source import Loc
 
 # Odd, so that a majority exists; three survive the loss of one host, which is what is promised.

@@ -22,7 +22,7 @@ Action = Literal["rollback", "hold", "advance"]
 
 
 class Slo(Protocol):
-    """ReleaseSettings.slo (installer/inventory/models.py)."""
+    """ReleaseSettings.slo (installer/inventory/release.py)."""
 
     @property
     def window_s(self) -> int | float: ...

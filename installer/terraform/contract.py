@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from installer.inventory import Host
-from installer.inventory.models import HostSSH
+from installer.inventory.hosts import HostSSH
 from installer.terraform.errors import TerraformError
 
 CONTRACT_VERSION = 1

@@ -16,7 +16,7 @@ from typing import Any
 
 from installer.base.paths import TERRAFORM_MODULES_DIR
 from installer.inventory import Inventory
-from installer.inventory.models import AWSCloud, JDCloud, TencentCloud
+from installer.inventory.cloud import AWSCloud, JDCloud, TencentCloud
 
 MODULES_DIR = TERRAFORM_MODULES_DIR
 PROVIDER_SOURCES = {

@@ -11,7 +11,8 @@ from pathlib import Path
 from installer.base.errors import InstallerError
 from installer.base.files import atomic_write
 from installer.base.paths import state_dir
-from installer.inventory.models import Host, Inventory
+from installer.inventory.hosts import Host
+from installer.inventory.models import Inventory
 from installer.tls import ca
 
 

@@ -13,7 +13,7 @@ from installer.ansible.render import _tenant_vars
 from installer.base.errors import InventoryError
 from installer.flows.request_audit import COLUMNS, to_csv
 from installer.inventory import load_inventory
-from installer.inventory.models import AuditRetain
+from installer.inventory.audit import AuditRetain
 from installer.planning import plan as deployment_plan
 from service.audit_retain import BUILTIN
 from service.config import Settings

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
-from installer.inventory.models import CLOUD_MODELS, Inventory
+from installer.inventory.cloud import CLOUD_MODELS
+from installer.inventory.models import Inventory
 from tests.support import REPO
 
 MODULES = REPO / "terraform" / "modules"

@@ -10,7 +10,7 @@ import pytest
 
 from installer.cli import terraform as plan_cli
 from installer.inventory import checkpoint, load_inventory, profile_checks, profiles, vllm_registry
-from installer.inventory.models import Model
+from installer.inventory.served import Model
 from installer.planning import plan as deployment_plan
 
 CHECKPOINTS = Path(__file__).parents[1] / "fixtures" / "checkpoints"

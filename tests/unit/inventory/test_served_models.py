@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from installer.inventory import Inventory
-from installer.inventory.models import ReleaseSettings
+from installer.inventory.release import ReleaseSettings
 
 
 def _weights(tmp: Path) -> str:

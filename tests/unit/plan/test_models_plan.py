@@ -13,7 +13,7 @@ from installer.base.errors import InventoryError
 from installer.gpu import planner
 from installer.gpu.tuner import TuneError
 from installer.inventory import Inventory, ServedModel
-from installer.inventory.models import Model, ModelEntry
+from installer.inventory.served import Model, ModelEntry
 from installer.planning import plan as deployment_plan
 from service.config import Settings
 from tests.support.engine_role import exec_argv, render_role, rendered_vars

@@ -15,7 +15,7 @@ from installer.ansible import render
 from installer.base import paths
 from installer.bundle.manifest import Manifest
 from installer.inventory import Inventory, load_inventory
-from installer.inventory.models import check_served_name, model_dir_name
+from installer.inventory.served import check_served_name, model_dir_name
 from installer.planning import plan as deployment_plan
 from installer.state import revisions
 

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from installer.inventory import Inventory, ServedModel
-from installer.inventory.models import Model
+from installer.inventory.served import Model
 from installer.planning import plan as deployment_plan
 from tests.support import REPO
 from tests.support.role_expression import evaluate

@@ -136,7 +136,7 @@ def test_bad_slo_lines_say_what_is_wrong(line: str, why: str) -> None:
 def test_an_slo_without_the_new_kinds_dumps_as_before_them() -> None:
     # revisions.config_digest hashes the inventory's dump: a models: inventory (whose entries
     # always carry release settings) must keep its digest when it sets neither kind
-    from installer.inventory.models import SLO
+    from installer.inventory.release import SLO
 
     assert {"relative", "absolute"}.isdisjoint(SLO().model_dump())
     assert {"relative", "absolute"}.isdisjoint(SLO.model_validate({"window_s": 60}).model_dump(mode="json"))

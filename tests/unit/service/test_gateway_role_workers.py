@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from installer.inventory.models import Gateway
+from installer.inventory.gateway import Gateway
 from installer.planning.plan import gateway_workers
 from service.config import LimitsConfig, Settings
 from tests.support.gateway_role import ROLE, gateway_config
