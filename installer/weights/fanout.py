@@ -207,6 +207,7 @@ def host_runs(
             ]})
         runs[host] = {
             "run": run_id, "unit": unit, "seed": p.parent[host] == CONTROL, "parent": p.parent[host],
+            "address": addresses[host], "port": port, "stats": f"/run/{unit}/stats.json",
             "sources": peer_sources, "stage": stage, "serve_dirs": [f"{bundle_dir}/{x.rstrip('/')}" for x in prefixes],
             "serve_argv": serve_unit_argv(run_id, python, f"{state_dir}/weights/serve.py", server, deadline_s,
                                           creds, peers),

@@ -1,0 +1,1 @@
+../../../../installer/weights/serve.py
