@@ -160,6 +160,9 @@ class Inventory(Strict):
             # frozen: set once here, as validation finishes
             object.__setattr__(self, "model", self.models[0].model)
             object.__setattr__(self, "engine", self.models[0].engine.over(self.engine))
+        problem = _fanout_problem(self)
+        if problem is not None:
+            raise PydanticCustomError("distribute", "{message}", {"message": problem[1], "loc": problem[0]})
         return self
 
     @model_serializer(mode="wrap")
@@ -225,6 +228,26 @@ MODEL_FORM = {
     False: "no model: or models:; add one (model: {path, served_name}, or models: a list of "
            "{name, served_name, path, task})",
 }
+
+
+def _fanout_problem(inv: "Inventory") -> tuple[Loc, str] | None:
+    """distribute: fanout needs the deployment's CA (the hosts serve each other over mutual
+    TLS with their own certificates), and one set of hosts for every model fanned out (one
+    fan-out, one port per host: installer/weights/fanout.py)."""
+    fanned = [(i, m) for i, m in enumerate(inv.served_models()) if m.model.distribute == "fanout"]
+    if not fanned:
+        return None
+    where = [("model", "distribute") if inv.models is None else ("models", i, "distribute") for i, _ in fanned]
+    if inv.tls.mode == "off":
+        return where[0], ("distribute: fanout needs tls (the hosts serve each other the weights over mutual TLS "
+                          "with their deployment certificates); set tls.mode issue or provided, or distribute: push")
+    first = fanned[0][1]
+    for loc, (_, m) in zip(where, fanned, strict=True):
+        if m.hosts != first.hosts:
+            return loc, (f"distribute: fanout for models on different hosts ({m.name}: {', '.join(m.hosts)}; "
+                         f"{first.name}: {', '.join(first.hosts)}) is not built; fan out only models served "
+                         "by the same hosts, and push the others")
+    return None
 
 
 def _check_merged_engine(i: int, own: ModelEngine, defaults: Engine) -> None:

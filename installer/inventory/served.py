@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from installer.inventory import profiles, weights_source
 from installer.inventory.engine import Engine, ModelEngine
@@ -63,7 +63,7 @@ ParserName = Annotated[str, matching(
 )]
 SERVING_KEYS = frozenset({"profile", "reasoning_parser", "tool_call_parser", "mtp_tokens"})
 # ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
-PASSED_KEYS = SERVING_KEYS | {"source", "resume_streams"}
+PASSED_KEYS = SERVING_KEYS | {"source", "resume_streams", "distribute"}
 
 
 class _Serving(Strict):
@@ -77,9 +77,20 @@ class _Serving(Strict):
     mtp_tokens: Annotated[int, Field(ge=0, le=16)] | None = None
     # Where the hosts get the weights: the bundle, or by reference (docs/weights.md).
     source: weights_source.WeightsSource = "bundle"
+    # How bundled weights reach the hosts (docs/weights.md, "Fan-out between hosts"): push, a
+    # copy from the control machine to each host; fanout, one copy to the first host, which
+    # the others fetch from each other (installer/weights/fanout.py).
+    distribute: Literal["push", "fanout"] = "push"
     # A stream whose engine breaks off after its first byte goes on from another engine of the
     # model (service/stream_resume.py, docs/failover.md); false: it ends with the error event.
     resume_streams: bool = True
+
+    @model_validator(mode="after")
+    def _fanout_of_bundled_weights(self) -> "_Serving":
+        if self.distribute == "fanout" and weights_source.by_reference(self.source):
+            raise ValueError("distribute: fanout moves weights the bundle carries; with source hosts: or "
+                             "mirror: nothing is pushed (remove distribute, or set source: bundle)")
+        return self
 
     @model_serializer(mode="wrap")
     def _dump_serving_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+"""`distribute: push | fanout` (docs/weights.md, "Fan-out between hosts"): push by default and
+left out of the dump when unset (the revision's config digest is unchanged); fanout refused,
+at its line, for weights by reference, without TLS, and for models fanned out on different
+hosts."""
+
+from pathlib import Path
+
+import pytest
+
+from installer.base.errors import InventoryError
+from installer.inventory import load_inventory
+
+
+def _inventory(tmp_path: Path, model: str, tls: str = "") -> Path:
+    weights = tmp_path / "weights"
+    weights.mkdir(exist_ok=True)
+    (weights / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    path = tmp_path / "inv.yml"
+    path.write_text(
+        "deployment: w\n"
+        "hosts:\n"
+        "  - {name: h1, address: 10.0.0.1}\n"
+        "  - {name: h2, address: 10.0.0.2}\n"
+        "  - {name: h3, address: 10.0.0.3}\n"
+        f"{model}"
+        "engine: {device: cpu}\n"
+        f"{tls}"
+    )
+    return path
+
+
+def _refused(path: Path) -> str:
+    with pytest.raises(InventoryError) as err:
+        load_inventory(path)
+    return "\n".join([str(err.value), *err.value.details])
+
+
+ONE = "model:\n  path: ./weights\n  served_name: tiny\n"
+
+
+def test_push_is_the_default_and_unset_it_is_not_dumped(tmp_path: Path) -> None:
+    inv = load_inventory(_inventory(tmp_path, ONE))
+    assert inv.model.distribute == "push" and "distribute" not in inv.model_dump()["model"]
+    inv = load_inventory(_inventory(tmp_path, ONE + "  distribute: fanout\n"))
+    assert inv.model.distribute == "fanout" and inv.model_dump()["model"]["distribute"] == "fanout"
+
+
+def test_fanout_of_weights_by_reference_is_refused_at_its_line(tmp_path: Path) -> None:
+    text = _refused(_inventory(tmp_path, ONE + "  source: {hosts: /data/models/tiny}\n  distribute: fanout\n"))
+    assert f"{tmp_path / 'inv.yml'}:6: model: distribute: fanout" in text and "nothing is pushed" in text, text
+
+
+def test_fanout_without_tls_is_refused_at_its_line(tmp_path: Path) -> None:
+    text = _refused(_inventory(tmp_path, ONE + "  distribute: fanout\n", "tls: {mode: 'off'}\n"))
+    assert f"{tmp_path / 'inv.yml'}:9: model.distribute" in text and "needs tls" in text, text
+
+
+def test_models_fanned_out_on_different_hosts_are_refused_at_the_second(tmp_path: Path) -> None:
+    models = (
+        "models:\n"
+        "  - {name: chat, served_name: tiny, path: ./weights, distribute: fanout}\n"
+        "  - {name: emb, served_name: emb, path: ./weights, task: embed, hosts: [h1, h2], distribute: fanout}\n"
+    )
+    text = _refused(_inventory(tmp_path, models))
+    assert f"{tmp_path / 'inv.yml'}:8: models[1].distribute" in text and "different hosts" in text, text
+    assert load_inventory(_inventory(tmp_path, models.replace(", distribute: fanout}\n", "}\n", 1)))
