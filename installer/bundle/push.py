@@ -54,6 +54,7 @@ class PushResult:
     resumed_files: int = 0
     linked_files: int = 0
     seconds: float = 0.0
+    fanout_files: int = 0  # left for the host to fetch from the other hosts
 
     @property
     def rate(self) -> float:
@@ -288,14 +289,19 @@ def push_one(
     progress: PushProgress,
     dest: str | None = None,
     os_target: str | None = None,
+    fanout: tuple[str, ...] = (),
 ) -> PushResult:
-    """Push to one host: every host file, or with `os_target` only that target's."""
+    """Push to one host: every host file, or with `os_target` only that target's. Files under
+    the `fanout` folders that the host lacks are not sent: it fetches them from the other
+    hosts (installer/weights/fanout.py); the plan still links them from an earlier bundle."""
     start = time.monotonic()
     dest = dest or host_dir(man)
     host_files = man.host_files if os_target is None else layout.files_for(root, man, os_target)
     files = _wanted(root, man, host_files)
     by_path = {f.path: f for f in files}
     damaged, linked = _host_check(target, "plan", dest, files)
+    left = [d for d in damaged if d.path.startswith(fanout)] if fanout else []
+    damaged = [d for d in damaged if d not in left]
     resume = {
         d.path: d.size
         for d in damaged
@@ -334,7 +340,8 @@ def push_one(
         host=target.name,
         sent_files=len(data_sent),
         sent_bytes=total,
-        skipped_files=len(host_files) - len(data_sent),
+        skipped_files=len(host_files) - len(data_sent) - len(left),
+        fanout_files=len(left),
         resumed_files=len(resume),
         linked_files=linked,
         seconds=round(time.monotonic() - start, 3),
@@ -347,11 +354,13 @@ def push(
     man: Manifest,
     progress: PushProgress,
     host_targets: dict[str, str] | None = None,
+    fanout: dict[str, tuple[str, ...]] | None = None,
 ) -> list[PushResult]:
     """Push to all hosts at once; raise BundleError listing every host that failed.
 
     `host_targets` ({host name: OS target}, layout.host_targets): each host gets only its
     target's files; a host whose target the bundle lacks stops the push before any byte goes.
+    `fanout` ({host name: bundle folders}): what those hosts fetch from each other instead.
     """
     if host_targets is not None:
         layout.check_carried(man, {t.name: host_targets[t.name] for t in targets})
@@ -360,7 +369,9 @@ def push(
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as pool:
         futures = {
-            pool.submit(push_one, t, root, man, progress, None, os_target.get(t.name)): t
+            pool.submit(
+                push_one, t, root, man, progress, None, os_target.get(t.name), (fanout or {}).get(t.name, ())
+            ): t
             for t in targets
         }
         for fut, t in futures.items():
