@@ -18,6 +18,11 @@ token after the last one given, so a resumed answer can be compared with one eng
 answer (service/stream_resume.py). `--die-after N` (or x_fake "die_after") drops the connection
 of a fresh stream after N tokens, as an engine that crashes does; "die_resumed_after" does the
 same to a continuing one, and "stall_resumed_s" holds a continuing one before its first token.
+A chat answer may reason and call a tool as vLLM's deepseek_v3 parsers stream them: x_fake
+"think" R makes tokens 0..R-1 reasoning and token R the `</think>` (no delta, counted in the
+usage) when `chat_template_kwargs` switches thinking on, and the parser's state in a continuation
+follows its prompt as vLLM's does (_deltas); "tool_call_at" T makes tokens T and T+1 a tool
+call's deltas, which end the answer.
 `stream_options.continuous_usage_stats` puts the usage so far in every chunk, as vLLM does, and
 `--role-chunk` opens a chat stream with vLLM's chunk that carries only the role. GET /_stats
 reports what the server saw (requests, streams started/completed/aborted, the last body and
@@ -39,58 +44,97 @@ from aiohttp import web
 
 STATS_KEY = web.AppKey("stats", dict)
 OPTS_KEY = web.AppKey("opts", argparse.Namespace)
-_CACHE: dict[tuple[str, str, int, str, int], list[bytes]] = {}
+_CACHE: dict[tuple[Any, ...], list[bytes]] = {}
 _TOKEN = re.compile(r" tok(\d+)")
 
 
-def _continued_from(body: dict[str, Any], chat: bool) -> int:
-    """How many tokens of the answer the request already carries (0: a fresh request)."""
+def _continued_from(body: dict[str, Any], chat: bool) -> tuple[int, str]:
+    """How many tokens of the answer the request already carries (0: a fresh request), and the
+    text it continues ("" for a fresh one)."""
     if chat:
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         if not (body.get("continue_final_message") and last.get("role") == "assistant"):
-            return 0
+            return 0, ""
         text = str(last.get("content") or "")
     else:
         prompt = body.get("prompt", "")
         text = prompt[0] if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) else str(prompt)
-    # The longest tail " tok0 tok1 ... tok<k-1>" of the text.
-    words = _TOKEN.findall(text)
-    k = 0
+    # The longest tail " tok<a> tok<a+1> ... tok<k-1>" of the text (a is 0 but where a
+    # continuation holds only the content after the reasoning).
+    words = [int(w) for w in _TOKEN.findall(text)]
     for n in range(len(words), 0, -1):
-        tail = "".join(f" tok{i}" for i in range(n))
-        if text.endswith(tail):
-            k = n
-            break
-    return k
+        run = words[-n:]
+        if run == list(range(run[0], run[0] + n)) and text.endswith("".join(f" tok{i}" for i in run)):
+            return run[-1] + 1, text
+    return 0, text
+
+
+def _thinking(body: dict[str, Any]) -> bool:
+    """vLLM's deepseek_v3 reasoning parser files reasoning only with thinking switched on."""
+    kwargs = body.get("chat_template_kwargs") or {}
+    return bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
+
+
+def _deltas(start: int, end: int, think: int | None, thinking: bool, continued: str,
+            tool_at: int | None) -> list[tuple[dict[str, Any] | None, int]]:
+    """A chat answer's deltas for tokens start..end-1, each with the tokens generated so far
+    (None: a token vLLM's parser sends nothing for).
+
+    With `think` R, the model writes its reasoning as tokens 0..R-1, `</think>` as token R and its
+    answer after it; the parser files tokens as vLLM's does: with thinking on, as reasoning until
+    `</think>` unless the prompt (here `continued`, the final assistant message) already ended
+    the reasoning (`</think>` after its last `<think>`, vllm is_reasoning_end). With `tool_at` T,
+    tokens T and T+1 are a tool call's deltas, as vLLM's tool parser streams them."""
+    reasoning = thinking and continued.rfind("</think>") <= continued.rfind("<think>")
+    out: list[tuple[dict[str, Any] | None, int]] = []
+    for i in range(start, end):
+        done = i - start + 1
+        if think is not None and i == think and thinking:
+            reasoning = False
+            out.append((None, done))  # the lone `</think>`: vLLM's parser sends no delta
+        elif tool_at is not None and i == tool_at:
+            out.append(({"tool_calls": [{"index": 0, "id": "call_fake", "type": "function",
+                                         "function": {"name": "lookup", "arguments": ""}}]}, done))
+        elif tool_at is not None and i == tool_at + 1:
+            out.append(({"tool_calls": [{"index": 0, "function": {"arguments": '{"q": "tok"}'}}]}, done))
+        else:
+            out.append(({"reasoning_content" if reasoning else "content": f" tok{i}"}, done))
+    return out
 
 
 def _events(
-    kind: str, model: str, start: int, end: int, finish: str, role_chunk: bool = False, prompt: int | None = None
+    kind: str, model: str, start: int, end: int, finish: str, role_chunk: bool = False, prompt: int | None = None,
+    shape: tuple[int | None, bool, str, int | None] = (None, False, "", None),
 ) -> list[bytes]:
     """The SSE events of tokens start..end-1 of an answer, built once per shape (the server must
-    be cheap); with `prompt` (the prompt's tokens), each carries the usage so far."""
-    key = (kind, model, start, end, finish, role_chunk, prompt)
+    be cheap); with `prompt` (the prompt's tokens), each carries the usage so far. `shape`: the
+    reasoning and tool call of a chat answer (_deltas)."""
+    key = (kind, model, start, end, finish, role_chunk, prompt, shape)
     if key not in _CACHE:
         created = int(time.time())
         out = []
-        deltas: list[dict[str, Any] | None] = [None] if role_chunk and kind == "chat" else []
-        deltas += [{"content": f" tok{i}"} for i in range(start, end)]
-        for n, delta in enumerate(deltas):
-            last = n == len(deltas) - 1
+        steps: list[tuple[dict[str, Any] | None, int]] = [(None, 0)] if role_chunk and kind == "chat" else []
+        if kind == "chat":
+            steps += [(d, n) for d, n in _deltas(start, end, *shape) if d is not None or n == end - start]
+        else:
+            steps += [({"content": f" tok{i}"}, i - start + 1) for i in range(start, end)]
+        for n, (delta, done) in enumerate(steps):
+            last = n == len(steps) - 1
             if kind == "chat":
-                if delta is None:  # vLLM's first chunk: the role, no token
+                if n == 0 and role_chunk:  # vLLM's first chunk: the role, no token
                     delta = {"role": "assistant", "content": ""}
                 elif n == 0:
-                    delta = {"role": "assistant", **delta}
+                    delta = {"role": "assistant", **(delta or {})}
                 obj: dict[str, Any] = {
                     "id": "chatcmpl-fake",
                     "object": "chat.completion.chunk",
                     "created": created,
                     "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish if last else None}],
+                    "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish if last else None}],
                 }
             else:
+                assert delta is not None
                 obj = {
                     "id": "cmpl-fake",
                     "object": "text_completion",
@@ -99,7 +143,6 @@ def _events(
                     "choices": [{"index": 0, "text": delta["content"], "finish_reason": finish if last else None}],
                 }
             if prompt is not None:
-                done = n + 1 - (len(deltas) - (end - start))
                 obj["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt + done, "completion_tokens": done}
             out.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
         _CACHE[key] = out
@@ -155,13 +198,19 @@ async def generate(request: web.Request) -> web.StreamResponse:
             status=400,
         )
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30
-    start = _continued_from(body, chat)
+    start, continued = _continued_from(body, chat)
     if start:
         stats["continuations"] += 1
         stats["last_continuation"] = raw.decode()
+        stats["last_continuation_at"] = time.time()
     end = min(fake.get("chunks", opts.chunks), start + max_tokens)
+    tool_at = fake.get("tool_call_at") if chat else None
+    if tool_at is not None:
+        end = min(end, tool_at + 2)  # the call ends the answer
     chunks = max(end - start, 0)
-    finish = fake.get("finish_reason", "length" if chunks == max_tokens else "stop")
+    finish = fake.get("finish_reason", "length" if chunks == max_tokens else "tool_calls" if tool_at is not None
+                      else "stop")
+    shape = (fake.get("think") if chat else None, chat and _thinking(body), continued, tool_at)
     delay = fake.get("delay_ms", opts.delay_ms) / 1000
     usage = fake.get("usage") or {
         "prompt_tokens": _prompt_tokens(body),
@@ -207,10 +256,11 @@ async def generate(request: web.Request) -> web.StreamResponse:
         options = body.get("stream_options") or {}
         continuous = options.get("include_usage") and options.get("continuous_usage_stats")
         events = _events(kind, model, start, end, finish, opts.role_chunk,
-                         _prompt_tokens(body) if continuous else None)
+                         _prompt_tokens(body) if continuous else None, shape)
         die = fake.get("die_resumed_after") if start else fake.get("die_after", opts.die_after)
+        lead = 1 if opts.role_chunk and kind == "chat" else 0  # the role chunk is no token
         for n, event in enumerate(events):
-            if die is not None and n - (len(events) - chunks) >= die:
+            if die is not None and n - lead >= die:
                 # An engine that crashes: the connection drops mid-stream, no [DONE].
                 stats["streams_died"] += 1
                 stats["last_died"] = raw.decode()
@@ -365,6 +415,7 @@ def make_app(opts: argparse.Namespace) -> web.Application:
         "streams_died": 0,  # dropped on purpose (--die-after, die_after, die_resumed_after)
         "continuations": 0,  # requests that continued an answer they carried
         "last_continuation": None,  # the last one's body
+        "last_continuation_at": 0.0,  # when it came (time.time()), to tell which engine had the latest
         "last_died": None,  # the body of the last stream dropped on purpose
         "last_body": None,
         "last_trace_headers": {},  # a generation's traceparent and tracestate, as received

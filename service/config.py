@@ -47,6 +47,10 @@ class EngineConfig(_Strict):
     # A stream this engine's model breaks off after its first byte goes on from another engine of
     # the model and stage (service/stream_resume.py); false on any of the model's engines: never.
     resume_streams: bool = True
+    # The model's serving profile (installer/inventory/profiles.py), which says how an answer with
+    # reasoning goes on from another engine (service/resume_families.py); none: such answers are
+    # not resumed. The engines of a model that disagree count as none.
+    resume_family: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")
 
 
 class LimitsConfig(_Strict):

@@ -20,6 +20,7 @@ from service.auth import ApiKey, KeyDep
 from service.errors import ERROR_RESPONSES, GatewayError, invalid_request, send_error
 from service.limits import estimate_chat_tokens, estimate_pair_tokens, estimate_tokens, reserve_or_raise
 from service.proxy import ProxyCall
+from service.resume_families import family
 from service.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -176,7 +177,8 @@ class OpenAIRoutes:
             raise
         resume = None
         if isinstance(body, (ChatCompletionRequest, CompletionRequest)) and body.stream:
-            resume = admit(path, body, model not in gw.router.no_resume)
+            resume = admit(path, body, model not in gw.router.no_resume,
+                           family(gw.router.resume_family.get(model)))
         raw, strip_usage = _with_usage(body, raw, info, resume)
         if gw.settings.log_prompts:
             info.prompt = _prompt(body)

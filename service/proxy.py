@@ -591,7 +591,7 @@ class ProxyCall(Response):
                 await self._cut(
                     send,
                     "upstream_stream_broken",
-                    f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}.",
+                    f"Engine '{engine.name}' failed mid-stream: {type(exc).__name__}." + self._not_resumed(),
                 )
             return
         except Exception:
@@ -607,7 +607,8 @@ class ProxyCall(Response):
             self._engine_error(engine, "stream_incomplete", down=False)
             if not await self._resumed(engine, send):
                 await self._cut(
-                    send, "upstream_stream_incomplete", f"Engine '{engine.name}' ended the stream early."
+                    send, "upstream_stream_incomplete",
+                    f"Engine '{engine.name}' ended the stream early." + self._not_resumed(),
                 )
             return
         self.outcome = self._judge(engine, 200)
@@ -621,6 +622,10 @@ class ProxyCall(Response):
             self, self.resume, engine, send, session=up.session, router=up.router, metrics=up.metrics,
             timeout=up.timeout, first_byte_timeout_s=up.first_byte_timeout_s, original=self.body,
         )
+
+    def _not_resumed(self) -> str:
+        """Why the answer's content kept the stream from going on elsewhere, for its error event."""
+        return self.resume.told() if self.resume is not None else ""
 
     async def _cut(self, send: Send, reason: str, message: str, code: str = "upstream_error") -> None:
         self.info.error = reason

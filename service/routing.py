@@ -94,6 +94,11 @@ class Router:
         self.context: dict[str, int] = {}
         # Models whose broken streams are not resumed (EngineConfig.resume_streams).
         self.no_resume = frozenset(e.model for e in engines if not e.resume_streams)
+        # Each model's family for resuming reasoning (EngineConfig.resume_family), where its engines agree.
+        families: dict[str, set[str | None]] = {}
+        for e in engines:
+            families.setdefault(e.model, set()).add(e.resume_family)
+        self.resume_family = {m: next(iter(f)) for m, f in families.items() if len(f) == 1 and None not in f}
         for config in engines:
             if config.max_model_len is not None:
                 self.context[config.model] = min(config.max_model_len, self.context.get(config.model, 1 << 62))

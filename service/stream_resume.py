@@ -15,10 +15,21 @@ usage counts the prompt once and every completion token of both engines.
 What is not resumed ends as before, with the in-band error event, and says why in the access
 log (`resume`) and in `pli_gateway_stream_resumed_total{outcome}`: the model's switch is off,
 `n` > 1, `logprobs`, `echo`, a completion prompt of token ids or several prompts, a client that
-continues its own assistant message, an answer that was reasoning or calling a tool (the
-gateway sees vLLM's parsed deltas, not the model's raw text, and cannot give either back in a
-form vLLM continues: docs/failover.md), an engine that sent no usage, or no other engine. One
-resumption per request: a second engine that dies too ends the stream with the error event.
+continues its own assistant message, a tool call being streamed, reasoning of a model family
+that has no recipe for it (service/resume_families.py, docs/failover.md), an engine that sent no
+usage, or no other engine. One resumption per request: a second engine that dies too ends the
+stream with the error event. A refusal for the answer's content (reasoning, tool call) also
+names its cause in the error event's message.
+
+A chat answer with reasoning (`reasoning_content` / `reasoning`) goes on per its model's family
+(service/resume_families.py): cut mid-reasoning, the final assistant message is the thinking
+block's opening plus the reasoning so far (the raw text, so the next engine's parser goes on
+filing reasoning); cut in the content after it, the content alone with thinking switched off.
+A tool call cannot be continued by the next engine's parser (it reads only the text that engine
+generates, so the rest of a call whose opening markers are in the prompt would come back as
+content, with its index restarted): refused, for every family. A stream cut before the parser
+sent any of the call (it holds the markers back) resumes as content, and the call comes whole
+from the next engine.
 """
 
 import asyncio
@@ -32,6 +43,7 @@ from starlette.types import Send
 
 from service.accesslog import RequestInfo
 from service.metrics import Metrics
+from service.resume_families import WHY, Family
 from service.routing import Engine, Router
 from service.schemas import ChatCompletionRequest, CompletionRequest
 
@@ -68,9 +80,11 @@ class Relay(Protocol):
     def _account(self, usage: dict[str, Any] | None) -> None: ...
 
 
-def admit(path: str, body: ChatCompletionRequest | CompletionRequest, enabled: bool) -> "StreamResume":
+def admit(
+    path: str, body: ChatCompletionRequest | CompletionRequest, enabled: bool, family: Family | None = None
+) -> "StreamResume":
     """The resumption state of a streamed generation, with the reason it may never resume, if one
-    is already known from the request."""
+    is already known from the request. `family`: how the model's reasoning goes on, if it can."""
     extra = body.model_extra or {}
     refusal = None
     if not enabled:
@@ -90,7 +104,7 @@ def admit(path: str, body: ChatCompletionRequest | CompletionRequest, enabled: b
         # would get JSON (or a regex's match) that is not whole, with a normal finish.
         refusal = "structured_output"
     asked = body.stream_options.model_extra if body.stream_options is not None else None
-    return StreamResume(path, refusal, bool(asked and asked.get("continuous_usage_stats")))
+    return StreamResume(path, refusal, bool(asked and asked.get("continuous_usage_stats")), family)
 
 
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
@@ -112,7 +126,7 @@ class StreamResume:
     """What the client was sent of one stream (only what it was sent: an event cut in half is
     not), and the continuation built from it."""
 
-    def __init__(self, path: str, refusal: str | None, client_continuous: bool) -> None:
+    def __init__(self, path: str, refusal: str | None, client_continuous: bool, family: Family | None = None) -> None:
         self.chat = path.endswith("chat/completions")
         self.refusal = refusal
         # Resumable when it was admitted: the engine was asked for usage in every chunk, which
@@ -121,7 +135,10 @@ class StreamResume:
         self.client_continuous = client_continuous  # the client asked for usage in every chunk
         self.id: Any = None
         self.created: Any = None
-        self.text: list[str] = []
+        self.text: list[str] = []  # content (chat) or text (completions)
+        self.family = family
+        self.reasoning: list[str] = []  # reasoning sent, all of it before any content
+        self.said_content = False
         self.prompt_tokens: int | None = None
         self.sent_tokens: int | None = None
         self.finished = False  # a finish_reason was sent
@@ -183,18 +200,35 @@ class StreamResume:
             return
         if part.get("tool_calls"):
             self.refusal = "tool_call"
-        elif any(part.get(f) for f in _REASONING):
-            self.refusal = "reasoning"
+            return
+        # vLLM names the field `reasoning_content` or `reasoning` by version; some send both, alike.
+        thought = next((part[f] for f in _REASONING if isinstance(part.get(f), str) and part[f]), None)
         text = part.get("content") if self.chat else part.get("text")
+        if thought is not None:
+            if self.family is None or self.said_content:
+                # No recipe for this family, or reasoning after content: no parser state to give back.
+                self.refusal = "reasoning"
+                return
+            self.reasoning.append(thought)
         if isinstance(text, str):
+            if text and self.reasoning and not self.family_switched:
+                self.refusal = "reasoning_then_content"
+            self.said_content = self.said_content or bool(text)
             self.text.append(text)
+
+    @property
+    def family_switched(self) -> bool:
+        return self.family is not None and self.family.switched
 
     def continuation(self, original: bytes | memoryview) -> bytes | None:
         """The request that goes on from what was sent; None if the answer's budget is spent."""
-        sent = "".join(self.text)
+        sent, thought = "".join(self.text), "".join(self.reasoning)
         spent = self.sent_tokens or 0
-        if not sent and not spent:
-            return bytes(original)  # nothing generated yet (vLLM's role chunk only): asked again as it was
+        if not sent and not thought:
+            # Nothing sent yet (vLLM's role chunk only, or tokens a parser held back): asked again
+            # as it was, and the tokens held back are generated, and counted, again.
+            self.sent_tokens = 0
+            return bytes(original)
         body = json.loads(bytes(original))
         for field in ("max_tokens", "max_completion_tokens"):
             if isinstance(body.get(field), int):
@@ -202,6 +236,15 @@ class StreamResume:
                     return None
                 body[field] -= spent
         if self.chat:
+            if thought and not sent and self.family is not None:
+                # Cut mid-reasoning: the raw text, from the thinking block's opening on.
+                sent = self.family.opener + thought
+            elif thought:
+                # Cut in the content after the reasoning, which the template would drop: the
+                # content alone, and the parser told (thinking off) that all of it is content.
+                kwargs = body.get("chat_template_kwargs")
+                kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+                body["chat_template_kwargs"] = {**kwargs, "thinking": False, "enable_thinking": False}
             body["messages"] = [*body["messages"], {"role": "assistant", "content": sent}]
             body["continue_final_message"] = True
             body["add_generation_prompt"] = False
@@ -210,6 +253,11 @@ class StreamResume:
         else:
             body["prompt"] += sent
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def told(self) -> str:
+        """The cause of a refusal for the answer's content, for the client's error event ("" if none)."""
+        why = WHY.get(self.refusal or "")
+        return f" It could not go on from another engine: {why}." if why else ""
 
     def why_not(self) -> str | None:
         """Why this stream cannot go on from another engine, now that it broke."""

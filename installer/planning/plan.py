@@ -19,7 +19,7 @@ from typing import Any
 
 from installer.base.errors import InventoryError
 from installer.gpu.tuner import Tuned
-from installer.inventory import Host, Inventory, ServedModel, redis_ha
+from installer.inventory import Host, Inventory, ServedModel, profiles, redis_ha
 from installer.inventory.topology import HOST_LAYOUT, cross_host, redis_host, serving_hosts
 from installer.inventory.weights_source import HostsSource, MirrorSource
 from installer.planning import engines
@@ -39,6 +39,8 @@ class Upstream:
     max_model_len: int | None = None
     # the model's broken streams go on from another of its engines (inventory resume_streams)
     resume_streams: bool = True
+    # the serving profile whose recipe resumes the model's reasoning answers (resume_family_of)
+    resume_family: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,17 @@ def max_model_len_of(argv: tuple[str, ...]) -> int | None:
     return None
 
 
+def resume_family_of(served: ServedModel, device: str) -> str | None:
+    """The serving profile whose recipe the gateway follows to resume the model's answers with
+    reasoning on another engine (service/resume_families.py): the profile's name while its own
+    reasoning parser serves the model (a model that overrides the parser is no longer that family)."""
+    resolved = profiles.resolve(served.model, device, served.task)
+    profile = profiles.PROFILES.get(resolved.profile)
+    if profile is None or profile.reasoning_parser is None or resolved.reasoning_parser != profile.reasoning_parser:
+        return None
+    return profile.name
+
+
 def gateway_workers(setting: int | str, cpu_count: int | None) -> int | None:
     """A host's gateway processes on the one port (service/prefork.py): the inventory's number,
     or for "auto" one per 8 CPUs, 1 to 8: one event loop relays a few thousand tokens/s, and the
@@ -272,9 +285,10 @@ def build(inv: Inventory, canaries: Mapping[str, ServedModel] | None = None, *, 
     _check_engine_names(inv, hosts)
     by_name = {h.name: h for h in hosts}
     resumes = {m.served_name: m.model.resume_streams for m in inv.served_models()}
+    families = {m.served_name: resume_family_of(m, inv.engine.device) for m in inv.served_models()}
     upstreams = tuple(
         Upstream(name, _engine_url(inv, host, e.port), e.served_name, e.task, e.stage, max_model_len_of(e.argv),
-                 resumes.get(e.served_name, True))
+                 resumes.get(e.served_name, True), families.get(e.served_name))
         for host in serving_hosts(inv)
         for name, e in zip(by_name[host.name].engine_names, by_name[host.name].engines, strict=True)
     )

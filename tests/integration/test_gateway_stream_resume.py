@@ -23,7 +23,8 @@ PATHS = ("/v1/chat/completions", "/v1/completions")
 def setup(start_upstream: Any, start_gateway: Any, keys: Any, scrape_token: Any) -> tuple[Any, list[Any], str]:
     """One gateway for every case (starting one takes seconds): model tiny on two engines, model
     off on the same two with resumption off, and model solo on one engine only."""
-    engines = [start_upstream("--role-chunk", "--model", "off", "--model", "solo") for _ in range(2)]
+    engines = [start_upstream("--role-chunk", "--model", "off", "--model", "solo", "--model", "think",
+                              "--model", "r1") for _ in range(2)]
     secret = keys.create("app", tpm=1_000_000)  # a tpm limit: the usage is settled at the end
     gateway = start_gateway({
         "keys_file": str(keys.hosts_file),
@@ -34,6 +35,11 @@ def setup(start_upstream: Any, start_gateway: Any, keys: Any, scrape_token: Any)
             *({"name": f"off{i}", "url": e.url, "model": "off", "resume_streams": False}
               for i, e in enumerate(engines)),
             {"name": "solo", "url": engines[0].url, "model": "solo"},
+            # reasoning resumed per family (service/resume_families.py)
+            *({"name": f"think{i}", "url": e.url, "model": "think", "resume_family": "deepseek-v3-switch"}
+              for i, e in enumerate(engines)),
+            *({"name": f"r1-{i}", "url": e.url, "model": "r1", "resume_family": "deepseek-r1"}
+              for i, e in enumerate(engines)),
         ],
     })
     return gateway, engines, secret
@@ -67,6 +73,18 @@ def _text(events: list[Any]) -> str:
         for c in e.get("choices", ()) if isinstance(e, dict) else ():
             out.append((c.get("delta") or {}).get("content") or c.get("text") or "")
     return "".join(out)
+
+
+def _fields(events: list[Any]) -> dict[str, Any]:
+    """A chat stream's reasoning, content and tool-call deltas, each joined as a client would."""
+    out: dict[str, Any] = {"reasoning": "", "content": "", "tool_calls": []}
+    for e in events:
+        for c in e.get("choices", ()) if isinstance(e, dict) else ():
+            delta = c.get("delta") or {}
+            out["reasoning"] += delta.get("reasoning_content") or ""
+            out["content"] += delta.get("content") or ""
+            out["tool_calls"] += delta.get("tool_calls") or []
+    return out
 
 
 def _both_ready(gateway: Any, scrape_token: Any) -> None:
@@ -212,3 +230,85 @@ def record_body(engines: list[Any], model: str) -> str:
     """The last streamed request for `model` that an engine let die."""
     bodies = [u.stats()["last_died"] for u in engines]
     return next(b for b in bodies if b and json.loads(b)["model"] == model)
+
+
+THINK: dict[str, Any] = {"chat_template_kwargs": {"thinking": True}, "max_tokens": 14, "stream_options": {"include_usage": True}}
+
+
+def test_reasoning_answers_go_on_as_reasoning_then_content_per_family(
+    setup: tuple[Any, list[Any], str], scrape_token: Any
+) -> None:
+    """A thinking answer (6 reasoning tokens, `</think>`, content) cut mid-reasoning and
+    mid-content: the client's reasoning and content equal one engine's, and so does the usage."""
+    gateway, engines, secret = setup
+    chat = PATHS[0]
+    for model in ("think", "r1"):
+        whole = _stream(gateway, secret, chat, _body(chat, model, x_fake={"think": 6}, **THINK))
+        assert _fields(whole)["reasoning"] == "".join(f" tok{i}" for i in range(6))
+        assert _fields(whole)["content"] == "".join(f" tok{i}" for i in range(7, 14))
+        _both_ready(gateway, scrape_token)
+        resumed = _stream(gateway, secret, chat, _body(chat, model, x_fake={"think": 6, "die_after": 3}, **THINK))
+        assert _fields(resumed) == _fields(whole) and resumed[-1] == "[DONE]", model
+        assert [e["usage"] for e in resumed if isinstance(e, dict) and e.get("usage")] == [
+            e["usage"] for e in whole if isinstance(e, dict) and e.get("usage")]
+        record = gateway.log_records()[-1]
+        assert (record["resume"], record["attempts"], record["completion_tokens"]) == ("resumed", 2, 14), record
+        # The continuation: the thinking block's opening and the reasoning so far, thinking still on.
+        sent = json.loads(_last_continuation(engines))
+        assert sent["messages"][-1] == {"role": "assistant", "content": "<think>\n tok0 tok1 tok2"}
+        assert sent["chat_template_kwargs"] == {"thinking": True} and sent["max_tokens"] == 14 - 3
+        _both_ready(gateway, scrape_token)
+
+    # Cut in the content (6 reasoning events, then tok7 and tok8): the switched family goes on
+    # from the content alone with thinking off, and the rest is content.
+    resumed = _stream(gateway, secret, chat, _body(chat, "think", x_fake={"think": 6, "die_after": 8}, **THINK))
+    assert _fields(resumed) == _fields(whole) and resumed[-1] == "[DONE]"
+    sent = json.loads(_last_continuation(engines))
+    assert sent["messages"][-1] == {"role": "assistant", "content": " tok7 tok8"}
+    assert sent["chat_template_kwargs"] == {"thinking": False, "enable_thinking": False}
+    assert sent["max_tokens"] == 14 - 9  # the `</think>` token counted too
+    assert gateway.log_records()[-1]["resume"] == "resumed"
+    _both_ready(gateway, scrape_token)
+
+    # deepseek_r1's parser has no switch: refused, and the error event says why.
+    events = _stream(gateway, secret, chat, _body(chat, "r1", x_fake={"think": 6, "die_after": 8}, **THINK))
+    assert "error" in events[-1] and "drops the reasoning" in events[-1]["error"]["message"]
+    assert _fields(events)["content"] == " tok7 tok8"
+    assert gateway.log_records()[-1]["resume"] == "reasoning_then_content"
+    _both_ready(gateway, scrape_token)
+
+    # A model with no family: any reasoning is refused, as before.
+    events = _stream(gateway, secret, chat, _body(chat, x_fake={"think": 6, "die_after": 3}, **THINK))
+    assert "error" in events[-1] and "no way of continuing" in events[-1]["error"]["message"]
+    assert gateway.log_records()[-1]["resume"] == "reasoning"
+    assert [_resumed_metric(gateway, scrape_token, r) for r in ("reasoning_then_content", "reasoning")] == [1, 1]
+
+
+def test_a_tool_call_not_yet_streamed_comes_whole_and_one_being_streamed_is_refused(
+    setup: tuple[Any, list[Any], str], scrape_token: Any
+) -> None:
+    gateway, _, secret = setup
+    chat = PATHS[0]
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    fake = {"tool_call_at": 4}
+    whole = _stream(gateway, secret, chat, _body(chat, "think", tools=tools, x_fake=fake))
+    assert _fields(whole)["content"] == " tok0 tok1 tok2 tok3" and len(_fields(whole)["tool_calls"]) == 2
+    _both_ready(gateway, scrape_token)
+    resumed = _stream(gateway, secret, chat, _body(chat, "think", tools=tools, x_fake={**fake, "die_after": 2}))
+    assert _fields(resumed) == _fields(whole) and resumed[-1] == "[DONE]"
+    finishes = [c["finish_reason"] for e in resumed if isinstance(e, dict) for c in e["choices"] if c["finish_reason"]]
+    assert finishes == ["tool_calls"] and gateway.log_records()[-1]["resume"] == "resumed"
+    _both_ready(gateway, scrape_token)
+
+    events = _stream(gateway, secret, chat, _body(chat, "think", tools=tools, x_fake={**fake, "die_after": 5}))
+    assert "error" in events[-1] and "tool call" in events[-1]["error"]["message"]
+    assert len(_fields(events)["tool_calls"]) == 1  # the call's first delta, then the error event
+    assert gateway.log_records()[-1]["resume"] == "tool_call"
+    assert _resumed_metric(gateway, scrape_token, "tool_call") == 1
+
+
+def _last_continuation(engines: list[Any]) -> str:
+    """The continuation an engine took last (the other engine's, if any, is older)."""
+    stats = [u.stats() for u in engines]
+    return max((s for s in stats if s["last_continuation"]), key=lambda s: s["last_continuation_at"])[
+        "last_continuation"]

@@ -78,3 +78,22 @@ def test_a_switch_that_is_no_boolean_is_refused_at_its_line(tmp_path: Path) -> N
     with pytest.raises(InventoryError) as err:
         load_inventory(path)
     assert any(d.startswith(f"{path}:7: model.resume_streams:") for d in err.value.details), err.value.details
+
+
+@pytest.mark.parametrize(("serving", "family"), [
+    ({"profile": "deepseek-r1"}, "deepseek-r1"),
+    ({"profile": "deepseek-v3-switch"}, "deepseek-v3-switch"),
+    ({"profile": "deepseek-v3"}, None),  # no reasoning parser: no reasoning to resume
+    ({"profile": "deepseek-r1", "reasoning_parser": "deepseek_v3"}, None),  # the parser overridden
+    ({}, None),  # auto, and the checkpoint is no family a profile covers
+])
+def test_the_serving_profile_reaches_gateway_yml_as_the_family_that_resumes_reasoning(
+    tmp_path: Path, serving: dict[str, Any], family: str | None
+) -> None:
+    p = deployment_plan.build(_two_models(tmp_path, **serving))
+    assert {(u.model, u.resume_family) for u in p.upstreams} == {("tiny-chat", family), ("tiny-embed", None)}
+    settings = _settings(p, "h1")
+    assert {(e.model, e.resume_family) for e in settings.engines} == {("tiny-chat", family), ("tiny-embed", None)}
+    assert Router(settings.engines, 1.0).resume_family == ({"tiny-chat": family} if family else {})
+    if family is None:  # nothing new in group_vars
+        assert all("resume_family" not in e for e in rendered_vars(p, "h1")["gateway_engines"])
