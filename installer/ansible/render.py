@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from installer.ansible import keepalived_vars, redis_ha_vars
-from installer.bundle import layout, os_packages
+from installer.bundle import layout, os_packages, weights_fanout
 from installer.bundle.manifest import Manifest
 from installer.bundle.push import host_dir
 from installer.gpu import matrix as gpu_matrix
@@ -52,6 +52,9 @@ def targets_yaml(inv: Inventory) -> dict[str, Any]:
 def hosts_yaml(plan: DeploymentPlan, man: Manifest | None = None) -> dict[str, Any]:
     inv = plan.inventory
     found = targets_yaml(inv)
+    # model.distribute: fanout: what each host fetches from the others, and serves them
+    fanout_vars = {} if man is None else weights_fanout.host_vars(
+        inv, man, host_dir(man), str(secret_files.fanout_token_file(inv.deployment)))
     for hp in plan.hosts:
         entry = found["all"]["hosts"][hp.name]
         if man is not None:
@@ -61,6 +64,8 @@ def hosts_yaml(plan: DeploymentPlan, man: Manifest | None = None) -> dict[str, A
             entry["common_packages"] = os_packages.for_host(man.packages, list(hp.package_groups), os_target)
             entry.update(layout.host_vars(inv, man, os_target))
         entry.update(_network_host_vars(inv, hp))
+        if man is not None:
+            entry.update(fanout_vars.get(hp.name, {}))
         entry.update(_engine_host_vars(hp))
         if "serving" in hp.groups:
             entry.update(keepalived_vars.host_vars(plan, hp.gateway_url))

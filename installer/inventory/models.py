@@ -8,6 +8,7 @@ sections and of what the named files hold (certificates, tarballs), which `valid
 both run, are installer/preparation/inventory_checks.py.
 """
 
+import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -242,12 +243,24 @@ def _fanout_problem(inv: "Inventory") -> tuple[Loc, str] | None:
         return where[0], ("distribute: fanout needs tls (the hosts serve each other the weights over mutual TLS "
                           "with their deployment certificates); set tls.mode issue or provided, or distribute: push")
     first = fanned[0][1]
+    named = [h.name for h in inv.hosts if h.name in first.hosts and not _is_ip(h.address)]
+    if named:
+        return where[0], (f"distribute: fanout binds each host's server to its address, which must be an IP "
+                          f"address ({', '.join(named)} given by name); write the hosts' addresses as IPs")
     for loc, (_, m) in zip(where, fanned, strict=True):
         if m.hosts != first.hosts:
             return loc, (f"distribute: fanout for models on different hosts ({m.name}: {', '.join(m.hosts)}; "
                          f"{first.name}: {', '.join(first.hosts)}) is not built; fan out only models served "
                          "by the same hosts, and push the others")
     return None
+
+
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_merged_engine(i: int, own: ModelEngine, defaults: Engine) -> None:

@@ -21,7 +21,7 @@ from installer.bundle import build as bundle_build
 from installer.bundle import layout as bundle_layout
 from installer.bundle import push as bundle_push
 from installer.bundle import sign as bundle_sign
-from installer.bundle import terraform_tools
+from installer.bundle import terraform_tools, weights_fanout
 from installer.bundle import weights as bundle_weights
 from installer.bundle.manifest import WEIGHTS_PREFIXES, Manifest
 from installer.hosts.ssh import targets
@@ -225,8 +225,11 @@ def prepare(
                         adopted_above=adopted_above)
     if not check:
         with timed(log, reporter, "push"):
+            # model.distribute: fanout: the weights go to the first host only; the model role
+            # has the others fetch them from each other (installer/bundle/weights_fanout.py).
             prepared.pushed = bundle_push.push(
-                targets(inv), root, man, reporter.push_progress, bundle_layout.host_targets(inv)
+                targets(inv), root, man, reporter.push_progress, bundle_layout.host_targets(inv),
+                weights_fanout.push_skips(inv),
             )
             for pr in prepared.pushed:
                 reporter.note(
@@ -234,6 +237,7 @@ def prepare(
                     f"at {pr.rate / 1e6:.0f} MB/s ({pr.resumed_files} resumed); "
                     f"{pr.skipped_files} already there ({pr.linked_files} linked from "
                     "an earlier bundle); verified on the host"
+                    + (f"; {pr.fanout_files} weights file(s) to fetch from the other hosts" if pr.fanout_files else "")
                 )
                 log.log(f"push {pr.host}: {pr.__dict__}")
     return prepared

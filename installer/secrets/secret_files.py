@@ -31,6 +31,16 @@ def ray_token_file(deployment: str) -> Path:
     return state_dir() / "ray" / f"{deployment}.token"
 
 
+def fanout_token_file(deployment: str) -> Path:
+    """The weights fan-out's token (model.distribute: fanout): the hosts' servers ask it of each
+    fetcher, beside the client certificate (installer/weights/serve.py)."""
+    return state_dir() / "weights" / f"{deployment}.fanout.token"
+
+
+def _has_fanout(plan: DeploymentPlan) -> bool:
+    return any(m.model.distribute == "fanout" for m in plan.inventory.served_models())
+
+
 def _has_ray(plan: DeploymentPlan) -> bool:
     return any(h.ray is not None for h in plan.hosts)
 
@@ -50,13 +60,16 @@ def prepare(plan: DeploymentPlan) -> None:
         _ensure(redis_password_file(deployment))
     if _has_ray(plan):
         _ensure(ray_token_file(deployment))
+    if _has_fanout(plan):
+        _ensure(fanout_token_file(deployment))
 
 
 def require(plan: DeploymentPlan) -> None:
     """Raise when a secret `plan` needs was not made: the renderer reads, it never writes one."""
     deployment = plan.inventory.deployment
     needed = [metrics_token_file(deployment), *([redis_password_file(deployment)] if plan.redis else []),
-              *([ray_token_file(deployment)] if _has_ray(plan) else [])]
+              *([ray_token_file(deployment)] if _has_ray(plan) else []),
+              *([fanout_token_file(deployment)] if _has_fanout(plan) else [])]
     missing = [str(p) for p in needed if not p.is_file()]
     if missing:
         raise InstallerError(f"deployment {deployment}'s secrets are not made yet: {', '.join(missing)}",

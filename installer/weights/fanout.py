@@ -193,7 +193,8 @@ def host_runs(
         ]
         creds = {"tls.pem": f"{stage}/tls.pem", "tls.key": f"{stage}/tls.key", "ca.pem": f"{stage}/ca.pem",
                  "token": f"{stage}/token"}
-        peers = [addresses[h] for h in p.order if h != host]
+        # its own address too: the role's wait_for on the host reaches the server through it
+        peers = [addresses[h] for h in p.order]
         fetches = []
         peer_sources = [s for s in sources(p, host) if s != CONTROL]
         for prefix in prefixes if peer_sources else []:

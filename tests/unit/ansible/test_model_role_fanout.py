@@ -18,13 +18,26 @@ from typing import Any
 import ansible_runner
 
 from benchmarks.weights_fanout import PYTHON, free_port
+from installer.bundle import weights
 from installer.bundle.manifest import Manifest, scan
 from installer.tls import ca
 from installer.weights import fanout
 from tests.support import REPO
-from tests.unit.ansible.test_model_role import CHAT, PRIMARY, _bundle, _entry
 
 ADDRESSES = {"h1": "127.0.0.41", "h2": "127.0.0.42", "h3": "127.0.0.43"}
+PRIMARY = "tiny-chat"
+CHAT = {"config.json": b'{"chat": 1}', "model.safetensors": b"chat weights"}
+
+
+def _bundle(root: Path, files: dict[str, bytes]) -> Path:
+    """The primary model's weights where the bundle build puts them, with their sha256sum list."""
+    for name, data in files.items():
+        path = root / weights.bundle_dir(PRIMARY, PRIMARY) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    listed = Manifest({}, {}, [], scan(root)).checksums_text(prefix=weights.bundle_dir(PRIMARY, PRIMARY) + "/")
+    (root / weights.checksums_file(PRIMARY, PRIMARY)).write_text(listed)
+    return root
 
 
 def _manifest(bundle: Path) -> str:
@@ -32,7 +45,7 @@ def _manifest(bundle: Path) -> str:
 
 
 def test_the_later_hosts_fetch_the_seed_s_weights_and_the_role_installs_them(tmp_path: Path) -> None:
-    seed = _bundle(tmp_path / "h1" / "bundle", {PRIMARY: {**CHAT, "model-2.safetensors": os.urandom(3_000_000)}})
+    seed = _bundle(tmp_path / "h1" / "bundle", {**CHAT, "model-2.safetensors": os.urandom(3_000_000)})
     manifest = _manifest(seed)
     (seed / "manifest.json").write_text(manifest)
     control = tmp_path / "control"
@@ -80,7 +93,8 @@ def test_the_later_hosts_fetch_the_seed_s_weights_and_the_role_installs_them(tmp
         r = ansible_runner.run(
             private_data_dir=str(tmp_path / "runner"), project_dir=str(project), playbook="play.yml",
             inventory={"all": {"hosts": hosts}},
-            extravars={"models": [_entry("chat", PRIMARY, PRIMARY, list(ADDRESSES))], "model_dir_name": PRIMARY},
+            extravars={"models": [{"name": "chat", "served_name": PRIMARY, "dir_name": PRIMARY, "task": "generate",
+                                   "hosts": list(ADDRESSES)}], "model_dir_name": PRIMARY},
             envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "True",
                      "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
             quiet=True, suppress_env_files=True,

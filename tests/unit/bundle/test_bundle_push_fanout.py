@@ -8,7 +8,16 @@ from pathlib import Path
 
 from installer.bundle import push
 from tests.support.bundles import make_bundle
-from tests.unit.bundle.test_bundle_push import _no_progress, host
+from tests.support.local_hosts import HereHost
+
+
+def host(name: str) -> HereHost:
+    return HereHost(name, "127.0.0.1", "root", 22, None, None)
+
+
+def _no_progress(_host: str, _sent: int, _total: int) -> None:
+    pass
+
 
 WEIGHTS = {"model/model-00001.safetensors": os.urandom(8 << 20), "model/config.json": b'{"hidden_size": 64}'}
 

@@ -9,24 +9,7 @@ import pytest
 
 from installer.base.errors import InventoryError
 from installer.inventory import load_inventory
-
-
-def _inventory(tmp_path: Path, model: str, tls: str = "") -> Path:
-    weights = tmp_path / "weights"
-    weights.mkdir(exist_ok=True)
-    (weights / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    path = tmp_path / "inv.yml"
-    path.write_text(
-        "deployment: w\n"
-        "hosts:\n"
-        "  - {name: h1, address: 10.0.0.1}\n"
-        "  - {name: h2, address: 10.0.0.2}\n"
-        "  - {name: h3, address: 10.0.0.3}\n"
-        f"{model}"
-        "engine: {device: cpu}\n"
-        f"{tls}"
-    )
-    return path
+from tests.support.weights_fanout import fanout_inventory
 
 
 def _refused(path: Path) -> str:
@@ -39,19 +22,19 @@ ONE = "model:\n  path: ./weights\n  served_name: tiny\n"
 
 
 def test_push_is_the_default_and_unset_it_is_not_dumped(tmp_path: Path) -> None:
-    inv = load_inventory(_inventory(tmp_path, ONE))
+    inv = load_inventory(fanout_inventory(tmp_path, ONE))
     assert inv.model.distribute == "push" and "distribute" not in inv.model_dump()["model"]
-    inv = load_inventory(_inventory(tmp_path, ONE + "  distribute: fanout\n"))
+    inv = load_inventory(fanout_inventory(tmp_path, ONE + "  distribute: fanout\n"))
     assert inv.model.distribute == "fanout" and inv.model_dump()["model"]["distribute"] == "fanout"
 
 
 def test_fanout_of_weights_by_reference_is_refused_at_its_line(tmp_path: Path) -> None:
-    text = _refused(_inventory(tmp_path, ONE + "  source: {hosts: /data/models/tiny}\n  distribute: fanout\n"))
+    text = _refused(fanout_inventory(tmp_path, ONE + "  source: {hosts: /data/models/tiny}\n  distribute: fanout\n"))
     assert f"{tmp_path / 'inv.yml'}:6: model: distribute: fanout" in text and "nothing is pushed" in text, text
 
 
 def test_fanout_without_tls_is_refused_at_its_line(tmp_path: Path) -> None:
-    text = _refused(_inventory(tmp_path, ONE + "  distribute: fanout\n", "tls: {mode: 'off'}\n"))
+    text = _refused(fanout_inventory(tmp_path, ONE + "  distribute: fanout\n", "tls: {mode: 'off'}\n"))
     assert f"{tmp_path / 'inv.yml'}:9: model.distribute" in text and "needs tls" in text, text
 
 
@@ -61,6 +44,13 @@ def test_models_fanned_out_on_different_hosts_are_refused_at_the_second(tmp_path
         "  - {name: chat, served_name: tiny, path: ./weights, distribute: fanout}\n"
         "  - {name: emb, served_name: emb, path: ./weights, task: embed, hosts: [h1, h2], distribute: fanout}\n"
     )
-    text = _refused(_inventory(tmp_path, models))
+    text = _refused(fanout_inventory(tmp_path, models))
     assert f"{tmp_path / 'inv.yml'}:8: models[1].distribute" in text and "different hosts" in text, text
-    assert load_inventory(_inventory(tmp_path, models.replace(", distribute: fanout}\n", "}\n", 1)))
+    assert load_inventory(fanout_inventory(tmp_path, models.replace(", distribute: fanout}\n", "}\n", 1)))
+
+
+def test_fanout_hosts_given_by_name_are_refused(tmp_path: Path) -> None:
+    path = fanout_inventory(tmp_path, ONE + "  distribute: fanout\n")
+    path.write_text(path.read_text().replace("address: 10.0.0.2", "address: gpu2.lab"))
+    text = _refused(path)
+    assert f"{tmp_path / 'inv.yml'}:9: model.distribute" in text and "h2 given by name" in text, text

@@ -3,7 +3,6 @@ certificate of the deployment CA and this run's token gets bytes; a file is serv
 is here and verified against the signed list (503 until it is here, 409 when its bytes differ);
 Range resumes; a token file others can read and a bind to every address are refused."""
 
-import http.client
 import json
 import ssl
 import threading
@@ -13,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from installer.weights import serve
-
-TOKEN = "a" * 40
+from tests.support.weights_fanout import TOKEN, client, get
 
 
 @pytest.fixture
@@ -27,26 +25,6 @@ def server(pki: dict[str, Path], folder: tuple[Path, list[dict]]) -> Iterator[in
     yield srv.server_address[1]
     srv.shutdown()
     srv.server_close()
-
-
-def client(pki: dict[str, Path], who: str | None = "client") -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pki["ca"]))
-    context.check_hostname = False  # the certificates here name 127.0.0.1 as an address
-    if who:
-        context.load_cert_chain(str(pki[who]), str(pki[who + "-key"]))
-    return context
-
-
-def get(port: int, context: ssl.SSLContext, path: str, token: str = TOKEN, rng: str = "") -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if rng:
-        headers["Range"] = rng
-    conn.request("GET", path, headers=headers)
-    answer = conn.getresponse()
-    body = answer.read()
-    conn.close()
-    return answer.status, dict(answer.getheaders()), body
 
 
 def test_a_deployment_host_with_the_token_gets_a_verified_file_and_can_resume(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from installer.weights import serve
-from tests.unit.weights.test_fanout_serve import TOKEN, client, get
+from tests.support.weights_fanout import TOKEN, client, get
 
 
 @pytest.fixture
