@@ -35,6 +35,14 @@ def _vip(value: str) -> str:
         raise ValueError(f"{value!r} is its subnet's broadcast address; pick a free host address in it")
     if iface.ip.is_loopback or iface.ip.is_multicast or iface.ip.is_unspecified or iface.ip.is_link_local:
         raise ValueError(f"{value!r} cannot be a client address (loopback, multicast, link-local or 0)")
+    # The VRRP preflight listens for IPv4 adverts only (installer/preflight/vrrp.py), so an IPv6
+    # router id clash would pass unheard: refused here rather than checked by half (review, #37).
+    if iface.version == 6:
+        raise ValueError(
+            f"{value!r} is an IPv6 address; the frontend supports an IPv4 VIP only for now (VRRP's "
+            "router-id check listens on IPv4). Give the gateway hosts IPv4 addresses and an IPv4 VIP "
+            "on their subnet, or put your own load balancer in front of the gateways' port"
+        )
     return str(iface)
 
 

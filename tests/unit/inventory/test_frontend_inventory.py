@@ -101,6 +101,7 @@ def test_a_gateway_host_named_by_dns_is_refused(tmp_path: Path) -> None:
     ("10.0.0.255/24", "broadcast address"),
     ("127.0.0.5/8", "cannot be a client address"),
     ("10.0.0.300/24", "is not an address/prefix"),
+    ("2001:db8::100/64", "supports an IPv4 VIP only"),  # the VRRP preflight listens on IPv4 only
 ])
 def test_malformed_vips_are_refused_at_their_line(tmp_path: Path, value: str, says: str) -> None:
     path = _inventory(tmp_path, HOSTS + FRONTEND.replace("10.0.0.100/24", value))

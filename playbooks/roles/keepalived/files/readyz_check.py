@@ -3,7 +3,8 @@
 verified with the deployment CA when one is given), 1 otherwise. Two failures in a row put the
 VRRP instance in FAULT, which gives up the virtual IP at once (a priority-0 advert).
 
-Usage: readyz_check.py URL [CA_FILE] [TIMEOUT_S]. Standard library only: it runs with the
+Usage: readyz_check.py URL TIMEOUT_S [CA_FILE] (the CA last: with TLS off there is none, and
+keepalived drops empty arguments). Standard library only: it runs with the
 host's own python3, not the gateway's venv, so a broken release cannot break the check."""
 
 import ssl
@@ -13,8 +14,8 @@ import urllib.request
 
 def main(argv: list[str]) -> int:
     url = argv[1]
-    ca = argv[2] if len(argv) > 2 and argv[2] else None
-    timeout = float(argv[3]) if len(argv) > 3 else 1.0
+    timeout = float(argv[2]) if len(argv) > 2 else 1.0
+    ca = argv[3] if len(argv) > 3 and argv[3] else None
     ctx = ssl.create_default_context(cafile=ca) if url.startswith("https://") else None
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=ctx) as answer:
