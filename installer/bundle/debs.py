@@ -108,14 +108,16 @@ def request_key(
     packages: Sequence[str], *, suite: str, mirror: str, arch: str, archive: Archive = DEBIAN
 ) -> str:
     request: dict[str, object] = {
-        "format": 1,
+        # 2: the minimal system no longer counts usrmerge's perl (MINBASE), so earlier entries
+        # may lack packages a host needs
+        "format": 2,
         "packages": sorted(set(packages)),
         "suite": suite,
         "mirror": mirror.rstrip("/"),
         "arch": arch,
     }
     if archive.suites(suite) != [suite] or archive.components != ("main",):
-        # Debian's keys stay those of format 1, so its cached packages are still found.
+        # Debian's keys keep the shape they had before Ubuntu's archive was added.
         request |= {"suites": archive.suites(suite), "components": list(archive.components)}
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
@@ -194,6 +196,16 @@ def _simulated_install(
     return {line.split()[1].split(":")[0] for line in out.splitlines() if line.startswith("Inst ")}
 
 
+# What debootstrap --variant=minbase installs. usr-is-merged is named because a required package
+# (init-system-helpers, bookworm on) depends on "usrmerge | usr-is-merged": apt alone picks
+# usrmerge, which pulls in perl, while debootstrap builds a merged /usr and installs
+# usr-is-merged. Counting perl as present left it out of the bundle, and a package that needs it
+# (keepalived, through libsnmp40's libperl5.36) could not be installed on a minbase host (#37,
+# found by the lab e2e). ?or(...) rather than the bare name: a release without the package
+# (Ubuntu 22.04) must still resolve.
+MINBASE = ["?essential", "?or(?priority(required),?exact-name(usr-is-merged))"]
+
+
 def _closure(packages: Sequence[str], apt: list[str], cwd: Path, timeout: float) -> list[str]:
     """`packages` plus their dependencies that a minimal system does not already have.
 
@@ -201,7 +213,7 @@ def _closure(packages: Sequence[str], apt: list[str], cwd: Path, timeout: float)
     and their dependencies, which is what apt installs for those onto an empty system.
     """
     wanted = _simulated_install(packages, apt, cwd, timeout)
-    minbase = _simulated_install(["?essential", "?priority(required)"], apt, cwd, timeout)
+    minbase = _simulated_install(MINBASE, apt, cwd, timeout)
     return sorted((wanted - minbase) | set(packages))
 
 

@@ -36,10 +36,14 @@ class SSHAccess:
 def nspawn_argv(rootfs: Path, machine: str, netns: str) -> list[str]:
     # --register=no --keep-unit: there is no system bus on the control machine to register with.
     # --link-journal=no: keep host journals out of the control machine's /var/log/journal.
+    # CAP_NET_ADMIN: a server's root may add addresses, and keepalived must, to hold a frontend's
+    # VIP (#37; without it "Netlink: Operation not permitted" and no host ever holds the VIP).
+    # nspawn keeps it for --private-network only, not for a network namespace given by path; it
+    # reaches no further than the host's own namespace (its veth on the lab's bridge).
     return [
         "systemd-nspawn", "-b", "-D", str(rootfs), f"--machine={machine}",
         "--register=no", "--keep-unit", f"--network-namespace-path=/run/netns/{netns}",
-        "--link-journal=no", "--console=read-only",
+        "--capability=CAP_NET_ADMIN", "--link-journal=no", "--console=read-only",
     ]  # fmt: skip
 
 

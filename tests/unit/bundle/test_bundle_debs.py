@@ -83,10 +83,11 @@ def test_cache_key() -> None:
     assert base != request_key(
         ["libnuma1", "numactl"], suite="trixie", mirror=DEFAULT_MIRROR, arch="amd64"
     )
-    # Debian's keys are those of before Ubuntu's archive: packages already cached are found again
-    old = {"format": 1, "packages": ["libnuma1", "numactl"], "suite": "bookworm", "mirror": DEFAULT_MIRROR,
-           "arch": "amd64"}
-    assert base == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
+    # Debian's keys keep their shape from before Ubuntu's archive; format 2 (MINBASE, #37): an entry
+    # resolved against the old minimal system (perl counted as present) is not found again
+    shape = {"packages": ["libnuma1", "numactl"], "suite": "bookworm", "mirror": DEFAULT_MIRROR, "arch": "amd64"}
+    key = lambda fmt: hashlib.sha256(json.dumps({"format": fmt, **shape}, sort_keys=True).encode()).hexdigest()  # noqa: E731
+    assert base == key(2) and base != key(1)
     # Ubuntu's request names its pockets and components too
     noble = request_key(["redis-server"], suite="noble", mirror="http://m.lan/ubuntu", arch="amd64", archive=UBUNTU)
     assert noble != request_key(["redis-server"], suite="noble", mirror="http://m.lan/ubuntu", arch="amd64")

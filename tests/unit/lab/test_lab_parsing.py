@@ -60,6 +60,7 @@ def test_nspawn_command_line_has_the_flags_this_machine_needs() -> None:
         "--register=no",
         "--keep-unit",
         "--network-namespace-path=/run/netns/pli-lab-1",
+        "--capability=CAP_NET_ADMIN",  # keepalived adds the frontend's VIP (#37)
     ):
         assert flag in argv
     assert processes.nspawn_rootfs(argv) == "/r/lab1/rootfs", (
