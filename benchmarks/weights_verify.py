@@ -141,7 +141,7 @@ def main() -> None:
         "load_1min": {"min": min(loads), "max": max(loads)}, "time_utc": stamp,
         "results": {n: row(n) for n in names},
     }
-    base = RESULTS / f"weights_verify-{platform.node()}-{stamp}"
+    base = RESULTS / f"weights_verify-{platform.node()}-{stamp}{'-cold' if args.cold else ''}"
     base.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     lines = [
         f"# weights verify, {total / 1e9:.1f} GB in {len(paths)} files, {args.workers} workers, "
