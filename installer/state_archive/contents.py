@@ -22,6 +22,8 @@ KEPT: dict[str, str] = {
     "terraform": "Terraform state and the rendered root modules of cloud deployments",
     "keys": "bundle signing keys (private and public)",
     "ray": "each multi-host deployment's Ray token: a new one would restart Ray and its engines",
+    "weights": "each deployment's weights fan-out token (model.distribute: fanout), moved like the "
+               "other deployment secrets so that an import changes nothing the next `up` renders",
     "request-audit-heads.json": "each gateway host's last checked request-audit record, which "
                                 "`installer audit --requests` compares against to find a rewrite",
 }
