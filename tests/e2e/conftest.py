@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, lab_frontend
 from tests.support.e2e import Run, host_run, installer, latest_summary
 from tests.support.lab_tenants import LabTenants
 from tests.support.lab_tenants import setup as lab_tenants_setup
@@ -78,7 +78,14 @@ def lab_tenants(lab_hosts, e2e_state: Path) -> LabTenants:
 
 
 @pytest.fixture(scope="session")
-def deployed(lab_hosts, e2e_state: Path, api_key: str, lab_tenants: LabTenants) -> Run:
+def lab_vip(lab_hosts) -> str:
+    """The frontend's virtual IP (keepalived on both hosts) in the lab inventory before the first
+    deploy (#37, tests/support/lab_frontend.py)."""
+    return lab_frontend.setup(lab_hosts.inventory_path, LAB_SUBNET)
+
+
+@pytest.fixture(scope="session")
+def deployed(lab_hosts, e2e_state: Path, api_key: str, lab_tenants: LabTenants, lab_vip: str) -> Run:
     """The first `installer up` onto the fresh lab; every slow check shares this deployment."""
     start = time.monotonic()
     proc = installer("up", "--inventory", str(lab_hosts.inventory_path))

@@ -60,6 +60,11 @@ def models_deployed(deployed: Run, lab_hosts, e2e_state: Path) -> Iterator[Run]:
     )
     data = yaml.safe_load(text)
     data["models"][0]["tool_call_parser"] = CHAT_TOOL_PARSER  # the chat model (module docstring)
+    # The lab's VIP stays (#37): without it this `up` would stop keepalived and renew both hosts'
+    # certificates, and the lab inventory's `up` after it would do both again.
+    lab = yaml.safe_load(Path(lab_hosts.inventory_path).read_text())
+    if "frontend" in lab:
+        data["frontend"] = lab["frontend"]
     path = lab_inventory.write(e2e_state / "models.yml", yaml.safe_dump(data, sort_keys=False))
     start = time.monotonic()
     proc = installer("up", "--inventory", str(path))
