@@ -71,3 +71,34 @@ def test_no_contract_ignores_an_import_between_installer_modules() -> None:
     ]
     inside = [imp for imp in ignored if all(side.strip().startswith("installer") for side in imp.split("->"))]
     assert inside == [], f"ignored imports between installer modules: {inside}"
+
+
+def _layers_contract() -> dict:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "layers"]
+    return contract
+
+
+def test_every_module_of_a_split_package_has_a_layer() -> None:
+    """exhaustive_ignores lets gpu/, converged/ and weights/ sit in several layers; `exhaustive`
+    then no longer sees their modules, so a new one (gpu/multihost.py was) would escape every
+    layer. Each must be named."""
+    contract = _layers_contract()
+    named = {m.strip() for layer in contract["layers"] for m in layer.replace("|", ":").split(":")}
+    unplaced = [
+        f"{package}.{path.stem}"
+        for package in contract["exhaustive_ignores"]
+        for path in sorted((REPO / "installer" / package).glob("*.py"))
+        if path.stem != "__init__" and f"{package}.{path.stem}" not in named
+    ]
+    assert unplaced == [], f"modules in no layer of pyproject.toml's layers contract: {unplaced}"
+
+
+def test_the_mechanisms_do_not_import_each_other_freely() -> None:
+    """Below the flows, packages are ordered (a line per step) or kept apart (`|`); only the
+    flows and the layers under the mechanisms share a line with `:` (free imports)."""
+    layers = _layers_contract()["layers"]
+    start = layers.index("converged.fast_path | state")
+    end = next(i for i, layer in enumerate(layers) if layer.startswith("inventory"))
+    assert end - start > 1
+    assert [layer for layer in layers[start:end] if ":" in layer] == []
