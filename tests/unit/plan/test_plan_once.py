@@ -233,3 +233,45 @@ def test_release_promote_sizes_gateways_from_the_recorded_cpus_and_its_revision_
     stored = promoted.plan_record()
     assert stored is not None
     assert [(h["cpu_count"], h["gateway_workers"]) for h in stored["hosts"]] == [(4, 1), (16, 2)]
+
+
+def test_upgrade_builds_once_and_rolls_with_that_plan(
+    site: Path, builds: list[Any], hosts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare's plan is the one every batch is configured and gated with; no batch rebuilds it."""
+    first = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts["bundle"])])
+    assert first.exit_code == 0, first.output
+    site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 7}"))
+    configured: list[plan.DeploymentPlan] = []
+    gated: list[plan.DeploymentPlan] = []
+
+    def configure(target: rolling.Planned, hosts_: list, *_a: Any) -> PlaybookResult:
+        configured.append(target.plan)
+        return PlaybookResult("successful", 0, {h.name: HostResult(h.name) for h in hosts_}, site.parent)
+
+    monkeypatch.setattr(rolling, "_configure", configure)
+    monkeypatch.setattr(rolling.drain, "set_drained", lambda *_a, **_k: None)
+    monkeypatch.setattr(rolling.drain, "wait_idle", lambda *_a, **_k: 0.0)
+    monkeypatch.setattr(rolling.gate, "prove_batch", lambda dp, *_a: gated.append(dp) or {})
+    monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
+    builds.clear()
+    result = runner.invoke(app, ["upgrade", "-i", str(site), "--bundle", str(hosts["bundle"])])
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+    assert len(configured) == 2 and len(gated) == 2  # one batch per host
+    assert all(dp is configured[0] for dp in configured + gated)
+    assert "--max-num-seqs 7" in " ".join(configured[0].hosts[0].engines[0].argv)
+
+
+def test_status_builds_once_per_report(site: Path, builds: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every collector reads the report's engine names; none builds a plan of its own. The hosts
+    (10.0.0.x) answer nothing: each collector records its problem and goes on; the release records'
+    SSH read is stood in for (its connect timeout is SSH's 10 s, not --timeout)."""
+    from installer.day2 import records
+
+    monkeypatch.setattr(records, "read", lambda _inv: [])
+    result = runner.invoke(app, ["status", "-i", str(site), "--json", "--timeout", "0.2"])
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+    rows = json.loads(result.output)["rows"]
+    assert [r["host"] for r in rows] == ["a", "b"]
