@@ -22,6 +22,7 @@ from installer.base.errors import PreflightError
 from installer.hosts import remote
 from installer.hosts.ssh import target
 from installer.inventory import Inventory
+from installer.inventory.topology import serving_hosts
 
 LISTEN_S = 3.0
 
@@ -70,7 +71,7 @@ def problems(inv: Inventory, run_one: RunOne | None = None, seconds: float = LIS
     if fe is None or inv.provider != "baremetal":
         return []
     run = run_one or remote.run_one
-    gateways = [h for h in inv.hosts if "serving" in inv.host_groups(h)]
+    gateways = serving_hosts(inv)
     ours = {h.address for h in gateways}
     command = lambda address: "python3 -c " + shlex.quote(LISTENER) + f" {shlex.quote(address)} {seconds}"  # noqa: E731
     results = remote.each(gateways, lambda h: run(target(inv, h), command(h.address), timeout=seconds + 30))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from installer.inventory import Host, Inventory
+from installer.inventory.topology import serving_hosts
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,7 @@ def collect(
 ) -> StatusReport:
     """One row per serving host and each of its engines (engines(host) names them)."""
     inv = ctx.inventory
-    serving = [h for h in inv.hosts if "serving" in inv.host_groups(h)]
-    rows = [Row(h.name, h.address, engine) for h in serving for engine in engines(h)]
+    rows = [Row(h.name, h.address, engine) for h in serving_hosts(inv) for engine in engines(h)]
     for collector in collectors:
         collector.collect(ctx, rows)
     columns = [c for collector in collectors for c in collector.columns]
