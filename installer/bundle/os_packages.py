@@ -20,6 +20,12 @@ def wanted(inv: Inventory) -> dict[str, list[str]]:
     # serving host (also a lone one, and a cloud one not provisioned yet); only that host installs it,
     # and with redis.replicas the replicas' and sentinels' hosts.
     want.setdefault("redis", []).append("redis-server")
+    # A model spanning GPU hosts keeps Ray's ports to its hosts with nftables (the engine role's
+    # private-llm-ray-firewall, installer/gpu/ray_firewall.py); minimal servers lack `nft`. Every
+    # GPU deployment of two serving hosts or more carries it, as it carries Ray, so the tuner may
+    # span hosts without a new bundle.
+    if inv.engine.device == "gpu" and sum("serving" in inv.host_groups(h) for h in inv.hosts) > 1:
+        want.setdefault("serving", []).append("nftables")
     # A frontend's virtual IP is held by keepalived on every gateway host (playbooks/roles/keepalived).
     if inv.frontend is not None:
         want.setdefault("serving", []).append("keepalived")

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from installer.gpu import matrix, planner, ray_ports, tuner
+from installer.gpu import matrix, planner, ray_firewall, ray_ports, tuner
 from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, profiles
 from installer.inventory.topology import HOST_LAYOUT, cross_host
 from installer.planning import ray_checks
@@ -106,9 +106,11 @@ class RayNode:
     unit: str
     argv: tuple[str, ...]  # after the venv's `ray` executable
     node_ip: str  # the host's address: Ray and vLLM's workers talk between hosts on it
+    firewall: str = ""  # `nft -f` text keeping Ray's ports to the cluster (installer/gpu/ray_firewall.py)
 
     def as_vars(self) -> dict[str, Any]:
-        return {"role": self.role, "unit": self.unit, "argv": list(self.argv), "node_ip": self.node_ip}
+        return {"role": self.role, "unit": self.unit, "argv": list(self.argv), "node_ip": self.node_ip,
+                "firewall": self.firewall}
 
 
 def tune_for(
@@ -419,17 +421,20 @@ def ray_node(inv: Inventory, tuned: tuner.Tuned | None, host: Host) -> RayNode |
         return None
     head = next(h for h in inv.hosts if h.name == tuned.ray.head)
     per_host = inv.gpu.count
+    members = [h.address for h in inv.hosts if h.name == head.name or h.name in tuned.ray.workers]
+    # Prometheus scrapes the head's autoscaler metrics from the monitoring hosts
+    scrapers = [h.address for h in inv.hosts if "monitoring" in inv.host_groups(h)]
     if host.name == head.name:
         return RayNode("head", RAY_UNIT, (
             "start", "--head", f"--node-ip-address={head.address}", f"--port={RAY_PORT}",
             f"--num-gpus={per_host}", "--include-dashboard=false", "--disable-usage-stats",
             *ray_ports.flags("head"), "--block",
-        ), head.address)
+        ), head.address, ray_firewall.ruleset("head", members, scrapers))
     if host.name in tuned.ray.workers:
         return RayNode("worker", RAY_UNIT, (
             "start", f"--address={head.address}:{RAY_PORT}", f"--node-ip-address={host.address}",
             f"--num-gpus={per_host}", "--disable-usage-stats", *ray_ports.flags("worker"), "--block",
-        ), host.address)
+        ), host.address, ray_firewall.ruleset("worker", members, scrapers))
     return None
 
 

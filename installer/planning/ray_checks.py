@@ -4,10 +4,14 @@ Ray's ports (installer/gpu/ray_ports.py) are fixed; the deployment's own (engine
 Redis, Prometheus) come from the inventory. A Ray node that finds one of its ports taken by the
 gateway or Redis fails to start, or worse takes the port first and the gateway fails, so the
 two are refused together at validation (`installer validate`, `up`'s plan), naming the setting's
-file:line and a free place for it.
+file:line and a free place for it. The Ray hosts' addresses must be IP addresses: Ray's
+`--node-ip-address` and the firewall keeping Ray's ports to the group (installer/gpu/ray_firewall.py)
+both name them.
 """
 
 from __future__ import annotations
+
+from ipaddress import ip_address
 
 from installer.base.errors import InventoryError
 from installer.gpu import ray_ports
@@ -48,8 +52,29 @@ def port_problems(inv: Inventory, tuned: Tuned | None) -> list[str]:
     return problems
 
 
+def address_problems(inv: Inventory, tuned: Tuned | None) -> list[str]:
+    """One line per Ray host whose address is a DNS name, with its file:line; [] without Ray."""
+    if tuned is None or tuned.ray is None:
+        return []
+    members = {tuned.ray.head, *tuned.ray.workers}
+    problems = []
+    for i, host in enumerate(inv.hosts):
+        if host.name not in members:
+            continue
+        try:
+            ip_address(host.address)
+        except ValueError:
+            problems.append(
+                f"{inv.where('hosts', i, 'address')}: {host.name}'s address {host.address!r} is a DNS "
+                "name; a host of a Ray cluster needs its IP address there (Ray's --node-ip-address and "
+                "the nftables rules that keep Ray's ports to the cluster's hosts name it)"
+            )
+    return problems
+
+
 def check_ports(inv: Inventory, tuned: Tuned | None) -> None:
-    """Refuse deployment ports that are Ray's when the model spans hosts (InventoryError)."""
+    """Refuse deployment ports that are Ray's when the model spans hosts, and Ray hosts named by
+    DNS (InventoryError)."""
     problems = port_problems(inv, tuned)
     if problems:
         raise InventoryError(
@@ -57,3 +82,6 @@ def check_ports(inv: Inventory, tuned: Tuned | None) -> None:
             "hosts runs on each of them",
             problems,
         )
+    named = address_problems(inv, tuned)
+    if named:
+        raise InventoryError(f"{len(named)} host(s) of the Ray cluster have no IP address", named)

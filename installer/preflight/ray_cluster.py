@@ -12,7 +12,10 @@ preflight), over the same SSH layer as the other fan-outs (installer/hosts/remot
    opens a short-lived listener on that address and port for the check (it accepts the
    workers' connections and exits within LISTEN_S); a connection refused, timed out or
    unroutable is refused before anything is installed, naming the worker, the head's
-   address and port, and the ports a firewall between them must let through.
+   address and port, and the ports a firewall between them must let through. A worker the
+   head's own Ray firewall (installer/gpu/ray_firewall.py, from the deployment before) does not
+   name yet is not dialled: that table refuses it until `up` writes the new members, before Ray
+   restarts, so the refusal would say nothing about the network.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from installer.base.errors import PreflightError
-from installer.gpu import ray_ports
+from installer.gpu import ray_firewall, ray_ports
 from installer.hosts import remote
 from installer.hosts.ssh import Target, target
 from installer.inventory import Inventory
@@ -34,7 +37,11 @@ CONNECT_S = 5
 PROBE = (
     f"echo active=$(systemctl is-active {ray_ports.UNIT} 2>/dev/null); "
     "echo listen=$(awk 'FNR>1 && $4==\"0A\" {n=split($2,a,\":\"); print a[n]}' "
-    "/proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u | tr '\\n' ' ')"
+    "/proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u | tr '\\n' ' '); "
+    # the members our Ray firewall lets in (the rules file is world-readable; no root needed)
+    f"if [ -r {ray_firewall.RULES_PATH} ]; then echo firewall=$(sed -n "
+    "'/set members_v/,/}/s/.*elements = {\\(.*\\)}/\\1/p' "
+    f"{ray_firewall.RULES_PATH} | tr ',\\n' '  '); fi"
 )
 
 # Binds the head's address and GCS port, returns once bound (the parent exits, so SSH ends),
@@ -95,6 +102,14 @@ def parse(text: str) -> tuple[bool, set[int]]:
     return facts.get("active", "").strip() == "active", ports
 
 
+def firewall_members(text: str) -> set[str] | None:
+    """The addresses the host's Ray firewall lets in, from PROBE's output; None without one."""
+    for line in text.splitlines():
+        if line.startswith("firewall="):
+            return set(line.split("=", 1)[1].split())
+    return None
+
+
 def taken(role: str, listening: set[int], active: bool) -> list[str]:
     """One line per Ray port of a node of `role` that something other than Ray holds."""
     if active:
@@ -129,17 +144,22 @@ def problems(inv: Inventory, nodes: Sequence[tuple[str, RayNode]], run_one: RunO
     found: list[str] = []
     probes = remote.each(members, lambda m: run(m[0], PROBE))
     state: dict[str, tuple[bool, set[int]]] = {}
+    allowed: dict[str, set[str] | None] = {}
     for (t, node), r in zip(members, probes, strict=True):
         if not r.ok:
             found.append(f"{t.name} ({t.address}): the Ray port probe failed: {r.why}")
             continue
         active, listening = state[t.name] = parse(r.text)
+        allowed[t.name] = firewall_members(r.text)
         found += [f"{t.name} ({t.address}): {line}" for line in taken(node.role, listening, active)]
     if found:
         return found
     head = next((t, n) for t, n in members if n.role == "head")
-    workers = [t for t, n in members if n.role == "worker"]
     head_t, head_node = head
+    shut = allowed[head_t.name]  # a new worker is let in by `up`, not yet: not dialled (docstring)
+    workers = [t for t, n in members if n.role == "worker" and (shut is None or n.node_ip in shut)]
+    if not workers:
+        return []
     address, port = head_node.node_ip, ray_ports.GCS_PORT
     active, listening = state[head_t.name]
     if not (active and port in listening):  # first deploy: nothing listens yet, open it for the check

@@ -21,7 +21,8 @@ EXEC_PREFIX = "/opt/private-llm/current/venv/bin/python -m vllm.entrypoints.open
 
 
 def render_role(tmp: Path, variables: dict[str, Any]) -> dict[str, str]:
-    """{file name: text}: one unit per engine (named after its unit), engine.env, and ray."""
+    """{file name: text}: one unit per engine (named after its unit), engine.env, and ray,
+    ray-firewall and ray.nft for a model spanning hosts."""
     out = tmp / "out"
     out.mkdir(parents=True)
     project = tmp / "project"
@@ -36,6 +37,12 @@ def render_role(tmp: Path, variables: dict[str, Any]) -> dict[str, str]:
             "src": str(ROLE / "templates" / "engine.env.j2"), "dest": f"{out}/engine.env"}},
         {"name": "Ray", "ansible.builtin.template": {
             "src": str(ROLE / "templates" / "ray.service.j2"), "dest": f"{out}/ray"},
+         "when": "engine_ray | length > 0"},
+        {"name": "Ray firewall unit", "ansible.builtin.template": {
+            "src": str(ROLE / "templates" / "ray-firewall.service.j2"), "dest": f"{out}/ray-firewall"},
+         "when": "engine_ray | length > 0"},
+        {"name": "Ray firewall rules", "ansible.builtin.copy": {
+            "content": "{{ engine_ray.firewall }}", "dest": f"{out}/ray.nft"},
          "when": "engine_ray | length > 0"},
     ]
     (project / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))

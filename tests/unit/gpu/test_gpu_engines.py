@@ -162,6 +162,13 @@ def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
     # Ray's token authentication on both hosts, for the Ray units and the engine (Ray's driver)
     for env in (files["engine.env"], worker["engine.env"]):
         assert "RAY_AUTH_MODE=token\nRAY_AUTH_TOKEN_PATH=/etc/private-llm/ray.token\n" in env
+    # Ray's ports kept to the cluster's hosts by the plan's nftables rules, applied before Ray starts
+    # (tests/unit/multihost/test_ray_firewall.py checks the rules themselves)
+    for rendered, hp in ((files, p.hosts[0]), (worker, p.hosts[1])):
+        assert hp.ray and rendered["ray.nft"] == hp.ray.firewall
+        assert "ExecStart=/usr/sbin/nft -f /etc/private-llm/ray.nft\n" in rendered["ray-firewall"]
+        assert "ExecStop=/usr/sbin/nft delete table inet pli_ray\n" in rendered["ray-firewall"]  # `down`
+        assert "Requires=private-llm-ray-firewall.service" in rendered["ray"]
 
 
 def test_the_ray_token_is_made_only_for_a_model_spanning_hosts(tmp_path: Path) -> None:
