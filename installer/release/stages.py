@@ -19,6 +19,7 @@ from installer.hosts import remote
 from installer.hosts.ssh import target
 from installer.inventory import Host, Inventory, ReleaseSettings
 from installer.inventory.topology import HOST_LAYOUT
+from installer.release import state
 
 STAGES_FILE = HOST_LAYOUT["pli_stages_file"]  # where the gateway role tells the gateway to read it
 
@@ -53,8 +54,7 @@ def content(splits: Mapping[str, Split]) -> str:
     for served, split in sorted(splits.items()):
         if not 0 <= split.canary <= 100:
             raise ValueError(f"canary weight {split.canary} of {served} is not a percentage")
-        line: dict[str, object] = {"weights": {"stable": 100 - split.canary, "canary": split.canary},
-                                   "sticky": split.sticky}
+        line: dict[str, object] = {"weights": state.shares(split.canary), "sticky": split.sticky}
         if split.first_byte_timeout_s is not None:
             line["first_byte_timeout_s"] = split.first_byte_timeout_s
         if split.answer_timeout_s is not None:

@@ -17,6 +17,11 @@ class ReleaseError(InstallerError):
     """A release command that does not fit the release under way (or its absence)."""
 
 
+def shares(canary_weight: int) -> dict[str, int]:
+    """Percent of a model's callers per stage: the canary's weight, stable the rest."""
+    return {"stable": 100 - canary_weight, "canary": canary_weight}
+
+
 @dataclass(frozen=True)
 class Release:
     model: str  # the entry name of `models:` (`main` for a single `model:`)
@@ -37,8 +42,7 @@ class Release:
 
     @property
     def shares(self) -> dict[str, int]:
-        """Percent of the model's callers per stage: the canary's weight, stable the rest."""
-        return {"stable": 100 - self.weight, "canary": self.weight}
+        return shares(self.weight)
 
     @property
     def next_weight(self) -> int | None:
