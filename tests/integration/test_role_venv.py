@@ -54,8 +54,13 @@ def _wheel(folder: Path) -> Path:
     return path
 
 
-def _play(tmp: Path, uv: Path, venv: Path, compile_bytecode: bool) -> dict:
-    """Run the shared task as the roles include it; return Ansible's per-host stats."""
+# the two ways the roles include it: the engine's venv without bytecode, the gateway's with
+VARIANTS = {"engine": False, "gateway": True}
+
+
+def _play(tmp: Path, uv: Path) -> dict:
+    """Run the shared task as the roles include it, for both variants in one play (a release
+    folder each); return Ansible's per-host stats."""
     bundle = tmp / "bundle"
     (bundle / "tools").mkdir(parents=True, exist_ok=True)
     (bundle / "wheels").mkdir(exist_ok=True)
@@ -65,20 +70,22 @@ def _play(tmp: Path, uv: Path, venv: Path, compile_bytecode: bool) -> dict:
     (bundle / "probe-wheels.txt").write_text(f"wheels/{wheel.name}\n")
     project = tmp / "project"
     project.mkdir(exist_ok=True)
-    task = {
-        "name": "The shared venv task",
-        "ansible.builtin.include_role": {"name": "common", "tasks_from": "venv.yml"},
-        "vars": {
-            "common_venv_for": "probe", "common_venv_uv": "tools/uv", "common_venv_python": sys.executable,
-            "common_venv_dir": str(venv), "common_venv_wheels_file": "probe-wheels.txt",
-            "common_venv_installed": str(venv.parent / ".installed"),
-            "common_venv_compile_bytecode": compile_bytecode,
-        },
-    }
-    marker = {"name": "The caller's marker",
-              "ansible.builtin.copy": {"content": "1\n", "dest": str(venv.parent / ".installed")}}
-    play = [{"hosts": "all", "gather_facts": False, "tasks": [task, marker]}]
-    (project / "play.yml").write_text(yaml.safe_dump(play))
+    tasks: list[dict] = []
+    for name, compile_bytecode in VARIANTS.items():
+        release = tmp / name
+        tasks.append({
+            "name": f"The shared venv task ({name})",
+            "ansible.builtin.include_role": {"name": "common", "tasks_from": "venv.yml"},
+            "vars": {
+                "common_venv_for": name, "common_venv_uv": "tools/uv", "common_venv_python": sys.executable,
+                "common_venv_dir": str(release / "venv"), "common_venv_wheels_file": "probe-wheels.txt",
+                "common_venv_installed": str(release / ".installed"),
+                "common_venv_compile_bytecode": compile_bytecode,
+            },
+        })
+        tasks.append({"name": f"The caller's marker ({name})",
+                      "ansible.builtin.copy": {"content": "1\n", "dest": str(release / ".installed")}})
+    (project / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
     r = ansible_runner.run(
         private_data_dir=str(tmp), project_dir=str(project), playbook="play.yml",
         inventory="localhost ansible_connection=local",
@@ -93,19 +100,21 @@ def _play(tmp: Path, uv: Path, venv: Path, compile_bytecode: bool) -> dict:
     return r.stats
 
 
-@pytest.mark.parametrize("compile_bytecode", [False, True], ids=["engine", "gateway"])
-def test_the_shared_venv_task_installs_the_bundles_wheels_offline_once(tmp_path: Path, compile_bytecode: bool) -> None:
+def test_the_shared_venv_task_installs_the_bundles_wheels_offline_once(tmp_path: Path) -> None:
     uv = _uv()
-    venv = tmp_path / "release" / "venv"
-    first = _play(tmp_path, uv, venv, compile_bytecode)
-    assert first["changed"]["localhost"] == 3  # venv, wheels, marker
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import pli_venv_probe; print(pli_venv_probe.VALUE)"],
-                           capture_output=True, text=True, timeout=60, check=True)
-    assert probe.stdout.strip() == "7"
-    site = next((venv / "lib").glob("python3*/site-packages/pli_venv_probe"))
-    compiled = list((site / "__pycache__").glob("*.pyc")) if (site / "__pycache__").is_dir() else []
-    assert bool(compiled) is compile_bytecode
-    again = _play(tmp_path, uv, venv, compile_bytecode)
+    first = _play(tmp_path, uv)
+    assert first["changed"]["localhost"] == 3 * len(VARIANTS)  # venv, wheels, marker
+    for name, compile_bytecode in VARIANTS.items():
+        venv = tmp_path / name / "venv"
+        probe = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import pli_venv_probe; print(pli_venv_probe.VALUE)"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )
+        assert probe.stdout.strip() == "7"
+        site = next((venv / "lib").glob("python3*/site-packages/pli_venv_probe"))
+        compiled = list((site / "__pycache__").glob("*.pyc")) if (site / "__pycache__").is_dir() else []
+        assert bool(compiled) is compile_bytecode, name
+    again = _play(tmp_path, uv)
     assert again["changed"].get("localhost", 0) == 0
 
 
