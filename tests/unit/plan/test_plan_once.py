@@ -126,15 +126,11 @@ def test_a_revision_without_a_kept_plan_says_so(site: Path) -> None:
     assert "made before plans were kept" in str(result.exception)
 
 
-def test_a_roll_uses_the_plan_it_is_given_and_builds_only_a_rollback_s(
-    site: Path, builds: list[Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tests.support.revisions import known_revision
-
-    rev = known_revision(site)
-    given = plan.build(rev.inventory())
-    builds.clear()
+def _rolled(site: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any]]:
+    """A roll's hosts stood in for (Ansible's result, drains, the batch proof): the plans each
+    batch is configured with and gated with, in order."""
     configured: list[plan.DeploymentPlan] = []
+    gated: list[plan.DeploymentPlan] = []
 
     def configure(target: rolling.Planned, hosts_: list, *_a: Any) -> PlaybookResult:
         configured.append(target.plan)
@@ -143,13 +139,25 @@ def test_a_roll_uses_the_plan_it_is_given_and_builds_only_a_rollback_s(
     monkeypatch.setattr(rolling, "_configure", configure)
     monkeypatch.setattr(rolling.drain, "set_drained", lambda *_a, **_k: None)
     monkeypatch.setattr(rolling.drain, "wait_idle", lambda *_a, **_k: 0.0)
-    monkeypatch.setattr(rolling.gate, "prove_batch", lambda dp, *_a: {} if dp is given else {"x": "other plan"})
+    monkeypatch.setattr(rolling.gate, "prove_batch", lambda dp, *_a: gated.append(dp) or {})
     monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
+    return configured, gated
+
+
+def test_a_roll_uses_the_plan_it_is_given_and_builds_only_a_rollback_s(
+    site: Path, builds: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.revisions import known_revision
+
+    rev = known_revision(site)
+    given = plan.build(rev.inventory())
+    builds.clear()
+    configured, gated = _rolled(site, monkeypatch)
     from installer.base.runlog import RunLog
 
     result = rolling.roll(rev, RunLog("upgrade", "demo"), target_plan=given)
     assert result.success, result.steps
-    assert builds == [] and configured and all(p is given for p in configured)
+    assert builds == [] and configured and all(p is given for p in configured + gated)
 
 
 def _released(site: Path, cpus: dict[str, int]) -> None:
@@ -242,18 +250,7 @@ def test_upgrade_builds_once_and_rolls_with_that_plan(
     first = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts["bundle"])])
     assert first.exit_code == 0, first.output
     site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 7}"))
-    configured: list[plan.DeploymentPlan] = []
-    gated: list[plan.DeploymentPlan] = []
-
-    def configure(target: rolling.Planned, hosts_: list, *_a: Any) -> PlaybookResult:
-        configured.append(target.plan)
-        return PlaybookResult("successful", 0, {h.name: HostResult(h.name) for h in hosts_}, site.parent)
-
-    monkeypatch.setattr(rolling, "_configure", configure)
-    monkeypatch.setattr(rolling.drain, "set_drained", lambda *_a, **_k: None)
-    monkeypatch.setattr(rolling.drain, "wait_idle", lambda *_a, **_k: 0.0)
-    monkeypatch.setattr(rolling.gate, "prove_batch", lambda dp, *_a: gated.append(dp) or {})
-    monkeypatch.setattr(rolling.keys, "ensure_probe_key", lambda: "sk-test")
+    configured, gated = _rolled(site, monkeypatch)
     builds.clear()
     result = runner.invoke(app, ["upgrade", "-i", str(site), "--bundle", str(hosts["bundle"])])
     assert result.exit_code == 0, result.output
