@@ -391,6 +391,18 @@ async def models(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     request.app[STATS_KEY]["health_checks"] += 1
+    opts = request.app[OPTS_KEY]
+    if getattr(opts, "health_hang", False):  # a driver stuck on a lost Ray worker: no answer
+        await asyncio.sleep(3600)
+    return web.Response(text="", status=getattr(opts, "health_status", 200))
+
+
+async def set_health(request: web.Request) -> web.Response:
+    """POST /_health {"status": N} or {"hang": true}: how /health answers from now on (vLLM's
+    answers 503 once its engine core died, e.g. after a Ray worker of its pipeline was lost)."""
+    body = await request.json()
+    request.app[OPTS_KEY].health_status = int(body.get("status", 200))
+    request.app[OPTS_KEY].health_hang = bool(body.get("hang", False))
     return web.Response(text="")
 
 
@@ -430,6 +442,7 @@ def make_app(opts: argparse.Namespace) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/_stats", stats)
     app.router.add_post("/_status", set_status)
+    app.router.add_post("/_health", set_health)
     return app
 
 

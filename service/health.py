@@ -15,6 +15,7 @@ engine gets one within deep_interval_s.
 """
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -51,6 +52,8 @@ class HealthChecker:
         self.metrics = metrics
         self.stall_s = stall_s
         self.started = asyncio.Event()  # set after the first round of checks
+        # each engine's check in flight: a round starts none for an engine that has one
+        self._checks: dict[str, asyncio.Task[None]] = {}
 
     def _deep(self, engine: Engine, now: float) -> bool:
         """A real request: to admit an engine, or when its last one is deep_interval_s old."""
@@ -106,11 +109,27 @@ class HealthChecker:
             self.started.set()
             await asyncio.sleep(self.interval_s)
 
+    def _done(self, name: str, task: "asyncio.Task[None]") -> None:
+        self._checks.pop(name, None)
+        if not task.cancelled() and task.exception() is not None:  # a check's bug, logged as run() did
+            log.error("the check of engine %s failed", name, exc_info=task.exception())
+
     async def _round(self) -> None:
+        """Start the due engines' checks and wait for them at most an interval. A hung engine's
+        check (a Ray driver stuck on a lost worker: /health unanswered until its 5 s timeout, a
+        real request 10 s) then goes on alone, and the others are checked on time: waiting for
+        it held every engine's next check, and idle healthy engines fell out of the ready window
+        (3 intervals) with it (tests/integration/test_gateway_dead_group.py)."""
         now = time.monotonic()
         self.take_out_stalled(now)
-        due = [e for e in self.router.engines if not e.healthy or now - e.last_ok >= self.interval_s]
-        await asyncio.gather(*(self.check(e, self._deep(e, now)) for e in due))
+        due = [e for e in self.router.engines
+               if (not e.healthy or now - e.last_ok >= self.interval_s) and e.name not in self._checks]
+        for e in due:
+            task = asyncio.create_task(self.check(e, self._deep(e, now)))
+            self._checks[e.name] = task
+            task.add_done_callback(functools.partial(self._done, e.name))
+        if self._checks:
+            await asyncio.wait(list(self._checks.values()), timeout=self.interval_s)
         for e in self.router.engines:
             self.metrics.engine_healthy.labels(e.name, e.model).set(int(self.router.ready(e)))
 
