@@ -6,14 +6,16 @@ row of its own. Deployments without a Ray cluster get no SSH at all (#36 item 2)
 
 from collections.abc import Callable, Sequence
 
-from installer.gpu import ray_ports
+from installer.gpu import ray_firewall, ray_ports
 from installer.hosts import remote
 from installer.hosts.ssh import Target, target
 from installer.preparation import inventory_checks
 from installer.status.model import Column, Context, Row
 
-# the unit's state and how often systemd restarted it (Restart=on-failure)
-PROBE = f"systemctl show -p ActiveState,SubState,NRestarts --value {ray_ports.UNIT}.service"
+# the unit's state and how often systemd restarted it (Restart=on-failure), and whether the unit
+# keeping Ray's ports to the cluster's hosts holds its rules (installer/gpu/ray_firewall.py)
+PROBE = (f"systemctl show -p ActiveState,SubState,NRestarts --value {ray_ports.UNIT}.service; "
+         f"echo firewall=$(systemctl is-active {ray_firewall.UNIT}.service)")
 RunOne = Callable[..., remote.Result]
 
 
@@ -23,13 +25,18 @@ def _members(text: str) -> str:
 
 def member_state(text: str) -> tuple[bool, str]:
     """(up, words) from PROBE's three lines: ActiveState, SubState, NRestarts."""
-    lines = [x.strip() for x in text.strip().splitlines()]
+    lines = [x.strip() for x in text.strip().splitlines() if not x.startswith("firewall=")]
     active, sub, restarts = [*lines, "", "", ""][:3]
     up = active == "active" and sub == "running"
     words = f"{active or 'unknown'} ({sub or '?'})"
     if restarts not in ("", "0"):
         words += f", restarted {restarts} time(s)"
     return up, words
+
+
+def firewall_state(text: str) -> str | None:
+    """`systemctl is-active` of the Ray firewall's unit from PROBE's output (None: not asked)."""
+    return next((x.split("=", 1)[1].strip() for x in text.splitlines() if x.startswith("firewall=")), None)
 
 
 class RayCollector:
@@ -50,6 +57,7 @@ class RayCollector:
         members: list[tuple[Target, str]] = [(target(inv, hosts[name]), node.role) for name, node in nodes]
         answers = remote.each(members, lambda m: self.run_one(m[0], PROBE, timeout=ctx.timeout_s * 2))
         down: list[str] = []
+        open_ports: list[str] = []
         for (t, role), r in zip(members, answers, strict=True):
             if not r.ok:
                 down.append(f"Ray {role} {t.name} ({t.address}): no answer over SSH: {r.why}")
@@ -58,10 +66,24 @@ class RayCollector:
             if not up:
                 down.append(f"Ray {role} {t.name} ({t.address}): {ray_ports.UNIT}.service {words}; the model "
                             f"spanning hosts cannot serve until it is back (`installer up` starts it again)")
+            fw = firewall_state(r.text)
+            if fw not in (None, "active"):
+                open_ports.append(f"Ray {role} {t.name} ({t.address}): {ray_firewall.UNIT}.service {fw}: Ray's "
+                                  f"ports ({ray_ports.firewall_text()}) answer every host, not only the "
+                                  "cluster's (`installer up` applies the rules again)")
         head = next(name for name, node in nodes if node.role == "head")
         summary = f"{len(nodes)}/{len(nodes)} up" if not down else f"{len(down)}/{len(nodes)} down"
         for row in rows:
             if row.host != head:
                 continue
             row.values["ray"] = summary
-            row.problems += down
+            row.problems += down + open_ports
+            # out of the gateways' rotation (ReadinessCollector, before) with every Ray unit up: the
+            # units do not see a vLLM worker of a stage that died; vLLM's driver does, and exits
+            if row.values.get("ready") is False and not down:
+                spans = ", ".join(name for name, _ in nodes)
+                row.problems.append(
+                    f"engine {row.engine} spans hosts {spans} (vLLM's Ray backend) and is out of rotation "
+                    "with every Ray unit up: a stage's vLLM worker may have died (`journalctl -u "
+                    f"private-llm-engine` on {head}: 'RayWorkerProc rank=N died unexpectedly'); systemd "
+                    "restarts the engine when vLLM exits, `installer up` if it does not come back")

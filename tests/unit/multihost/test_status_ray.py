@@ -3,13 +3,13 @@ host's private-llm-ray unit asked over SSH (the remote layer stood in at its edg
 remote.run_one), the state on the head's engine row and each member that is down under the table.
 A deployment without a Ray cluster is not asked at all."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from installer.hosts import remote
 from installer.hosts.ssh import Target
 from installer.inventory import Inventory
-from installer.status import Context, Row, collect
-from installer.status.ray import PROBE, RayCollector
+from installer.status import Column, Context, Row, collect
+from installer.status.ray import PROBE, RayCollector, firewall_state, member_state
 
 
 class Units:
@@ -63,3 +63,44 @@ def test_no_ray_cluster_no_ssh(two_hosts: Callable[..., Inventory]) -> None:
     units = Units({})
     rows = rows_for(two_hosts(gpu="h200"), units)
     assert units.asked == [] and all("ray" not in r.values for r in rows)
+
+
+def test_a_member_without_its_firewall_is_named(two_hosts: Callable[..., Inventory]) -> None:
+    units = Units({"h0": "active\nrunning\n0\nfirewall=active\n", "h1": "active\nrunning\n0\nfirewall=inactive\n"})
+    h0, _ = rows_for(two_hosts(), units)
+    assert h0.values["ray"] == "2/2 up"  # Ray runs; its ports are open to everyone
+    (problem,) = h0.problems
+    assert problem.startswith("Ray worker h1 (10.0.0.2): private-llm-ray-firewall.service inactive: Ray's ports")
+    assert "`installer up`" in problem
+
+
+class NotReady:
+    """ReadinessCollector's verdict as it leaves it on the rows: the gateway took the engine out."""
+
+    columns: Sequence[Column] = ()
+
+    def collect(self, ctx: Context, rows: list[Row]) -> None:
+        for row in rows:
+            row.values["ready"] = False
+
+
+def test_a_group_out_of_rotation_with_every_ray_unit_up_points_at_the_engine(
+    two_hosts: Callable[..., Inventory]
+) -> None:
+    units = Units({h: "active\nrunning\n0\nfirewall=active\n" for h in ("h0", "h1")})
+    report = collect(Context(two_hosts(), None), [NotReady(), RayCollector(units)], lambda h: [f"{h.name}-0"])
+    h0 = report.rows[0]
+    (problem,) = h0.problems
+    assert "spans hosts h0, h1" in problem and "RayWorkerProc rank=N died unexpectedly" in problem
+    assert "journalctl -u private-llm-engine` on h0" in problem
+    # a member down explains it already: no second guess
+    units = Units({"h0": "active\nrunning\n0\nfirewall=active\n", "h1": "failed\nfailed\n3\nfirewall=active\n"})
+    report = collect(Context(two_hosts(), None), [NotReady(), RayCollector(units)], lambda h: [f"{h.name}-0"])
+    assert len(report.rows[0].problems) == 1 and "Ray worker h1" in report.rows[0].problems[0]
+
+
+def test_the_firewall_line_leaves_the_units_values_alone() -> None:
+    # the firewall line comes last and never breaks the three values member_state reads
+    text = "active\nrunning\n2\nfirewall=failed\n"
+    assert member_state(text) == (True, "active (running), restarted 2 time(s)")
+    assert firewall_state(text) == "failed" and firewall_state("active\nrunning\n0\n") is None
