@@ -66,6 +66,13 @@ for i in 0 1; do
   fi
 done
 step "network: $(ip -br addr show "$BR" | tr -s ' ')"
+# The engine role loads nftables rules for Ray's ports on each host (installer/gpu/ray_firewall.py):
+# say now, not at the role's task, if this machine's kernel gives a namespace no nf_tables.
+if command -v nft >/dev/null; then
+  if ip netns exec "pli36-${NAMES[0]}" nft add table inet pli_probe 2>"$out/nft_probe.txt"; then
+    ip netns exec "pli36-${NAMES[0]}" nft delete table inet pli_probe; step "nftables: usable in the hosts' namespaces"
+  else step "nftables: NOT usable in a namespace ($(head -1 "$out/nft_probe.txt")): up will fail at the Ray firewall"; fi
+fi
 
 # The roots: the machine's root, with each host's writes on a tmpfs of its own. What the machine
 # mounts separately (the image's torch, the driver's libraries) is not in the overlay's lower
