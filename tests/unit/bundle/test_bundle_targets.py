@@ -145,8 +145,9 @@ engine: {engine}
     return path
 
 
-# The first host monitors and, of two serving hosts, runs Redis.
-MONITORING = ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "redis-server"]
+# The first host monitors and, of two serving hosts, runs Redis; two GPU serving hosts carry
+# nftables (a model may span them: Ray's firewall, installer/gpu/ray_firewall.py).
+MONITORING = ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "redis-server", "nftables"]
 OS_SECTION = "os: {packages_dirs: {debian-12: ./debs12, ubuntu-24.04: ./debs24}}\n"
 
 
@@ -168,7 +169,7 @@ def test_a_mixed_fleet_bundle_carries_each_target_and_each_host_gets_only_its_ow
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_debs(site / "debs12", MONITORING)
-    _fake_debs(site / "debs24", ["prometheus-node-exporter"])
+    _fake_debs(site / "debs24", ["prometheus-node-exporter", "nftables"])
     inv = load_inventory(_inventory(site, OS_SECTION))
     assert [inv.host_target(h) for h in inv.hosts] == ["debian-12", "ubuntu-24.04"]
     pip = FakePip()
@@ -196,7 +197,7 @@ def test_a_mixed_fleet_bundle_carries_each_target_and_each_host_gets_only_its_ow
     for target in ("debian-12", "ubuntu-24.04"):
         assert (root / "targets" / target / "debs" / "Packages").is_file()
     assert {(p["name"], p["target"]) for p in man.packages if p["target"] == "ubuntu-24.04"} == {
-        ("prometheus-node-exporter", "ubuntu-24.04")}
+        ("prometheus-node-exporter", "ubuntu-24.04"), ("nftables", "ubuntu-24.04")}
     # The SBOM (sbom.cdx.json, in the manifest): every wheel, .deb of each target, tool and weight.
     doc = json.loads((root / "sbom.cdx.json").read_text())
     listed = {c["bom-ref"]: c["hashes"][0]["content"] for c in doc["components"]}
