@@ -37,13 +37,14 @@ WORKER_PORTS = [ray_ports.NODE_MANAGER_PORT, ray_ports.MIN_WORKER_PORT]
 LISTEN = ("import socket, sys, time\n"
           "held = []\n"
           "for p in sys.argv[1:]:\n"
-          "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-          "    s.bind(('0.0.0.0', int(p))); s.listen(64); held.append(s)\n"
+          "    s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+          "    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
+          "    s.bind(('::', int(p))); s.listen(64); held.append(s)\n"
           "print('ready', flush=True); time.sleep(120)\n")
 PROBE = ("import json, socket, sys\n"
          "out = {}\n"
          "for target in sys.argv[1:]:\n"
-         "    host, port = target.rsplit(':', 1)\n"
+         "    host, port = target.rsplit(':', 1); host = host.strip('[]')\n"
          "    try:\n"
          "        socket.create_connection((host, int(port)), timeout=2).close(); out[target] = 'open'\n"
          "    except ConnectionRefusedError: out[target] = 'refused'\n"
@@ -64,12 +65,14 @@ def _in(ns: str, *argv: str, stdin: str | None = None) -> str:
 @dataclass
 class Net:
     ns: dict[str, str]  # role: namespace
-    addr: dict[str, str]  # role: address
+    addr: dict[str, str]  # role: IPv4 address
+    addr6: dict[str, str]  # role: IPv6 address
 
-    def probe(self, source: str, *targets: tuple[str, int]) -> dict[tuple[str, int], str]:
+    def probe(self, source: str, *targets: tuple[str, int], v6: bool = False) -> dict[tuple[str, int], str]:
+        addr = {r: f"[{a}]" for r, a in self.addr6.items()} if v6 else self.addr
         out = json.loads(_in(self.ns[source], sys.executable, "-c", PROBE,
-                             *(f"{self.addr[role]}:{port}" for role, port in targets)))
-        return {(role, port): out[f"{self.addr[role]}:{port}"] for role, port in targets}
+                             *(f"{addr[role]}:{port}" for role, port in targets)))
+        return {(role, port): out[f"{addr[role]}:{port}"] for role, port in targets}
 
     def load(self, role: str, text: str) -> None:
         _in(self.ns[role], NFT, "-f", "-", stdin=text)
@@ -80,7 +83,8 @@ def net() -> Iterator[Net]:
     assert os.path.exists(NFT), "nft is not installed: run .ci/setup (Debian package nftables)"
     tag = f"rf{os.getpid() % 10000}"
     roles = ["head", "worker", "mon", "outsider"]
-    n = Net({r: f"{tag}{r[:3]}" for r in roles}, {r: f"10.36.36.{i + 2}" for i, r in enumerate(roles)})
+    n = Net({r: f"{tag}{r[:3]}" for r in roles}, {r: f"10.36.36.{i + 2}" for i, r in enumerate(roles)},
+            {r: f"fd36::{i + 2}" for i, r in enumerate(roles)})
     hub = f"{tag}hub"
     made: list[str] = []
     listeners: list[subprocess.Popen[str]] = []
@@ -95,6 +99,7 @@ def net() -> Iterator[Net]:
             _ip("link", "add", f"{tag}v{i}", "netns", hub, "type", "veth", "peer", "name", "eth0", "netns", ns)
             _ip("-n", hub, "link", "set", f"{tag}v{i}", "master", "br0", "up")
             _ip("-n", ns, "addr", "add", f"{n.addr[role]}/24", "dev", "eth0")
+            _ip("-n", ns, "addr", "add", f"{n.addr6[role]}/64", "dev", "eth0", "nodad")  # usable at once
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
         for role, ports in (("head", [*HEAD_PORTS, ENGINE_PORT]), ("worker", [*WORKER_PORTS, ENGINE_PORT])):
@@ -112,7 +117,8 @@ def net() -> Iterator[Net]:
 
 
 def test_only_the_clusters_hosts_reach_rays_ports(net: Net, tmp_path: Path) -> None:
-    members = [net.addr["head"], net.addr["worker"]]
+    # the worker a member by both its addresses, so Ray's ports are guarded over IPv6 as well
+    members = [net.addr["head"], net.addr["worker"], net.addr6["worker"]]
     every_head = [("head", p) for p in [*HEAD_PORTS, ENGINE_PORT]]
     # before the rules, the outsider reaches everything: a refusal below is the firewall's
     assert set(net.probe("outsider", *every_head).values()) == {"open"}
@@ -126,17 +132,20 @@ def test_only_the_clusters_hosts_reach_rays_ports(net: Net, tmp_path: Path) -> N
     assert _in(net.ns["head"], NFT, "list", "tables").split() == ["table", "inet", "pli_ray"]
 
     ray_head = [("head", p) for p in HEAD_PORTS if p != ray_ports.AUTOSCALER_METRIC_PORT]
-    metrics = ("head", ray_ports.AUTOSCALER_METRIC_PORT)
+    metrics, gcs = ("head", ray_ports.AUTOSCALER_METRIC_PORT), ("head", ray_ports.GCS_PORT)
     assert net.probe("worker", *ray_head, metrics, ("head", ENGINE_PORT)) == {
         **{t: "open" for t in ray_head}, metrics: "refused", ("head", ENGINE_PORT): "open"}
     assert net.probe("head", *(("worker", p) for p in WORKER_PORTS)) == {("worker", p): "open" for p in WORKER_PORTS}
     # the head's own processes reach it at its own address (loopback)
     assert set(net.probe("head", *ray_head).values()) == {"open"}
-    gcs = ("head", ray_ports.GCS_PORT)
     assert net.probe("mon", metrics, gcs) == {metrics: "open", gcs: "refused"}
     outsider = net.probe("outsider", *every_head, *(("worker", p) for p in WORKER_PORTS), ("worker", ENGINE_PORT))
     assert outsider == {**{t: "refused" for t in every_head}, ("head", ENGINE_PORT): "open",
                         **{("worker", p): "refused" for p in WORKER_PORTS}, ("worker", ENGINE_PORT): "open"}
+    # over IPv6 (Ray listens on every address): the member in, the others out, the engine port open
+    assert net.probe("worker", gcs, v6=True) == {gcs: "open"}
+    assert net.probe("outsider", gcs, ("head", ENGINE_PORT), v6=True) == {gcs: "refused", ("head", ENGINE_PORT): "open"}
+    assert net.probe("mon", metrics, v6=True) == {metrics: "refused"}  # a scraper by its IPv4 address only
     listed = _in(net.ns["head"], NFT, "list", "table", "inet", "pli_ray")
     assert "counter packets 0 " not in listed, listed  # the refusals were counted
 
