@@ -60,7 +60,7 @@ class EngineInstance:
     name: str  # "engine", "engine-1", ...
     unit: str  # systemd unit, without .service
     port: int
-    argv: tuple[str, ...]  # after `python -m vllm.entrypoints.openai.api_server` (vllm_argv)
+    argv: tuple[str, ...]  # after `python vllm_serve.py` (vllm's api_server; vllm_argv)
     devices: str = ""  # CUDA_VISIBLE_DEVICES; "" leaves every GPU visible (one engine per host)
     cpus: str = ""  # systemd CPUAffinity (a cpulist); "" leaves the engine unpinned
     tuned_args: tuple[str, ...] = ()  # the tuner's sizing flags alone ([] untuned)

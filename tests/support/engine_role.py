@@ -17,7 +17,7 @@ from tests.support import REPO
 
 ROLE = REPO / "playbooks" / "roles" / "engine"
 # What the unit runs before the plan's argv (templates/engine.service.j2).
-EXEC_PREFIX = "/opt/private-llm/current/venv/bin/python -m vllm.entrypoints.openai.api_server"
+EXEC_PREFIX = "/opt/private-llm/current/venv/bin/python /opt/private-llm/current/vllm_serve.py"
 
 
 def render_role(tmp: Path, variables: dict[str, Any]) -> dict[str, str]:

@@ -104,7 +104,7 @@ def test_cpu_unit_is_rendered_as_before(tmp_path: Path) -> None:
     assert set(files) == {"private-llm-engine", "engine.env"}
     unit = files["private-llm-engine"]
     assert (
-        "ExecStart=/opt/private-llm/current/venv/bin/python -m vllm.entrypoints.openai.api_server "
+        "ExecStart=/opt/private-llm/current/venv/bin/python /opt/private-llm/current/vllm_serve.py "
         "--model /var/lib/private-llm/models/m --served-model-name m --host 127.0.0.1 --port 8000 "
         "--max-model-len 4096 --max-num-seqs 64 --enforce-eager\n"
     ) in unit
