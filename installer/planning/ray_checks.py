@@ -53,22 +53,26 @@ def port_problems(inv: Inventory, tuned: Tuned | None) -> list[str]:
 
 
 def address_problems(inv: Inventory, tuned: Tuned | None) -> list[str]:
-    """One line per Ray host whose address is a DNS name, with its file:line; [] without Ray."""
+    """One line per Ray host (or monitoring host, which the head's firewall names) whose address
+    is a DNS name, with its file:line; [] without Ray."""
     if tuned is None or tuned.ray is None:
         return []
     members = {tuned.ray.head, *tuned.ray.workers}
     problems = []
     for i, host in enumerate(inv.hosts):
-        if host.name not in members:
+        member = host.name in members
+        # the head's firewall lets the monitoring hosts reach its metrics port by address too
+        if not member and "monitoring" not in inv.host_groups(host):
             continue
         try:
             ip_address(host.address)
         except ValueError:
-            problems.append(
-                f"{inv.where('hosts', i, 'address')}: {host.name}'s address {host.address!r} is a DNS "
-                "name; a host of a Ray cluster needs its IP address there (Ray's --node-ip-address and "
-                "the nftables rules that keep Ray's ports to the cluster's hosts name it)"
-            )
+            why = ("a host of a Ray cluster needs its IP address there (Ray's --node-ip-address and the "
+                   "nftables rules that keep Ray's ports to the cluster's hosts name it)") if member else (
+                   "a monitoring host of a model spanning hosts needs its IP address there (the Ray "
+                   "head's nftables rules let it reach Ray's metrics port by address)")
+            problems.append(f"{inv.where('hosts', i, 'address')}: {host.name}'s address {host.address!r} "
+                            f"is a DNS name; {why}")
     return problems
 
 
@@ -84,4 +88,4 @@ def check_ports(inv: Inventory, tuned: Tuned | None) -> None:
         )
     named = address_problems(inv, tuned)
     if named:
-        raise InventoryError(f"{len(named)} host(s) of the Ray cluster have no IP address", named)
+        raise InventoryError(f"{len(named)} host(s) of the Ray cluster or its monitoring have no IP address", named)

@@ -167,8 +167,14 @@ def test_ray_head_unit_and_engine_env(tmp_path: Path) -> None:
     for rendered, hp in ((files, p.hosts[0]), (worker, p.hosts[1])):
         assert hp.ray and rendered["ray.nft"] == hp.ray.firewall
         assert "ExecStart=/usr/sbin/nft -f /etc/private-llm/ray.nft\n" in rendered["ray-firewall"]
-        assert "ExecStop=/usr/sbin/nft delete table inet pli_ray\n" in rendered["ray-firewall"]  # `down`
-        assert "Requires=private-llm-ray-firewall.service" in rendered["ray"]
+        assert "ExecStop=-/usr/sbin/nft delete table inet pli_ray\n" in rendered["ray-firewall"]  # `down`
+        # a rules change is a reload (one transaction), propagated from Debian's nftables too
+        assert "ExecReload=/usr/sbin/nft -f /etc/private-llm/ray.nft\n" in rendered["ray-firewall"]
+        assert "ReloadPropagatedFrom=nftables.service\n" in rendered["ray-firewall"]
+        # Ray checks the table at its start but does not restart with the firewall unit (review)
+        assert "ExecStartPre=+/usr/sbin/nft list table inet pli_ray\n" in rendered["ray"]
+        assert "Requires=private-llm-ray-firewall" not in rendered["ray"]
+        assert "Wants=network-online.target private-llm-ray-firewall.service\n" in rendered["ray"]
 
 
 def test_the_ray_token_is_made_only_for_a_model_spanning_hosts(tmp_path: Path) -> None:

@@ -94,11 +94,22 @@ def test_a_ray_host_named_by_dns_is_refused_with_file_line(
     tmp_path: Path, two_hosts: Callable[..., Inventory]
 ) -> None:
     inv = _rewritten(tmp_path, two_hosts, "address: 10.0.0.2", "address: h1.example")
-    with pytest.raises(InventoryError, match="Ray cluster have no IP address") as caught:
+    with pytest.raises(InventoryError, match="Ray cluster or its monitoring have no IP address") as caught:
         inventory_checks.check_inventory(inv)
     (problem,) = caught.value.details
     assert problem.startswith(f"{tmp_path / 'inventory.yml'}:5: hosts[1].address") or "inventory.yml:5" in problem
     assert "'h1.example' is a DNS name" in problem and "IP address" in problem
+
+
+def test_a_monitoring_host_named_by_dns_is_refused_with_file_line_when_a_model_spans_hosts(
+    tmp_path: Path, two_hosts: Callable[..., Inventory]
+) -> None:
+    # the head's rules name the scrapers by address: a name was a traceback in plan building
+    inv = _rewritten(tmp_path, two_hosts, "engine:", MON.replace("10.0.0.9", "prom.example") + "engine:")
+    with pytest.raises(InventoryError, match="no IP address") as caught:
+        inventory_checks.check_inventory(inv)
+    (problem,) = caught.value.details
+    assert "inventory.yml:" in problem and "'prom.example' is a DNS name" in problem and "monitoring" in problem
 
 
 def test_gpu_bundles_of_several_serving_hosts_carry_nftables(
