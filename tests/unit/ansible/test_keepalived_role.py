@@ -98,7 +98,12 @@ def test_with_tls_off_the_check_gets_its_timeout_and_no_ca_and_runs(tmp_path: Pa
         url = f"http://127.0.0.1:{server.server_address[1]}/readyz"
         run = ["python3", "-I", str(CHECK_SCRIPT), url, *argv[4:]]
         assert subprocess.run(run, capture_output=True, timeout=10, check=False).returncode == 0
+        # the earlier order (URL CA TIMEOUT), which the new script meets under the old
+        # keepalived.conf until keepalived reloads in an upgrade (review): still a passing check
+        earlier = ["python3", "-I", str(CHECK_SCRIPT), url, "/etc/private-llm/tls/ca.pem", "2"]
+        assert subprocess.run(earlier, capture_output=True, timeout=10, check=False).returncode == 0
         status["code"] = 503
         assert subprocess.run(run, capture_output=True, timeout=10, check=False).returncode == 1
+        assert subprocess.run(earlier, capture_output=True, timeout=10, check=False).returncode == 1
     finally:
         server.shutdown()

@@ -12,10 +12,18 @@ import sys
 import urllib.request
 
 
+def _args(argv: list[str]) -> tuple[str, float, str | None]:
+    """(url, timeout, CA). Also the earlier order, URL CA TIMEOUT: during an upgrade the new
+    script runs under the old keepalived.conf until keepalived reloads, and a failing check on
+    every host at once would put them all in FAULT (the VIP gone)."""
+    rest = [a for a in argv[2:] if a]
+    numbers = [a for a in rest if a.replace(".", "", 1).isdigit()]
+    others = [a for a in rest if a not in numbers]
+    return argv[1], float(numbers[0]) if numbers else 1.0, others[0] if others else None
+
+
 def main(argv: list[str]) -> int:
-    url = argv[1]
-    timeout = float(argv[2]) if len(argv) > 2 else 1.0
-    ca = argv[3] if len(argv) > 3 and argv[3] else None
+    url, timeout, ca = _args(argv)
     ctx = ssl.create_default_context(cafile=ca) if url.startswith("https://") else None
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=ctx) as answer:
