@@ -101,13 +101,19 @@ class HealthChecker:
             engine.give_up_waiting()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._round()
-            except Exception:  # a round's bug must not end every later check of this worker
-                log.exception("a round of engine checks failed")
-            self.started.set()
-            await asyncio.sleep(self.interval_s)
+        try:
+            while True:
+                try:
+                    await self._round()
+                except Exception:  # a round's bug must not end every later check of this worker
+                    log.exception("a round of engine checks failed")
+                self.started.set()
+                await asyncio.sleep(self.interval_s)
+        finally:  # cancelled at shutdown: the checks still running go too, before the session closes
+            checks = list(self._checks.values())
+            for task in checks:
+                task.cancel()
+            await asyncio.gather(*checks, return_exceptions=True)
 
     def _done(self, name: str, task: "asyncio.Task[None]") -> None:
         self._checks.pop(name, None)

@@ -100,3 +100,41 @@ def test_giving_up_waiting_attempts_skips_a_deadline_expiring_already() -> None:
 
     asyncio.run(run())
     assert live.when_set is not None and late.when_set is None
+
+
+def test_a_hung_check_is_cancelled_with_the_checker() -> None:
+    """The checks run as tasks of their own (a hung one must not hold the others); when the
+    gateway stops and cancels the checker, the checks still running are cancelled with it
+    instead of outliving the HTTP session (review)."""
+    import asyncio
+
+    from service.health import HealthChecker
+
+    class _Gauge:
+        def labels(self, *args: object) -> "_Gauge":
+            return self
+
+        def set(self, value: object) -> None:
+            pass
+
+    class _Metrics:
+        engine_healthy = _Gauge()
+
+    async def scenario() -> bool:
+        router = Router([EngineConfig(name="e0", url="http://h0:1", model="m")], 15)
+        checker = HealthChecker(router, None, 0.05, _Metrics(), deep_interval_s=30.0)  # type: ignore[arg-type]
+        hung = asyncio.Event()
+
+        async def check(engine: object, deep: bool) -> None:
+            hung.set()
+            await asyncio.sleep(3600)
+
+        checker.check = check  # type: ignore[method-assign]
+        runner = asyncio.create_task(checker.run())
+        await asyncio.wait_for(hung.wait(), 5)
+        (task,) = checker._checks.values()
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        return task.cancelled()
+
+    assert asyncio.run(scenario())
