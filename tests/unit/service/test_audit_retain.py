@@ -206,8 +206,15 @@ def test_the_built_in_redactions_take_time_in_proportion_to_the_text() -> None:
     redactor = Redactor(list(BUILTIN))
     ratios = {}
     for unit in ADVERSARIAL:
-        small, large = (_best(redactor, unit * (n // len(unit))) for n in (8_192, 65_536))
-        ratios[unit] = large / max(small, 1e-5)
+        # the smallest of three measured ratios: the shared machine's load once made a linear
+        # pattern measure 45x (CI rehearsal), while a quadratic one measures ~64x every time
+        tries = []
+        for _ in range(3):
+            small, large = (_best(redactor, unit * (n // len(unit))) for n in (8_192, 65_536))
+            tries.append(large / max(small, 1e-5))
+            if tries[-1] < 32:
+                break
+        ratios[unit] = min(tries)
     assert max(ratios.values()) < 32, ratios
 
 
