@@ -269,6 +269,17 @@ def test_the_role_renders_a_replica_and_sentinels_that_fail_over_and_converge(
         assert refused.returncode != 0 and "no majority (2 of 3)" in text, text[-3000:]
         assert "h1: 127.0.0.1" in text and "h2: 127.0.0.2" in text and "h3: not running" in text, text[-3000:]
         assert not (tmp_path / "rendered-5" / "h1" / "redis.conf").exists()  # stopped before any change
+
+        # Every sentinel stopped (hosts rebooted) after they were configured: not a first `up`, so
+        # the inventory's first host (h1, demoted) is not taken; rendering it would resync h2 from
+        # it and lose what was written since (review). Refused, naming each sentinel.
+        stop(procs.pop("s-h1"))
+        stop(procs.pop("s-h2"))
+        none = _playbook(tmp_path, _PLAY, changed, tmp_path / "rendered-6")
+        text = none.stdout + none.stderr
+        assert none.returncode != 0 and "no majority (2 of 3)" in text, text[-3000:]
+        assert all(f"{h}: not running" in text for h in ("h1", "h2", "h3")), text[-3000:]
+        assert not (tmp_path / "rendered-6" / "h1" / "redis.conf").exists()
     finally:
         for proc in procs.values():
             stop(proc)
