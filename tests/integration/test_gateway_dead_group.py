@@ -11,12 +11,13 @@ serve every request from a replica while one is left, and, with none left, fail 
 once with a clear 503, not hang."""
 
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.support.loopback import seconds_until as _until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 INTERVAL_S = 1.0  # the gateway's ready window is 3 intervals (service/app.py)
@@ -24,14 +25,6 @@ INTERVAL_S = 1.0  # the gateway's ready window is 3 intervals (service/app.py)
 
 def _ready(gateway: Any) -> dict[str, bool]:
     return httpx.get(gateway.url + "/readyz", timeout=5).json()["engines"]
-
-
-def _until(check: Callable[[], bool], timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout, what
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 def _ask(gateway: Any) -> httpx.Response:

@@ -6,12 +6,13 @@ within an interval, not a deep interval; a dead one leaves within an interval ei
 
 import signal
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.support.loopback import seconds_until as _until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -24,15 +25,6 @@ def _config(*upstreams: Any, deep_s: float, interval_s: float = 0.5) -> dict[str
 
 def _ready(gateway: Any) -> dict[str, bool]:
     return httpx.get(gateway.url + "/readyz").json()["engines"]
-
-
-def _until(check: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until check() held; fails after timeout."""
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout, what
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 def test_an_idle_engine_gets_health_between_real_requests(start_upstream: Any, start_gateway: Any) -> None:

@@ -43,6 +43,15 @@ def until(check: Callable[[], Any], timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
+def seconds_until(check: Callable[[], Any], timeout: float, what: str) -> float:
+    """Seconds until `check` held (polled every 50 ms); fails with `what` after `timeout`."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, what
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)
