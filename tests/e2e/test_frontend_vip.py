@@ -1,7 +1,9 @@
 """The frontend's virtual IP through the real product path (#37): the lab inventory carries a
 `frontend:` section (tests/support/lab_frontend.py), so the first `installer up` installed
 keepalived from the bundle on both lab hosts. Under light load through the VIP, the holder's
-gateway is stopped (its drain turns /readyz to 503): the VIP must move to the other host and
+gateway is stopped, socket and service (its drain turns /readyz to 503; with the socket left
+listening, the next connection, keepalived's own check among them, starts it again at once, a
+restart the VIP may sit out): the VIP must move to the other host and
 requests through it succeed again within a bound; then the gateway is started again and the VIP
 stays where it went (nopreempt)."""
 
@@ -90,7 +92,8 @@ def test_vip_moves_when_the_holders_gateway_stops(deployed: Run, lab_hosts, lab_
     try:
         _wait(lambda: sum(ok for _, ok in load.results) >= 3, 60, f"no answers through the VIP: {load.results}")
         # `systemctl stop` returns once the drain has ended; the VIP should leave before that.
-        stopping = threading.Thread(target=host_run, args=(lab_hosts, holder, "systemctl stop private-llm-gateway"))
+        stopping = threading.Thread(target=host_run, args=(
+            lab_hosts, holder, "systemctl stop private-llm-gateway.socket private-llm-gateway.service"))
         stopped = time.monotonic()
         stopping.start()
         moved = _wait(lambda: _holders(lab_hosts, lab_vip) == [other], MOVED_WITHIN_S,

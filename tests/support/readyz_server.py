@@ -31,10 +31,15 @@ def main() -> None:
         def log_message(self, *args: object) -> None:
             pass
 
+    # A client cut off mid-handshake when the VIP moves never sends another byte: the handshake
+    # runs in the request's own thread (not in accept(), which would block every later request,
+    # keepalived's check included) and every read has a deadline, as the real gateway's have.
+    Handler.timeout = 5
     server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     print("listening", flush=True)
     server.serve_forever()
 

@@ -137,7 +137,9 @@ def test_the_gate_runs_after_the_engine_install_and_before_any_engine_starts() -
     ).stdout
     tasks = [line.strip().split("\t")[0] for line in out.splitlines() if line.startswith("      ")]
     gate = tasks.index("Check the GPUs with the engine's torch")
-    assert tasks.index("engine : Install the engine wheels offline") < gate
+    # the venv comes from the common role's shared task (dynamic: --list-tasks shows its include)
+    assert tasks.index("Create the engine's virtual environment from the bundle's wheels") < gate
+    assert tasks.index("engine : Mark the environment complete") < gate
     units = tasks.index("engine : Write the engine systemd units")
     assert gate < units < tasks.index("engine : Enable and start the engines")
     # `current` moves only after the gate: an engine restarting later never runs an ungated release
