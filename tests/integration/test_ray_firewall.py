@@ -157,3 +157,28 @@ def test_only_the_clusters_hosts_reach_rays_ports(net: Net, tmp_path: Path) -> N
     _in(net.ns["head"], NFT, "delete", "table", "inet", ray_firewall.TABLE)
     assert _in(net.ns["head"], NFT, "list", "tables").strip() == ""
     assert set(net.probe("outsider", *every_head).values()) == {"open"}
+
+
+def test_the_status_probe_tells_the_table_from_the_unit(tmp_path: Path) -> None:
+    """installer status's TABLE_PROBE (installer/status/ray.py) against real nftables in a
+    namespace of its own: present once the rules are loaded, absent after an outside `nft flush
+    ruleset` (which a oneshot unit's "active" does not show), empty after `nft flush table`."""
+    from installer.status.ray import TABLE_PROBE
+
+    assert os.path.exists(NFT), "nft is not installed: run .ci/setup (Debian package nftables)"
+    ns = f"rf{os.getpid() % 10000}st"
+    _ip("netns", "add", ns)
+    try:
+        def probe() -> str:
+            return _in(ns, "sh", "-c", TABLE_PROBE).strip()
+
+        assert probe() == "table=absent"
+        _in(ns, NFT, "-f", "-", stdin=ray_firewall.ruleset("worker", ["10.36.37.2", "10.36.37.3"]))
+        assert probe() == "table=present"
+        _in(ns, NFT, "flush", "table", "inet", ray_firewall.TABLE)
+        assert probe() == "table=empty"
+        _in(ns, NFT, "-f", "-", stdin=ray_firewall.ruleset("worker", ["10.36.37.2", "10.36.37.3"]))
+        _in(ns, NFT, "flush", "ruleset")
+        assert probe() == "table=absent"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

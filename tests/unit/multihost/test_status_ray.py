@@ -9,7 +9,7 @@ from installer.hosts import remote
 from installer.hosts.ssh import Target
 from installer.inventory import Inventory
 from installer.status import Column, Context, Row, collect
-from installer.status.ray import PROBE, RayCollector, firewall_state, member_state
+from installer.status.ray import PROBE, TABLE_PROBE, RayCollector, firewall_state, member_state, table_state
 
 
 class Units:
@@ -104,3 +104,37 @@ def test_the_firewall_line_leaves_the_units_values_alone() -> None:
     text = "active\nrunning\n2\nfirewall=failed\n"
     assert member_state(text) == (True, "active (running), restarted 2 time(s)")
     assert firewall_state(text) == "failed" and firewall_state("active\nrunning\n0\n") is None
+
+
+def test_an_active_firewall_unit_without_its_table_is_named_with_the_fix(two_hosts: Callable[..., Inventory]) -> None:
+    # an outside `nft flush ruleset`: the oneshot unit stays "active", the kernel holds no rules
+    up = "active\nrunning\n0\nfirewall=active\n"
+    units = Units({"h0": up + "table=present\n", "h1": up + "table=absent\n"})
+    h0, _ = rows_for(two_hosts(), units)
+    assert h0.values["ray"] == "2/2 up"
+    (problem,) = h0.problems
+    assert problem.startswith("Ray worker h1 (10.0.0.2): private-llm-ray-firewall.service is active but "
+                              "nftables has no table inet pli_ray")
+    assert "`systemctl restart private-llm-ray-firewall` on h1, or `installer up`" in problem
+    # the table left without its rules (`nft flush table inet pli_ray`), on the head this time
+    units = Units({"h0": up + "table=empty\n", "h1": up + "table=present\n"})
+    (problem,) = rows_for(two_hosts(), units)[0].problems
+    assert problem.startswith("Ray head h0 (10.0.0.1): private-llm-ray-firewall.service is active but "
+                              "table inet pli_ray has lost its rules")
+
+
+def test_a_unit_down_is_named_once_whatever_its_table() -> None:
+    # ExecStop deleted the table: the unit's line says it all, no second line for the table
+    text = "active\nrunning\n0\nfirewall=inactive\ntable=absent\n"
+    assert member_state(text) == (True, "active (running)")
+    assert firewall_state(text) == "inactive" and table_state(text) == "absent"
+    assert table_state("active\nrunning\n0\nfirewall=active\n") is None
+
+
+def test_the_probe_asks_for_the_table_as_root_with_the_unit(two_hosts: Callable[..., Inventory]) -> None:
+    # one SSH call per member carries both questions (tests/integration/test_ray_firewall.py runs
+    # TABLE_PROBE against real nftables)
+    assert PROBE.endswith(TABLE_PROBE) and "nft list table inet pli_ray" in TABLE_PROBE
+    units = Units({h: "active\nrunning\n0\nfirewall=active\ntable=present\n" for h in ("h0", "h1")})
+    h0, _ = rows_for(two_hosts(), units)
+    assert not h0.problems and sorted(units.asked) == ["h0", "h1"]
