@@ -95,13 +95,23 @@ KEEP_REVISIONS = 3  # the newest revisions whose release and bundle stay on the 
 
 
 def kept_on_hosts(deployment: str, target: "Revision") -> tuple[list[str], list[str]]:
-    """Release ids and host bundle directories the hosts keep: the target's, every revision a
-    host runs or ran just before (what `rollback` returns to), and the newest few. The rest is
-    removed: each release is a multi-GB engine environment."""
+    """Release ids and host bundle directories the hosts keep: the target's, what each host will
+    return to on `rollback` once it runs the target, and the newest few. The rest is removed:
+    each release is a multi-GB engine environment.
+
+    The list is what the hosts keep after this run, so the next run of the same target computes
+    the same list (it is among the variables the converged fast path compares): a host on
+    another revision keeps that one (it becomes its previous), a host on the target keeps its
+    previous. Keeping what it ran before that one too would shrink the list on the next `up`
+    and cost it a full configure."""
     from installer.bundle.push import HOST_BUNDLES
 
     dep = load()["deployments"].get(deployment, {})
-    wanted = {target.number, *dep.get("hosts", {}).values(), *dep.get("previous", {}).values()}
+    previous = dep.get("previous", {})
+    wanted = {target.number}
+    for host, running in dep.get("hosts", {}).items():
+        wanted.add(previous.get(host) if running == target.number else running)
+    wanted.discard(None)
     newest = sorted((r["number"] for r in dep.get("revisions", [])), reverse=True)[:KEEP_REVISIONS]
     kept = [r for r in revisions(deployment) if r.number in wanted | set(newest)] + [target]
     releases = sorted({r.release_id for r in kept})
