@@ -131,6 +131,12 @@ class Load:
                 self.per_endpoint[url] = self.per_endpoint.get(url, 0) + 1
                 self.slowest_s = max(self.slowest_s, time.monotonic() - start)
 
+    @property
+    def streaming(self) -> int:
+        """Streams in flight now (a benchmark reads it at the moment it breaks something)."""
+        with self._lock:
+            return self._streaming
+
     def __enter__(self) -> "Load":
         self._started = time.monotonic()
         kinds = [True] * self.workers + [False] * self.whole_workers

@@ -21,6 +21,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.completions import check_stream
+from benchmarks.engine_kill import KILL_ENGINE
 from benchmarks.load import MAX_TOKENS, Load, conversation
 from installer.hosts import prove
 from installer.inventory import load_inventory
@@ -71,14 +72,6 @@ def revision_a(deployed: Run, lab_hosts) -> int:
     revs = {_release(lab_hosts, h)["revision"] for h in lab_hosts.hosts}
     assert len(revs) == 1, revs
     return revs.pop()
-
-
-# SIGKILL to the engine unit's main process and every descendant (vLLM's engine core): a host's
-# engine dying at once, as on a GPU fault. By PID, because `systemctl kill` fails (EIO) in a lab
-# container; systemd then restarts the unit (Restart=on-failure) as on a real host.
-KILL_ENGINE = ('p=$(systemctl show -p MainPID --value private-llm-engine); [ "$p" -gt 0 ] || exit 1; all=$p; '
-               'while [ -n "$p" ]; do p=$(ps -o pid= --ppid "$(echo $p | tr " " ,)" | xargs); all="$all $p"; done; '
-               'kill -KILL $all && echo $all')
 
 
 def _resumed(lab_hosts, e2e_state: Path) -> dict[str, float]:
