@@ -69,8 +69,32 @@ class RollResult:
         )
 
 
-def batches(hosts: list[Host], size: int) -> list[list[Host]]:
-    return [hosts[i : i + size] for i in range(0, len(hosts), size)]
+def batches(hosts: list[Host], size: int, together: frozenset[str] = frozenset()) -> list[list[Host]]:
+    """Slices of `size` hosts in order, with the hosts named in `together` (a Ray group: one
+    model across hosts) whole in one batch, even past `size`. A head restarted on a new release
+    beside workers still on the old one cannot form the group (Ray refuses a node of another
+    version), so the group is drained, configured and proven as one."""
+    out: list[list[Host]] = []
+    current: list[Host] = []
+    placed: set[str] = set()
+    for host in hosts:
+        if host.name in placed:
+            continue
+        unit = [h for h in hosts if h.name in together] if host.name in together else [host]
+        if current and len(current) + len(unit) > size:
+            out.append(current)
+            current = []
+        current += unit
+        placed.update(h.name for h in unit)
+        if len(current) >= size:
+            out.append(current)
+            current = []
+    return [*out, current] if current else out
+
+
+def ray_group(dp: plan.DeploymentPlan) -> frozenset[str]:
+    """The hosts of the deployment's Ray cluster (empty: no model spans hosts)."""
+    return frozenset(h.name for h in dp.hosts if h.ray is not None)
 
 
 def monitoring_only(inv: Inventory) -> list[Host]:
@@ -182,7 +206,8 @@ def roll(
     if forward and monitors:
         result.steps += _configure_monitoring(planned, monitors, log, note, on_task, first=True)
     # Whatever a killed run left drained is re-admitted only when its host passes a gate below.
-    for n, batch in enumerate(batches(hosts, batch_size), 1):
+    group = ray_group(planned.plan)
+    for n, batch in enumerate(batches(hosts, batch_size, group), 1):
         names = [h.name for h in batch]
         if all(current.get(h.name) == target.number for h in batch):
             result.steps += [HostStep(h.name, target.number, target.number, "unchanged") for h in batch]
@@ -192,6 +217,8 @@ def roll(
         drained = drain.names_of(planned.plan, batch)
         if len(batch) == len(hosts):
             note(f"batch {n}: every serving host at once: no engine serves clients until it passes")
+        elif len(batch) > batch_size:
+            note(f"batch {n}: the Ray group {', '.join(sorted(group))} goes as one")
         drain.set_drained(inv, drained)
         waited = drain.wait_idle(inv, drained, drain_timeout_s)
         note(f"batch {n}: drained in {waited:.1f} s; configuring revision {target.number}")

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -84,7 +85,9 @@ def test_hosts_remember_the_revision_before(state: Path) -> None:
 
 
 def test_batches_keep_the_inventory_order() -> None:
-    assert rolling.batches([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]  # type: ignore[list-item]
+    hosts = [SimpleNamespace(name=str(n)) for n in range(1, 6)]
+    got = rolling.batches(hosts, 2)  # type: ignore[arg-type]
+    assert [[h.name for h in b] for b in got] == [["1", "2"], ["3", "4"], ["5"]]
 
 
 def test_drift_says_which_side_disagrees() -> None:
