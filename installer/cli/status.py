@@ -61,7 +61,10 @@ def status_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON document, every column, instead of a table.")
     ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for each gateway and query.", min=0.1)] = 5.0,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds to wait for each host access (a gateway's /readyz, an SSH command) and each Prometheus query.",
+        min=0.1,
+    )] = 5.0,
 ) -> None:
     """Show each host's engines: release, ready, traffic, TTFT, GPU memory (--wide: every column)."""
     inv = load_inventory(inventory)

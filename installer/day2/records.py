@@ -26,7 +26,9 @@ class HostRecord:
         return f"state.json says {self.recorded}, host says {self.on_host}"
 
 
-def read(inv: Inventory) -> list[HostRecord]:
+def read(inv: Inventory, timeout_s: float = 30.0) -> list[HostRecord]:
+    """Every host's record; a host that does not answer within `timeout_s` (connecting included)
+    is a record with its error, as `installer status --timeout` bounds it."""
     recorded = revisions.host_revisions(inv.deployment)
 
     def record(r: remote.Result) -> HostRecord:
@@ -38,5 +40,5 @@ def read(inv: Inventory) -> list[HostRecord]:
             return HostRecord(r.host, recorded.get(r.host), None, "", str(exc))
         return HostRecord(r.host, recorded.get(r.host), data.get("revision"), data.get("release_id", ""))
 
-    found = remote.run(targets(inv), f"cat {revisions.HOST_RELEASE_FILE} 2>/dev/null || echo '{{}}'", timeout=30)
+    found = remote.run(targets(inv), f"cat {revisions.HOST_RELEASE_FILE} 2>/dev/null || echo '{{}}'", timeout=timeout_s)
     return [record(r) for r in found]

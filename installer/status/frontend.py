@@ -44,7 +44,7 @@ class FrontendCollector:
             return
         names = list(dict.fromkeys(r.host for r in rows))
         by_name = {h.name: h for h in inv.hosts}
-        results = remote.run([target(inv, by_name[n]) for n in names], COMMAND, timeout=max(ctx.timeout_s, 5))
+        results = remote.run([target(inv, by_name[n]) for n in names], COMMAND, timeout=ctx.timeout_s)
         held, unread = holders(inv, results)
         vip = inv.frontend.vip
         for row in rows:

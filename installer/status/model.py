@@ -32,7 +32,11 @@ class Row:
 
 @dataclass(frozen=True)
 class Context:
-    """What collectors may read. prometheus_url is None when no monitoring host is known."""
+    """What collectors may read. prometheus_url is None when no monitoring host is known.
+    timeout_s (`installer status --timeout`) bounds every host access a collector makes: each
+    gateway's /readyz, each SSH command through installer/hosts/remote.py (connecting included:
+    the command is killed at its deadline, whatever ssh's own ConnectTimeout) and each Prometheus
+    query, so an unreachable or silent host costs a problem line, never a hang."""
 
     inventory: Inventory
     prometheus_url: str | None

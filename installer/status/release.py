@@ -15,7 +15,7 @@ class ReleaseCollector:
     )
 
     def collect(self, ctx: Context, rows: list[Row]) -> None:
-        by_host = {rec.host: rec for rec in records.read(ctx.inventory)}
+        by_host = {rec.host: rec for rec in records.read(ctx.inventory, ctx.timeout_s)}
         for row in rows:
             rec = by_host.get(row.host)
             if rec is None:
