@@ -39,6 +39,19 @@ def push_skips(inv: Inventory) -> dict[str, tuple[str, ...]]:
     return {h: tuple(folders(inv)) for h in order[1:]} if len(order) > 1 else {}
 
 
+def deadline(inv: Inventory, man: Manifest) -> fanout.Deadline | None:
+    """The servers' deadline for this bundle's weights (fanout.Deadline): their bytes, the chain's
+    hops and the lowest model.fanout_min_rate_mb_s of the models fanned out. None: no fan-out."""
+    order = hosts(inv)
+    if len(order) < 2:
+        return None
+    moved = tuple(folders(inv))
+    sizes = [f.size for f in man.files if f.path.startswith(moved)]
+    p = fanout.plan(order)
+    return fanout.Deadline(sum(sizes), max(sizes, default=0), max(p.depth(h) for h in order) - 1,
+                           min(m.model.fanout_min_rate_mb_s for m in fanned(inv)), fanout.WAIT_S)
+
+
 def host_vars(inv: Inventory, man: Manifest, bundle_dir: str, token_src: str) -> dict[str, dict[str, Any]]:
     """{host: its role variables}: `model_fanout` (fanout.host_runs) and the token's file on
     this machine. Nothing for an inventory without a fan-out, or with one host."""
@@ -46,6 +59,9 @@ def host_vars(inv: Inventory, man: Manifest, bundle_dir: str, token_src: str) ->
     if len(order) < 2:
         return {}
     addresses = {h.name: h.address for h in inv.hosts if h.name in order}
+    limit = deadline(inv, man)
+    assert limit is not None  # two hosts or more
     runs = fanout.host_runs(fanout.plan(order), addresses, f"b{man.bundle_id[:12]}", folders(inv),
-                            bundle_dir=bundle_dir, state_dir=HOST_LAYOUT["pli_state_dir"])
+                            bundle_dir=bundle_dir, state_dir=HOST_LAYOUT["pli_state_dir"],
+                            deadline_s=limit.seconds, wait_s=limit.wait_s)
     return {h: {"model_fanout": run, "model_fanout_token_src": token_src} for h, run in runs.items()}

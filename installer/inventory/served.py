@@ -5,7 +5,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from installer.inventory import profiles, weights_source
 from installer.inventory.engine import Engine, ModelEngine
@@ -63,7 +71,7 @@ ParserName = Annotated[str, matching(
 )]
 SERVING_KEYS = frozenset({"profile", "reasoning_parser", "tool_call_parser", "mtp_tokens"})
 # ...and the weights' source: left unset, a model dumps as before it existed (the config digest)
-PASSED_KEYS = SERVING_KEYS | {"source", "resume_streams", "distribute"}
+PASSED_KEYS = SERVING_KEYS | {"source", "resume_streams", "distribute", "fanout_min_rate_mb_s"}
 
 
 class _Serving(Strict):
@@ -81,9 +89,22 @@ class _Serving(Strict):
     # copy from the control machine to each host; fanout, one copy to the first host, which
     # the others fetch from each other (installer/weights/fanout.py).
     distribute: Literal["push", "fanout"] = "push"
+    # The slowest link rate between the fan-out's hosts to allow for, in MB/s: the servers'
+    # deadline grows from it and the weights' size (installer/weights/fanout.py, Deadline). The
+    # default, 100: a 1 Gbit/s link at ~80% of its line rate; slower or shared links set it lower.
+    fanout_min_rate_mb_s: Annotated[float, Field(gt=0, le=100_000)] = 100.0
     # A stream whose engine breaks off after its first byte goes on from another engine of the
     # model (service/stream_resume.py, docs/failover.md); false: it ends with the error event.
     resume_streams: bool = True
+
+    @field_validator("fanout_min_rate_mb_s")
+    @classmethod
+    def _rate_of_a_fanout(cls, rate: float, info: ValidationInfo) -> float:
+        # only when given (pydantic skips defaults), at its own line; distribute is checked before it
+        if info.data.get("distribute") != "fanout":
+            raise ValueError("fanout_min_rate_mb_s sets the weights fan-out's deadline, and this model is "
+                             "pushed (distribute: push): remove it, or set distribute: fanout")
+        return rate
 
     @model_validator(mode="after")
     def _fanout_of_bundled_weights(self) -> "_Serving":

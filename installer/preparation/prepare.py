@@ -196,6 +196,9 @@ def prepare(
         f"{len(man.files)} files, {man.total_size / 1e9:.2f} GB"
     )
     bundle_layout.check_fits(inv, man)  # each host's target carried, engine built as the inventory says
+    fan = weights_fanout.deadline(inv, man)  # model.distribute: fanout: its servers' deadline, from the weights' size
+    if fan is not None:
+        reporter.note(fan.describe())
 
     with timed(log, reporter, "preflight"):
         reports: list[HostReport] = run_preflight(inv, needs_for(inv, man))

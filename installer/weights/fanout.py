@@ -12,12 +12,14 @@ by its children without anyone deciding anything (verify.py fetch fails over, re
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 
 CONTROL = "control"  # the control machine, the fan-out's root
 FANOUT_PORT = 8471  # serve.py's port on each host while a fan-out runs
 SERVE_UNIT = "private-llm-weights-serve"
+WAIT_S = 600  # verify.py fetch --wait-s: how long a fetch waits on a file its source has not verified yet
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,51 @@ def progress_lines(links: list[Link]) -> list[str]:
     return lines
 
 
+# The serving units' deadline (systemd's RuntimeMaxSec and serve.py's --deadline-s) is a
+# backstop: the model role stops every server once every fetch has ended; the deadline only ends
+# one whose run was cut off (the control machine gone, Ctrl-C before the role's `always:`). Too
+# short cuts a fetch in progress (it fails, and `up` must run again to resume it); too long
+# leaves an idle server up that answers only deployment hosts holding the run's token. So it errs
+# long, and grows with the weights (#39: 700 GB at 1 Gbit/s is ~1.6 h of transfer alone).
+MIN_DEADLINE_S = 3600  # the fixed hour before #39: a small model's servers never stop sooner than then
+SLACK = 2.0  # the estimate doubled: a link may run at half the floor for all of the run and still end
+# sha256 on one core, a floor for old CPUs (measured ~1 GB/s per core on the lab machine and 14.7
+# GB/s on 16 cores of the GPU host, docs/weights.md): a fetcher verifies its folder whole
+# before it reports success, and a serving host hashes each file it has not cached once more.
+HASH_MB_S = 250.0
+FILES_IN_FLIGHT = 2  # a level of the tree lags its parent by about the files in flight (docs/weights.md)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The servers' deadline for one fan-out and what it is made of (the plan and the role show it)."""
+
+    total_bytes: int  # every fanned-out weights file, all folders
+    largest_bytes: int  # the largest of them: what one level of the tree lags its parent by
+    hops: int  # fetch levels below the seed (a chain of N hosts: N - 1)
+    min_rate_mb_s: float  # the slowest link rate it allows for (model.fanout_min_rate_mb_s)
+    wait_s: int  # how long a fetch waits on a source's 503 (the file not yet verified there)
+
+    @property
+    def estimate_s(self) -> float:
+        """Seconds at the floor rate: every byte through the slowest link once (the levels move
+        in step, by file), each level after the first a few files behind its parent, and every
+        byte hashed once more at the end."""
+        rate = self.min_rate_mb_s * 1e6
+        lag = max(0, self.hops - 1) * FILES_IN_FLIGHT * self.largest_bytes / rate
+        return self.total_bytes / rate + lag + self.total_bytes / (HASH_MB_S * 1e6)
+
+    @property
+    def seconds(self) -> int:
+        return max(MIN_DEADLINE_S, math.ceil(SLACK * self.estimate_s + self.wait_s))
+
+    def describe(self) -> str:
+        return (f"weights fan-out: {self.total_bytes / 1e9:.2f} GB over {self.hops} hop(s); its servers stop "
+                f"after {self.seconds} s ({self.seconds / 3600:.1f} h) at the latest: {self.estimate_s:.0f} s at "
+                f"{self.min_rate_mb_s:g} MB/s (model.fanout_min_rate_mb_s) and {HASH_MB_S:g} MB/s of sha256, "
+                f"x{SLACK:g}, + {self.wait_s} s, at least {MIN_DEADLINE_S} s")
+
+
 # The serving unit's sandbox. systemd gives it a user of its own for its lifetime (DynamicUser:
 # no UID owns anything on disk, so it can read only what any user can read, the weights made
 # go+r for it, and write only its RuntimeDirectory), hands it the TLS key and the run's token as
@@ -164,8 +211,8 @@ def url(address: str, port: int, prefix: str) -> str:
 
 def host_runs(
     p: Plan, addresses: dict[str, str], run_id: str, prefixes: list[str], *,
-    bundle_dir: str, state_dir: str, port: int = FANOUT_PORT, deadline_s: int = 3600,
-    wait_s: int = 600, limit_mb_s: float = 0.0, python: str = "/usr/bin/python3",
+    bundle_dir: str, state_dir: str, port: int = FANOUT_PORT, deadline_s: int = MIN_DEADLINE_S,
+    wait_s: int = WAIT_S, limit_mb_s: float = 0.0, python: str = "/usr/bin/python3",
 ) -> dict[str, dict]:
     """What each host's model role runs for one fan-out (its `model_fanout` variable): the
     serving unit's argv and, but on the seed (the push gave it the weights), one fetch per
@@ -208,7 +255,7 @@ def host_runs(
             ]})
         runs[host] = {
             "run": run_id, "unit": unit, "seed": p.parent[host] == CONTROL, "parent": p.parent[host],
-            "address": addresses[host], "port": port, "stats": f"/run/{unit}/stats.json",
+            "address": addresses[host], "port": port, "stats": f"/run/{unit}/stats.json", "deadline_s": deadline_s,
             "sources": peer_sources, "stage": stage, "serve_dirs": [f"{bundle_dir}/{x.rstrip('/')}" for x in prefixes],
             "serve_argv": serve_unit_argv(run_id, python, f"{state_dir}/weights/serve.py", server, deadline_s,
                                           creds, peers),

@@ -54,3 +54,18 @@ def test_fanout_hosts_given_by_name_are_refused(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("address: 10.0.0.2", "address: gpu2.lab"))
     text = _refused(path)
     assert f"{tmp_path / 'inv.yml'}:9: model.distribute" in text and "h2 given by name" in text, text
+
+
+def test_the_fanout_floor_rate_defaults_unset_and_is_checked_at_its_line(tmp_path: Path) -> None:
+    inv = load_inventory(fanout_inventory(tmp_path, ONE + "  distribute: fanout\n"))
+    assert inv.model.fanout_min_rate_mb_s == 100 and "fanout_min_rate_mb_s" not in inv.model_dump()["model"]
+    inv = load_inventory(fanout_inventory(tmp_path, ONE + "  distribute: fanout\n  fanout_min_rate_mb_s: 12.5\n"))
+    assert inv.model.fanout_min_rate_mb_s == 12.5 and inv.model_dump()["model"]["fanout_min_rate_mb_s"] == 12.5
+    text = _refused(fanout_inventory(tmp_path, ONE + "  distribute: fanout\n  fanout_min_rate_mb_s: 0\n"))
+    assert f"{tmp_path / 'inv.yml'}:10: model.fanout_min_rate_mb_s" in text and "greater than 0" in text, text
+    # given for a model that is pushed: it would do nothing, so it is refused at its line
+    text = _refused(fanout_inventory(tmp_path, ONE + "  fanout_min_rate_mb_s: 50\n"))
+    assert f"{tmp_path / 'inv.yml'}:9: model.fanout_min_rate_mb_s" in text and "set distribute: fanout" in text, text
+    models = "models:\n  - {name: chat, served_name: tiny, path: ./weights, fanout_min_rate_mb_s: 50}\n"
+    text = _refused(fanout_inventory(tmp_path, models))
+    assert f"{tmp_path / 'inv.yml'}:7: models[0].fanout_min_rate_mb_s" in text, text
