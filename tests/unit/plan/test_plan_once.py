@@ -243,6 +243,39 @@ def test_release_promote_sizes_gateways_from_the_recorded_cpus_and_its_revision_
     assert [(h["cpu_count"], h["gateway_workers"]) for h in stored["hosts"]] == [(4, 1), (16, 2)]
 
 
+def test_release_start_builds_once_and_its_canary_revision_keeps_that_plan(
+    site: Path, builds: list[Any], hosts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare's plan (stable's inventory with the canary beside the model, the CPUs preflight
+    counted) is the one the hosts are configured with and the canary revision keeps; the gate and
+    the first step read its engine names, none builds a plan of its own. The hosts are stood in
+    for as in `up` above, plus the release controller (asked over the gateway host's socket) and
+    the stage proof."""
+    from installer.release import start
+
+    first = runner.invoke(app, ["up", "-i", str(site), "--bundle", str(hosts["bundle"])])
+    assert first.exit_code == 0, first.output
+    site.write_text(site.read_text().replace("engine: {device: cpu}", "engine: {device: cpu, max_num_seqs: 4}"))
+    configured: list[plan.DeploymentPlan] = []
+    monkeypatch.setattr(start.rolling, "run_site", lambda dp, *_a, **_k: configured.append(dp))
+    monkeypatch.setattr(start.gate, "play_problems", lambda *_a, **_k: {})
+    monkeypatch.setattr(start.release_gate, "prove_stage", lambda *_a, **_k: {})
+    monkeypatch.setattr(start.keys, "ensure_probe_key", lambda: "sk-test")
+    monkeypatch.setattr(start.controller, "refuse_running", lambda _inv: None)
+    monkeypatch.setattr(start.controller, "start", lambda *_a, **_k: None)
+    monkeypatch.setattr(start.stages, "write", lambda *_a, **_k: None)
+    builds.clear()
+    result = runner.invoke(app, ["release", "start", "-i", str(site), "-m", "main", "--bundle", str(hosts["bundle"])],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert len(builds) == 1
+    (dp,) = configured
+    assert any(e.stage == "canary" for h in dp.hosts for e in h.engines)
+    assert _workers(dp) == [1, 2]  # the CPUs preflight counted (4 and 16)
+    canary = revisions.get("demo", max(revisions.host_revisions("demo").values()))
+    assert canary.plan_record() == json.loads(plan_record.dump(plan_record.record(dp)))
+
+
 def test_upgrade_builds_once_and_rolls_with_that_plan(
     site: Path, builds: list[Any], hosts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
