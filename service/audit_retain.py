@@ -14,10 +14,11 @@ runs, which bounds what one request can cost; docs/audit.md asks for patterns wi
 quantifiers. Then it is cut to `max_chars`, and the record says so (`prompt_cut`, `answer_cut`).
 """
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from service.choices import choices
 
 # Text looked at past the cap, so a secret that crosses it is still matched whole (and then cut).
 MARGIN = 1024
@@ -193,13 +194,8 @@ class Retained:
         """The text of a whole (not streamed) answer's choices."""
         if self.answer is None:
             return
-        try:
-            obj = json.loads(body)
-        except (ValueError, RecursionError):
-            return
-        choices = obj.get("choices") if isinstance(obj, dict) else None
-        for choice in choices if isinstance(choices, list) else ():
-            part = choice.get("message") if chat and isinstance(choice, dict) else choice
+        for choice in choices(body):
+            part = choice.get("message") if chat else choice
             if isinstance(part, dict):
                 self._take(choice.get("index"), part.get("content") if chat else part.get("text"))
 
@@ -210,14 +206,7 @@ class Retained:
         for event in block.split(b"\n\n"):
             if not event.startswith(b"data: {"):
                 continue
-            try:
-                obj = json.loads(event[6:])
-            except (ValueError, RecursionError):
-                continue
-            choices = obj.get("choices") if isinstance(obj, dict) else None
-            for choice in choices if isinstance(choices, list) else ():
-                if not isinstance(choice, dict):
-                    continue
+            for choice in choices(event[6:]):
                 delta = choice.get("delta")
                 self._take(choice.get("index"), delta.get("content") if isinstance(delta, dict) else choice.get("text"))
 

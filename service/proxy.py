@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from service.accesslog import RequestInfo
 from service.auth import ANONYMOUS, ApiKey
+from service.choices import choices
 from service.errors import GatewayError, error_bytes, send_error
 from service.evidence import FORCED, KEY_SHARE, EvidenceCap
 from service.limits import Limiter
@@ -387,14 +388,7 @@ class ProxyCall(Response):
 
     def _read_answer(self, data: bytes) -> None:
         """What a whole (not streamed) generation said."""
-        try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError):
-            return
-        choices = obj.get("choices") if isinstance(obj, dict) else None
-        for choice in choices if isinstance(choices, list) else ():
-            if not isinstance(choice, dict):
-                continue
+        for choice in choices(data):
             message = choice.get("message")
             out = message if isinstance(message, dict) else choice
             if any(out.get(field) for field in _SAID):
