@@ -1,5 +1,6 @@
 """`installer upgrade`, `installer rollback`, `installer releases`."""
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,15 @@ DrainOpt = Annotated[
     float, typer.Option("--drain-timeout", help="Seconds to wait for a host's requests to finish.")
 ]
 _COLUMNS = ["host", "from", "to", "action", "drain s", "took s", "detail"]
+
+
+def _roll(command: str, inventory: Path, run: Callable[[RichReporter], DayTwoResult]) -> None:
+    """upgrade and rollback alike: the deployment's lock held for the whole roll (no other command
+    changes its hosts meanwhile), a progress line per host, the table of what each batch did."""
+    inv = load_inventory(inventory)
+    with deployment_lock.held(inv.deployment, command):
+        result = run(RichReporter([h.name for h in inv.hosts]))
+    _report(f"{command} of {inv.deployment} to revision {result.roll.target.number}", result)
 
 
 def _report(title: str, result: DayTwoResult) -> None:
@@ -44,14 +54,10 @@ def upgrade_cmd(
     drain_timeout: DrainOpt = 120,
 ) -> None:
     """Roll every host to the new revision (inventory + bundle), batch by batch, behind health gates."""
-    inv = load_inventory(inventory)
-    with deployment_lock.held(inv.deployment, "upgrade"):
-        result = upgrade(
-            inventory, RichReporter([h.name for h in inv.hosts]), bundle_path=bundle,
-            trusted_keys=tuple(trusted_key or ()), insecure=insecure, batch_size=batch,
-            drain_timeout_s=drain_timeout,
-        )
-    _report(f"upgrade of {inv.deployment} to revision {result.roll.target.number}", result)
+    _roll("upgrade", inventory, lambda reporter: upgrade(
+        inventory, reporter, bundle_path=bundle, trusted_keys=tuple(trusted_key or ()), insecure=insecure,
+        batch_size=batch, drain_timeout_s=drain_timeout,
+    ))
 
 
 @app.command("rollback")
@@ -62,13 +68,9 @@ def rollback_cmd(
     drain_timeout: DrainOpt = 120,
 ) -> None:
     """Return every host to the previous revision (or --to N), with the same gates as upgrade."""
-    inv = load_inventory(inventory)
-    with deployment_lock.held(inv.deployment, "rollback"):
-        result = rollback(
-            inventory, RichReporter([h.name for h in inv.hosts]), to=to, batch_size=batch,
-            drain_timeout_s=drain_timeout,
-        )
-    _report(f"rollback of {inv.deployment} to revision {result.roll.target.number}", result)
+    _roll("rollback", inventory, lambda reporter: rollback(
+        inventory, reporter, to=to, batch_size=batch, drain_timeout_s=drain_timeout,
+    ))
 
 
 @app.command("releases")
