@@ -20,7 +20,6 @@ On a lab, every "host" shares this machine's CPUs with the sender, so parallel p
 for the same cores; real hosts bring their own.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -34,9 +33,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from installer.bundle import build, push  # noqa: E402
+from benchmarks import bundled  # noqa: E402
+from benchmarks.bundled import timed  # noqa: E402
+from installer.bundle import push  # noqa: E402
 from installer.hosts.ssh import Target, targets  # noqa: E402
-from installer.inventory import load_inventory  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SCP_DEST = "/var/tmp/pli-scp-bench"
@@ -62,12 +62,6 @@ def push_parallel(hosts: list[Target], root: Path, man) -> list[push.PushResult]
     return push.push(hosts, root, man, lambda _h, _s, _t: None)
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def stats(values: list[float]) -> dict:
     return {
         "median_s": round(statistics.median(values), 2),
@@ -78,14 +72,8 @@ def stats(values: list[float]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--inventory", type=Path, required=True)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-
-    inv = load_inventory(args.inventory)
+    args, inv, root, man = bundled.start(__doc__, runs=3)
     all_hosts = targets(inv)
-    root, man, _ = build.build(inv)
     counts = sorted({k for k in (1, 2, 4, 8, 16) if k <= len(all_hosts)} | {len(all_hosts)})
     load_before = os.getloadavg()
     results = []

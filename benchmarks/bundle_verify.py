@@ -15,7 +15,6 @@ Medians (min-max) go to benchmarks/results/bundle_verify.json with the machine's
 The target: our throughput >= 0.9x sha256sum's on the same files.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -29,17 +28,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from benchmarks import bundled  # noqa: E402
+from benchmarks.bundled import timed  # noqa: E402
 from installer.bundle import build, sign  # noqa: E402
 from installer.bundle.manifest import MANIFEST  # noqa: E402
-from installer.inventory import load_inventory  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def run(argv: list[str], cwd: Path | None = None) -> None:
@@ -56,13 +50,7 @@ def warm(paths: list[Path]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--inventory", type=Path, required=True)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-
-    inv = load_inventory(args.inventory)
-    root, man, _ = build.build(inv)
+    args, _inv, root, man = bundled.start(__doc__, runs=5)
     work = Path(tempfile.mkdtemp(prefix="pli-bench-verify-", dir="/var/tmp"))
     try:
         pair = sign.keygen(work / "keys", "bench")

@@ -1,0 +1,31 @@
+"""What the bundle benchmarks (bundle_push.py, bundle_verify.py) start with alike: the command
+line (`--inventory`, `--runs`), the bundle `installer bundle build` makes for that inventory
+(cached, so a rerun measures the same bytes), and the one timer."""
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from installer.bundle import build
+from installer.bundle.manifest import Manifest
+from installer.inventory import Inventory, load_inventory
+
+
+def start(doc: str, runs: int) -> tuple[argparse.Namespace, Inventory, Path, Manifest]:
+    """(the arguments, the inventory, the bundle's folder, its manifest); `doc`'s first paragraph
+    is the --help description."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--inventory", type=Path, required=True)
+    parser.add_argument("--runs", type=int, default=runs)
+    args = parser.parse_args()
+    inv = load_inventory(args.inventory)
+    root, man, _ = build.build(inv)
+    return args, inv, root, man
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
