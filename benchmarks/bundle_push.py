@@ -22,12 +22,10 @@ for the same cores; real hosts bring their own.
 
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -117,15 +115,8 @@ def main() -> None:
     clean(all_hosts)
     load_after = os.getloadavg()
     report = {
-        "benchmark": "bundle_push",
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "cpu": platform.processor() or platform.machine(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in load_after],
-            "note": "lab hosts are containers on this machine: sender and hosts share its CPUs",
-        },
+        **bundled.report_head("bundle_push", load_before, load_after,
+                              note="lab hosts are containers on this machine: sender and hosts share its CPUs"),
         "bundle": {"id": man.bundle_id[:12], "files": len(man.files), "bytes": man.total_size},
         "runs": args.runs,
         "scp_command": shlex.join(

@@ -17,13 +17,11 @@ The target: our throughput >= 0.9x sha256sum's on the same files.
 
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,15 +116,7 @@ def main() -> None:
         ),
     }
     report = {
-        "benchmark": "bundle_verify",
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "cpu": platform.processor() or platform.machine(),
-            "python": platform.python_version(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in load_after],
-        },
+        **bundled.report_head("bundle_verify", load_before, load_after),
         "bundle": {
             "id": man.bundle_id[:12],
             "files": len(man.files),
