@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from installer.base.errors import InventoryError
-from installer.inventory import engine_flags, profile_checks, redis_ha
+from installer.inventory import engine_flags, fanout_ports, profile_checks, redis_ha
 from installer.inventory.hosts import duplicate_hosts
 from installer.inventory.models import MODEL_FORM, Inventory
 from installer.inventory.source import Loc, Source, dotted
@@ -185,6 +185,9 @@ def _check_consistency(inv: Inventory) -> Iterator[str]:
         yield f"{inv.where(*loc)}: {problem}"
     # redis.replicas against the hosts: a replica and a Sentinel quorum need hosts to put them on
     for loc, problem in redis_ha.problems(inv):
+        yield f"{inv.where(*loc)}: {problem}"
+    # the weights fan-out's fixed port against the other listeners on its hosts
+    for loc, problem in fanout_ports.problems(inv):
         yield f"{inv.where(*loc)}: {problem}"
 
 

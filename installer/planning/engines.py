@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from installer.gpu import matrix, planner, ray_firewall, ray_ports, tuner
-from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, profiles
+from installer.inventory import Engine, Host, Inventory, ServedModel, engine_flags, fanout_ports, profiles
 from installer.inventory.topology import HOST_LAYOUT, cross_host
 from installer.planning import ray_checks
 
@@ -177,9 +177,12 @@ def tuned(inv: Inventory) -> tuner.Tuned | None:
 
 def _services(inv: Inventory) -> dict[int, str]:
     """The other services' ports on a serving host, which no engine may take."""
-    return {inv.ports.gateway: "ports.gateway", inv.ports.redis: "ports.redis",
-            inv.monitoring.prometheus_port: "monitoring.prometheus_port", RAY_PORT: "Ray",
-            ALERTMANAGER_PORT: "Alertmanager", NODE_EXPORTER_PORT: "the node exporter"}
+    taken = {inv.ports.gateway: "ports.gateway", inv.ports.redis: "ports.redis",
+             inv.monitoring.prometheus_port: "monitoring.prometheus_port", RAY_PORT: "Ray",
+             ALERTMANAGER_PORT: "Alertmanager", NODE_EXPORTER_PORT: "the node exporter"}
+    if fanout_ports.fanout_hosts(inv):  # only then: an engine's port moves for no one else
+        taken[fanout_ports.PORT] = "the weights fan-out's port"
+    return taken
 
 
 def _inventory_sizing(e: Engine) -> list[str]:

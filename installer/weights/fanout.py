@@ -16,8 +16,10 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from installer.weights import serve
+
 CONTROL = "control"  # the control machine, the fan-out's root
-FANOUT_PORT = 8471  # serve.py's port on each host while a fan-out runs
+FANOUT_PORT = serve.PORT  # serve.py's port on each host while a fan-out runs
 SERVE_UNIT = "private-llm-weights-serve"
 WAIT_S = 600  # verify.py fetch --wait-s: how long a fetch waits on a file its source has not verified yet
 

@@ -48,6 +48,10 @@ else:  # on the hosts: verify.py sits beside this file (the model role copies bo
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import verify as _verify  # type: ignore[no-redef]
 
+# The port the product runs it on, on each host of a fan-out, while `up` runs it (--port; fixed,
+# not an inventory setting). Here, at the bottom of the layers, so that the inventory's checks can
+# refuse another service on it (installer/inventory/fanout_ports.py) and weights/fanout.py use it.
+PORT = 8471
 _BLOCK = 1 << 20
 _STATS_EVERY = 0.5  # seconds between two writes of the stats file
 
