@@ -3,12 +3,16 @@ listeners on the fan-out's hosts (#39): refused at the setting's file:line when 
 would take it there; left alone when that service runs elsewhere or nothing fans out; the
 engines the plan places after ports.engine step around it."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from installer.base.errors import InventoryError
+from installer.gpu import planner
+from installer.gpu.tuner import TuneError
 from installer.inventory import fanout_ports, load_inventory
+from installer.inventory.models import Inventory
 from installer.planning import engines
 from installer.weights import fanout, serve
 from tests.support.weights_fanout import fanout_inventory
@@ -79,3 +83,18 @@ def test_a_second_models_engine_steps_around_it(tmp_path: Path) -> None:
     pushed = load_inventory(fanout_inventory(tmp_path, models.replace(", distribute: fanout}", "}"),
                                              "ports: {engine: 8470}\n"))
     assert [m.port for m in engines.layout(pushed, None)] == [8470, 8471]  # unchanged without one
+
+
+def test_a_gpu_hosts_engine_range_over_it_is_refused(tmp_path: Path) -> None:
+    # a 7B model on 8 x H200: eight engines per host on 8468-8475, which holds the fan-out's port
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(planner.PRESETS["deepseek-r1-distill-qwen-7b"]))
+    data = {"deployment": "demo", "model": {"path": str(model), "served_name": "m", "distribute": "fanout"},
+            "hosts": [{"name": "h0", "address": "10.0.0.1"}, {"name": "h1", "address": "10.0.0.2"}],
+            "engine": {"device": "gpu", "max_model_len": 8192}, "gpu": {"type": "h200", "count": 8},
+            "ports": {"engine": 8468}}
+    with pytest.raises(TuneError, match=r"8468-8475, which includes the weights fan-out's port 8471"):
+        engines.tuned(Inventory.model_validate(data))
+    data["model"].pop("distribute")  # pushed: the range is free to hold it
+    assert engines.tuned(Inventory.model_validate(data)) is not None
