@@ -97,6 +97,20 @@ def ray_group(dp: plan.DeploymentPlan) -> frozenset[str]:
     return frozenset(h.name for h in dp.hosts if h.ray is not None)
 
 
+def ray_hosts(dp: plan.DeploymentPlan, deployment: str, current: dict[str, int]) -> frozenset[str]:
+    """The hosts to move as one: the target's Ray group and the group of each revision the hosts
+    run now (from its kept plan), so a group the target dissolves or reshapes is not split while
+    its head and workers still serve together."""
+    hosts = set(ray_group(dp))
+    for number in set(current.values()):
+        try:
+            rec = revisions.get(deployment, number).plan_record()
+        except revisions.StateError:
+            continue  # a revision without a snapshot: nothing to read
+        hosts |= {h["name"] for h in (rec or {}).get("hosts", []) if h.get("ray")}
+    return frozenset(hosts)
+
+
 def monitoring_only(inv: Inventory) -> list[Host]:
     return [h for h in inv.hosts if "monitoring" in inv.host_groups(h) and "serving" not in h.groups]
 
@@ -206,7 +220,7 @@ def roll(
     if forward and monitors:
         result.steps += _configure_monitoring(planned, monitors, log, note, on_task, first=True)
     # Whatever a killed run left drained is re-admitted only when its host passes a gate below.
-    group = ray_group(planned.plan)
+    group = ray_hosts(planned.plan, inv.deployment, current)
     for n, batch in enumerate(batches(hosts, batch_size, group), 1):
         names = [h.name for h in batch]
         if all(current.get(h.name) == target.number for h in batch):

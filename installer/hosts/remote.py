@@ -79,7 +79,7 @@ def run_one(t: Target, command: str, *, stdin: bytes = b"", timeout: float = TIM
     try:
         p = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return Result(t.name, NO_ANSWER, b"", f"no answer within {timeout:.0f} s", timeout)
+        return Result(t.name, NO_ANSWER, b"", f"no answer within {timeout:g} s", timeout)
     return Result(t.name, p.returncode, p.stdout, p.stderr.decode(errors="replace").strip()[-300:],
                   round(time.monotonic() - start, 2))
 

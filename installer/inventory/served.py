@@ -101,7 +101,8 @@ class _Serving(Strict):
     @classmethod
     def _rate_of_a_fanout(cls, rate: float, info: ValidationInfo) -> float:
         # only when given (pydantic skips defaults), at its own line; distribute is checked before it
-        if info.data.get("distribute") != "fanout":
+        # a distribute that failed its own check is not in info.data: its error is the one to show
+        if "distribute" in info.data and info.data["distribute"] != "fanout":
             raise ValueError("fanout_min_rate_mb_s sets the weights fan-out's deadline, and this model is "
                              "pushed (distribute: push): remove it, or set distribute: fanout")
         return rate

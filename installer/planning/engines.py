@@ -180,7 +180,7 @@ def _services(inv: Inventory) -> dict[int, str]:
     taken = {inv.ports.gateway: "ports.gateway", inv.ports.redis: "ports.redis",
              inv.monitoring.prometheus_port: "monitoring.prometheus_port", RAY_PORT: "Ray",
              ALERTMANAGER_PORT: "Alertmanager", NODE_EXPORTER_PORT: "the node exporter"}
-    if fanout_ports.fanout_hosts(inv):  # only then: an engine's port moves for no one else
+    if fanout_ports.fanout_hosts(inv):  # only then (on every serving host: simpler, one port skipped)
         taken[fanout_ports.PORT] = "the weights fan-out's port"
     return taken
 
