@@ -173,6 +173,8 @@ def to_csv(records: Iterable[dict[str, Any]]) -> str:
     writer = csv.DictWriter(out, fieldnames=(*COLUMNS, *retained), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for record in records:
-        texts: dict[str, str] = {c: json.dumps(record[c], ensure_ascii=False) for c in ("prompt", "answer") if c in record}
+        texts: dict[str, str] = {
+            c: json.dumps(record[c], ensure_ascii=False) for c in ("prompt", "answer") if c in record
+        }
         writer.writerow({**record, **texts})
     return out.getvalue()

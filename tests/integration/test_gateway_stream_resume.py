@@ -232,7 +232,9 @@ def record_body(engines: list[Any], model: str) -> str:
     return next(b for b in bodies if b and json.loads(b)["model"] == model)
 
 
-THINK: dict[str, Any] = {"chat_template_kwargs": {"thinking": True}, "max_tokens": 14, "stream_options": {"include_usage": True}}
+THINK: dict[str, Any] = {
+    "chat_template_kwargs": {"thinking": True}, "max_tokens": 14, "stream_options": {"include_usage": True},
+}
 
 
 def test_reasoning_answers_go_on_as_reasoning_then_content_per_family(

@@ -28,6 +28,7 @@ for mib in (1, 16, 64, 256):
     took = (time.perf_counter() - t) / iters
     bus = mib * 2**20 / took * 2 * (world - 1) / world / 1e9
     best = max(best, bus)
-    print(f"size {mib} MiB: {took * 1e6:.0f} us, algbw {mib * 2**20 / took / 1e9:.2f} GB/s, busbw {bus:.2f} GB/s", flush=True)
+    print(f"size {mib} MiB: {took * 1e6:.0f} us, algbw {mib * 2**20 / took / 1e9:.2f} GB/s, "
+          f"busbw {bus:.2f} GB/s", flush=True)
 print(f"busbw {best:.2f} GB/s (largest of the sizes, {world} ranks)", flush=True)
 dist.destroy_process_group()
