@@ -123,9 +123,9 @@ def progress_lines(links: list[Link]) -> list[str]:
 # long, and grows with the weights (#39: 700 GB at 1 Gbit/s is ~1.6 h of transfer alone).
 MIN_DEADLINE_S = 3600  # the fixed hour before #39: a small model's servers never stop sooner than then
 SLACK = 2.0  # the estimate doubled: a link may run at half the floor for all of the run and still end
-# sha256 on one core, a floor for old CPUs (measured ~1 GB/s per core on the lab machine and 14.7
-# GB/s on 16 cores of the GPU host, docs/weights.md): a fetcher verifies its folder whole
-# before it reports success, and a serving host hashes each file it has not cached once more.
+# sha256 on one core, a floor well under old CPUs' rates (docs/weights.md has the measured
+# ones): a fetcher verifies its folder whole before it reports success, and a serving host
+# hashes each file it has not cached once more.
 HASH_MB_S = 250.0
 FILES_IN_FLIGHT = 2  # a level of the tree lags its parent by about the files in flight (docs/weights.md)
 
